@@ -1,0 +1,97 @@
+"""The OpenAI error model and the mapping from gRPC status codes to it.
+
+Every error a client sees has the shape
+``{"error": {"message": str, "type": str, "param": str | None, "code": str | None}}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "service_unavailable_error",
+    504: "timeout_error",
+}
+
+
+@dataclass
+class ApiError(Exception):
+    """An error with an HTTP status that is shown to the client in the OpenAI shape."""
+
+    status: int
+    message: str
+    param: str | None = None
+    code: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def type(self) -> str:
+        return _TYPE_BY_STATUS.get(self.status, "invalid_request_error")
+
+    def to_dict(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+# How a backend's gRPC status is shown over HTTP.
+_HTTP_BY_GRPC = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.CANCELLED: 499,
+}
+
+
+def api_error_from_grpc(code: grpc.StatusCode, details: str | None) -> ApiError:
+    """Translate a backend's gRPC failure into the error the HTTP client sees.
+
+    Backends put ``param=<name>`` on the first line of ``details`` when one input field is
+    to blame (see :func:`grpc_details`); it becomes the OpenAI ``param``.
+    """
+    status = _HTTP_BY_GRPC.get(code, 503 if code == grpc.StatusCode.UNKNOWN else 500)
+    message, param = parse_grpc_details(details or code.name.lower())
+    if status == 500:
+        # An internal backend fault: the client gets a retryable 503, never a 500.
+        status = 503
+    if status == 499:
+        status = 503
+    return ApiError(status=status, message=message, param=param)
+
+
+def grpc_details(message: str, param: str | None = None) -> str:
+    """Encode a message and the blamed field for a gRPC status' details."""
+    return f"param={param}\n{message}" if param else message
+
+
+def parse_grpc_details(details: str) -> tuple[str, str | None]:
+    """Inverse of :func:`grpc_details`."""
+    if details.startswith("param="):
+        head, _, message = details.partition("\n")
+        return message, head.removeprefix("param=")
+    return details, None
