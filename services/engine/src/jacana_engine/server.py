@@ -1,0 +1,140 @@
+"""gRPC front of the engine: proto messages in, :class:`AsyncEngine` calls, deltas out.
+
+Owns no model state: tokenization and chat-template rendering happen here (on a worker
+thread, so a 200k-character prompt does not stall the event loop); everything else is
+the engine's. A cancelled ``Generate`` call (client gone, deadline passed) closes the
+output iterator, which aborts the request inside the engine and frees its KV blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import grpc
+from jacana_common.errors import grpc_details
+from jacana_common.pb.jacana.engine.v1 import engine_pb2, engine_pb2_grpc
+
+from jacana_engine.errors import InvalidRequestError
+from jacana_engine.outputs import FinishReason
+from jacana_engine.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+_FINISH_TO_PB = {
+    None: engine_pb2.FINISH_REASON_UNSPECIFIED,
+    FinishReason.STOP: engine_pb2.FINISH_REASON_STOP,
+    FinishReason.LENGTH: engine_pb2.FINISH_REASON_LENGTH,
+    FinishReason.ABORT: engine_pb2.FINISH_REASON_ABORT,
+}
+
+
+def sampling_from_pb(pb: engine_pb2.SamplingParams) -> SamplingParams:
+    """Proto sampling fields -> engine SamplingParams (proto zeros mean 'unset')."""
+    return SamplingParams(
+        temperature=pb.temperature,
+        top_p=pb.top_p if pb.top_p > 0 else 1.0,
+        top_k=pb.top_k,
+        min_p=pb.min_p,
+        seed=pb.seed if pb.HasField("seed") else None,
+        max_tokens=pb.max_tokens or None,
+        stop=tuple(pb.stop),
+        stop_token_ids=tuple(pb.stop_token_ids),
+        ignore_eos=pb.ignore_eos,
+    )
+
+
+class EngineServicer(engine_pb2_grpc.EngineServicer):
+    """Implements ``jacana.engine.v1.Engine`` over one :class:`AsyncEngine`."""
+
+    def __init__(self, engine) -> None:  # engine: jacana_engine.async_engine.AsyncEngine
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.info = engine.model_info
+
+    def _prompt_token_ids(self, request: engine_pb2.GenerateRequest) -> list[int]:
+        """Tokenize whichever input the request carries; raises InvalidRequestError."""
+        kind = request.WhichOneof("input")
+        if kind == "prompt_token_ids":
+            ids = list(request.prompt_token_ids.ids)
+            vocab = self.info.vocab_size
+            if any(i >= vocab for i in ids):
+                raise InvalidRequestError(f"token ids must be < vocab size {vocab}", "prompt")
+            return ids
+        if self.tokenizer is None:
+            raise InvalidRequestError(
+                "this model has no tokenizer: send prompt_token_ids", "prompt"
+            )
+        if kind == "prompt":
+            return self.tokenizer.encode(request.prompt)
+        if kind == "chat":
+            from jacana_engine.chat_template import apply_chat_template
+
+            messages = [
+                {"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})}
+                for m in request.chat.messages
+            ]
+            text = apply_chat_template(
+                self.tokenizer, messages, add_generation_prompt=request.chat.add_generation_prompt
+            )
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        raise InvalidRequestError("request has no input (prompt, chat or token ids)", "prompt")
+
+    async def Generate(self, request, context):
+        request_id = request.request_id or uuid.uuid4().hex
+        try:
+            prompt_ids = await asyncio.to_thread(self._prompt_token_ids, request)
+            sampling = sampling_from_pb(request.sampling)
+            outputs = self.engine.generate(request_id, prompt_ids, sampling)
+            async for out in outputs:
+                msg = engine_pb2.GenerateResponse(
+                    token_ids=out.new_token_ids,
+                    text=out.new_text,
+                    finish_reason=_FINISH_TO_PB[out.finish_reason],
+                )
+                if out.finished:
+                    msg.usage.CopyFrom(
+                        engine_pb2.Usage(
+                            prompt_tokens=out.num_prompt_tokens,
+                            completion_tokens=out.num_output_tokens,
+                            cached_prompt_tokens=out.num_cached_tokens,
+                        )
+                    )
+                    if out.matched_stop is not None:
+                        msg.matched_stop = str(out.matched_stop)
+                yield msg
+        except InvalidRequestError as exc:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, grpc_details(exc.message, exc.param)
+            )
+
+    async def Abort(self, request, context):
+        found = await self.engine.abort(request.request_id)
+        return engine_pb2.AbortResponse(found=found)
+
+    async def GetModelInfo(self, request, context):
+        i = self.info
+        return engine_pb2.ModelInfo(
+            model_id=i.model_id,
+            architecture=i.architecture,
+            max_model_len=i.max_model_len,
+            vocab_size=i.vocab_size,
+            dtype=i.dtype,
+            has_chat_template=i.has_chat_template,
+            device=i.device,
+            eos_token_id=i.eos_token_id or 0,
+        )
+
+    async def GetStats(self, request, context):
+        s = self.engine.stats()
+        return engine_pb2.EngineStats(
+            num_running=s.num_running,
+            num_waiting=s.num_waiting,
+            kv_blocks_total=s.kv_blocks_total,
+            kv_blocks_free=s.kv_blocks_free,
+            prompt_tokens_total=s.prompt_tokens_total,
+            generation_tokens_total=s.generation_tokens_total,
+            requests_finished_total=s.requests_finished_total,
+            steps_total=s.steps_total,
+        )

