@@ -65,8 +65,9 @@ def test_completions_endpoint(client):
 
 def test_stream_matches_non_stream_and_reports_usage(client):
     full = chat(client, PROMPTS[1], max_tokens=40)
-    stream = chat(client, PROMPTS[1], max_tokens=40, stream=True,
-                  stream_options={"include_usage": True})
+    stream = chat(
+        client, PROMPTS[1], max_tokens=40, stream=True, stream_options={"include_usage": True}
+    )
     text, finish, usage, roles = [], None, None, []
     for chunk in stream:
         if chunk.usage is not None:
