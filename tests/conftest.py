@@ -1,116 +1,13 @@
-"""Fixtures that start the real services as processes on free loopback ports.
-
-The engine serves the default SmolLM2-135M-Instruct GGUF in float32 on the CPU; the
-gateway is pointed at it. Both are started once per test session and torn down with
-SIGTERM (the graceful path), escalating to SIGKILL only if they hang.
-"""
+"""Session fixtures: the real engine (default SmolLM2 GGUF, float32, CPU) and a gateway
+pointed at it, each started once per test session."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
-from jacana_common.grpc_client import check_health
 
-MODEL_ID = "smollm2-135m-instruct"
-START_TIMEOUT_S = 180
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Service:
-    """A started service process and where it listens."""
-
-    process: subprocess.Popen
-    address: str
-    log_path: Path
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self, timeout: float = 20.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-
-def start_service(module: str, env: dict[str, str], address: str, ready) -> Service:
-    """Run ``python -m module`` with ``env``; wait until ``ready(address)`` is true."""
-    log_path = Path(tempfile.mkstemp(prefix=f"{module}-", suffix=".log")[1])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module],
-        env={**os.environ, **env},
-        stdout=log_path.open("w"),
-        stderr=subprocess.STDOUT,
-    )
-    service = Service(proc, address, log_path)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{module} exited with {proc.returncode}:\n{service.log_tail()}")
-        if ready(address):
-            return service
-        time.sleep(0.25)
-    service.stop()
-    raise RuntimeError(f"{module} not ready after {START_TIMEOUT_S}s:\n{service.log_tail()}")
-
-
-def grpc_ready(address: str) -> bool:
-    return asyncio.run(check_health(address, timeout=1.0))
-
-
-def http_ready(address: str) -> bool:
-    try:
-        return httpx.get(f"http://{address}/health", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def start_engine(**env: str) -> Service:
-    port = free_port()
-    return start_service(
-        "jacana_engine",
-        {"JACANA_ENGINE_HOST": "127.0.0.1", "JACANA_ENGINE_PORT": str(port), **env},
-        f"127.0.0.1:{port}",
-        grpc_ready,
-    )
-
-
-def start_gateway(engines: dict[str, list[str]], **env: str) -> Service:
-    port = free_port()
-    return start_service(
-        "jacana_gateway",
-        {
-            "JACANA_GATEWAY_HOST": "127.0.0.1",
-            "JACANA_GATEWAY_PORT": str(port),
-            "JACANA_GATEWAY_ENGINES": json.dumps(engines),
-            **env,
-        },
-        f"127.0.0.1:{port}",
-        http_ready,
-    )
+from stack import MODEL_ID, Service, start_engine, start_gateway
 
 
 @pytest.fixture(scope="session")

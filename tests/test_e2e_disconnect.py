@@ -7,10 +7,10 @@ import json
 import time
 
 import httpx
+
 from jacana_common.grpc_client import make_channel
 from jacana_common.pb.jacana.engine.v1 import engine_pb2, engine_pb2_grpc
-
-from conftest import MODEL_ID
+from stack import MODEL_ID
 
 
 async def engine_stats(address: str) -> engine_pb2.EngineStats:

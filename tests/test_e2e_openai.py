@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MODEL_ID
+from stack import MODEL_ID
 
 PROMPTS = [
     "What is the capital of France?",
@@ -191,7 +191,7 @@ def test_malformed_bodies_are_400(gateway, body):
 
 
 def test_engine_unreachable_is_503(engine):
-    from conftest import free_port, start_gateway
+    from stack import free_port, start_gateway
 
     dead = f"127.0.0.1:{free_port()}"
     gw = start_gateway({MODEL_ID: [engine.address], "orphan": [dead]})

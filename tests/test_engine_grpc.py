@@ -7,11 +7,11 @@ import signal
 
 import grpc
 import pytest
+
 from jacana_common.errors import parse_grpc_details
 from jacana_common.grpc_client import make_channel
 from jacana_common.pb.jacana.engine.v1 import engine_pb2, engine_pb2_grpc
-
-from conftest import MODEL_ID, start_engine
+from stack import MODEL_ID, start_engine
 
 
 def greedy(max_tokens: int, **kw) -> engine_pb2.SamplingParams:
