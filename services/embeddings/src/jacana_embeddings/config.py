@@ -1,0 +1,41 @@
+"""Boundary dataclasses between the service's settings and its model/batching code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EmbedderConfig:
+    """What to load and how to run it.
+
+    The ``None`` fields defer to the model directory: ``max_input_tokens`` to its
+    sentence-transformers ``max_seq_length`` (capped by the position table), ``pooling``
+    to ``1_Pooling/config.json``, ``normalize`` to a trailing ``Normalize`` module,
+    ``matryoshka_dims`` to the model card. An empty ``matryoshka_dims`` turns it off.
+    """
+
+    model_dir: Path
+    model_id: str
+    dtype: str = "float32"
+    device: str = "cpu"
+    max_input_tokens: int | None = None
+    pooling: tuple[str, ...] | None = None
+    normalize: bool | None = None
+    matryoshka_dims: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    """Dynamic batching limits.
+
+    ``max_batch_tokens`` bounds one forward pass in padded tokens (inputs x longest input);
+    ``max_wait_ms`` is how long an idle batcher holds the first arrival for company;
+    ``max_queued_inputs`` bounds inputs waiting (beyond it new requests are refused).
+    """
+
+    max_batch_tokens: int = 16384
+    max_batch_size: int = 256
+    max_wait_ms: float = 2.0
+    max_queued_inputs: int = 65536

@@ -1,0 +1,125 @@
+"""One loaded embedding model: tokenizer, encoder weights, pooling and heads.
+
+Owns every tensor of the model (on ``config.device``). :meth:`Embedder.embed` is pure
+compute over already-tokenized, length-checked inputs and is meant to run on one worker
+thread at a time; :meth:`Embedder.tokenize` may run on any thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from jacana_embeddings.config import EmbedderConfig
+from jacana_embeddings.encoders import load_encoder
+from jacana_embeddings.errors import ModelLoadError
+from jacana_embeddings.heads import HEADS, Head, NormalizeHead
+from jacana_embeddings.model_spec import read_pipeline
+from jacana_embeddings.pooling import Pooling
+from jacana_embeddings.tokenizer import TextTokenizer
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Static facts about the served model, as shown by GetModelInfo."""
+
+    model_id: str
+    architecture: str
+    max_input_tokens: int
+    dimension: int
+    normalized: bool
+    pooling: str
+    matryoshka_dims: tuple[int, ...]
+    vocab_size: int
+    dtype: str
+    device: str
+
+    @property
+    def supports_matryoshka(self) -> bool:
+        return bool(self.matryoshka_dims)
+
+
+class Embedder:
+    """``embed(token id lists) -> float32 vectors [B, dimension]``."""
+
+    def __init__(self, config: EmbedderConfig) -> None:
+        spec = read_pipeline(config.model_dir)
+        self.device = torch.device(config.device)
+        dtype = _DTYPES[config.dtype]
+        arch, self.encoder = load_encoder(spec.transformer_dir, dtype, self.device)
+        cfg = self.encoder.cfg
+        self.pad_token_id = cfg.pad_token_id
+
+        self.pooling = Pooling(config.pooling or spec.pooling_modes)
+        self.heads: list[Head] = [
+            HEADS[kind](folder).to(dtype, self.device) for kind, folder in spec.heads
+        ]
+        self._apply_normalize_override(config.normalize)
+        dim = len(self.pooling.modes) * cfg.hidden_size
+        for head in self.heads:
+            dim = head.out_dim(dim)
+
+        # The directory's own length is capped by the position table (as the reference
+        # does); an explicit override beyond it is a configuration error.
+        max_len = config.max_input_tokens or min(
+            spec.max_seq_length or cfg.max_input_tokens, cfg.max_input_tokens
+        )
+        if max_len > cfg.max_input_tokens:
+            raise ModelLoadError(
+                f"max input tokens {max_len} exceeds the model's position table "
+                f"({cfg.max_input_tokens})"
+            )
+        self.tokenizer = TextTokenizer(
+            spec.transformer_dir / "tokenizer.json", max_len, lowercase=spec.do_lower_case
+        )
+        mdims = spec.matryoshka_dims if config.matryoshka_dims is None else config.matryoshka_dims
+        if any(not 0 < d <= dim for d in mdims):
+            raise ModelLoadError(f"Matryoshka dimensions {list(mdims)} must lie in 1..{dim}")
+        self.info = ModelInfo(
+            model_id=config.model_id,
+            architecture=arch,
+            max_input_tokens=max_len,
+            dimension=dim,
+            normalized=bool(self.heads) and self.heads[-1].normalizes,
+            pooling=self.pooling.name,
+            matryoshka_dims=tuple(sorted(set(mdims), reverse=True)),
+            vocab_size=cfg.vocab_size,
+            dtype=config.dtype,
+            device=str(self.device),
+        )
+
+    def _apply_normalize_override(self, normalize: bool | None) -> None:
+        trailing = bool(self.heads) and self.heads[-1].normalizes
+        if normalize is True and not trailing:
+            self.heads.append(NormalizeHead())
+        elif normalize is False and trailing:
+            self.heads.pop()
+
+    def tokenize(self, texts: Sequence[str], truncate: bool) -> list[tuple[list[int], bool]]:
+        """See :meth:`TextTokenizer.encode`."""
+        return self.tokenizer.encode(texts, truncate)
+
+    @torch.inference_mode()
+    def embed(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        """Vectors for non-empty, in-range token id lists; returns float32 ``[B, dimension]``.
+
+        Pads to the longest input of the batch: callers group inputs of similar length.
+        """
+        lengths = [len(ids) for ids in batch]
+        longest = max(lengths)
+        ids = np.full((len(batch), longest), self.pad_token_id, dtype=np.int64)
+        for row, seq in enumerate(batch):
+            ids[row, : len(seq)] = seq
+        input_ids = torch.from_numpy(ids).to(self.device)  # [B, S]
+        mask = torch.arange(longest) < torch.tensor(lengths)[:, None]  # [B, S]
+        mask = mask.to(self.device)
+        hidden = self.encoder(input_ids, mask)  # [B, S, H]
+        x = self.pooling(hidden, mask)  # [B, P*H]
+        for head in self.heads:
+            x = head(x)  # [B, D]
+        return x.float().cpu().numpy()

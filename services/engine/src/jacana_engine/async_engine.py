@@ -1,0 +1,232 @@
+"""asyncio front of the engine: the step loop runs on its own thread, callers await streams.
+
+Threads and state:
+- the engine thread owns the :class:`LLMEngine` (and through it the model, KV cache and
+  scheduler) and the table of open output streams; nothing else touches them.
+- callers (any asyncio loop) hand work over as commands on a queue guarded by a
+  condition variable; each command's result comes back through a
+  ``concurrent.futures.Future``. Outputs go back with ``loop.call_soon_threadsafe`` into
+  the stream's ``asyncio.Queue``, once per step and loop.
+- torch releases the GIL inside its kernels, so the event loop stays responsive while a
+  step runs. The engine thread sleeps on the condition when it has nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jacana_engine.config import EngineConfig
+from jacana_engine.engine import EngineStats, LLMEngine
+from jacana_engine.errors import InvalidRequestError
+from jacana_engine.outputs import FinishReason, RequestOutput
+from jacana_engine.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    """The engine thread has stopped (shut down, or a step failed); no request can run."""
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One request's path back to its caller's event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    num_prompt_tokens: int
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    num_output_tokens: int = 0  # as last delivered, for the usage of an abort output
+
+
+class AsyncEngine:
+    """Thread-backed asyncio interface over one :class:`LLMEngine`.
+
+    Construct with an ``EngineConfig`` (loads the model; blocking, so call it from a
+    worker thread in async code) or with a ready ``engine=``.
+    """
+
+    def __init__(self, config: EngineConfig | None = None, *, engine: LLMEngine | None = None):
+        if engine is None:
+            if config is None:
+                raise ValueError("AsyncEngine needs a config or an engine")
+            engine = LLMEngine(config)
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.model_info = engine.model_info
+        self._cond = threading.Condition()
+        self._commands: deque[tuple[Callable[[], Any], concurrent.futures.Future]] = deque()
+        self._stopping = False
+        self._dead: BaseException | None = None
+        self._streams: dict[str, _Stream] = {}  # engine thread only
+        self._stats = engine.stats()  # replaced (never mutated) by the engine thread
+        self._thread = threading.Thread(target=self._run, name="jacana-engine", daemon=True)
+        self._thread.start()
+
+    # ---- caller side (any event loop) ---------------------------------------------------
+
+    async def generate(
+        self, request_id: str, prompt_token_ids: Sequence[int], sampling_params: SamplingParams
+    ) -> AsyncIterator[RequestOutput]:
+        """Stream a request's outputs; the last one has ``finished=True``.
+
+        Raises :class:`InvalidRequestError` (at the first iteration) for a request the
+        engine rejects. Closing the iterator early, or cancelling its consumer, aborts
+        the request and frees its KV blocks.
+        """
+        prompt = list(prompt_token_ids)
+        stream = _Stream(asyncio.get_running_loop(), len(prompt))
+        finished = False
+        try:
+            await asyncio.wrap_future(
+                self._submit(lambda: self._add(request_id, prompt, sampling_params, stream))
+            )
+            while not finished:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            if not finished:  # consumer left early: fire and forget
+                self._submit(lambda: self._abort(request_id, stream))
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a request; its stream ends with an ABORT output. False if not running."""
+        return await asyncio.wrap_future(self._submit(lambda: self._abort(request_id, None)))
+
+    def stats(self) -> EngineStats:
+        """The engine's counters as of its last step or command."""
+        return self._stats
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread.is_alive() and self._dead is None
+
+    async def shutdown(self) -> None:
+        """Abort what is left (streams end with ABORT) and stop the engine thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        await asyncio.to_thread(self._thread.join)
+
+    def _submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            if self._stopping or self._dead is not None:
+                fut.set_exception(EngineDeadError("the engine is not running"))
+                return fut
+            self._commands.append((fn, fut))
+            self._cond.notify()
+        return fut
+
+    # ---- engine thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while (
+                        not self._commands
+                        and not self._stopping
+                        and not self.engine.has_unfinished_requests()
+                    ):
+                        self._cond.wait()
+                    commands = list(self._commands)
+                    self._commands.clear()
+                    stopping = self._stopping
+                for fn, fut in commands:
+                    try:
+                        fut.set_result(fn())
+                    except Exception as exc:
+                        fut.set_exception(exc)
+                if stopping:
+                    for request_id in list(self._streams):
+                        self._abort(request_id, None)
+                    self._stats = self.engine.stats()
+                    return
+                if self.engine.has_unfinished_requests():
+                    self._dispatch(self.engine.step())
+                self._stats = self.engine.stats()
+        except BaseException as exc:
+            log.exception("engine step failed; the engine is stopping")
+            self._die(exc)
+
+    def _add(
+        self, request_id: str, prompt: list[int], sp: SamplingParams, stream: _Stream
+    ) -> None:
+        if request_id in self._streams:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        self.engine.add_request(request_id, prompt, sp)
+        self._streams[request_id] = stream
+
+    def _abort(self, request_id: str, stream: _Stream | None) -> bool:
+        """Abort ``request_id``; with ``stream``, only if that stream still owns the id
+        (the caller left, nobody to tell). Without, the open stream gets an ABORT output."""
+        current = self._streams.get(request_id)
+        if stream is not None and current is not stream:
+            return False
+        found = self.engine.abort_request(request_id)
+        if current is not None:
+            del self._streams[request_id]
+            if stream is None:
+                final = RequestOutput(
+                    request_id,
+                    finished=True,
+                    finish_reason=FinishReason.ABORT,
+                    num_prompt_tokens=current.num_prompt_tokens,
+                    num_output_tokens=current.num_output_tokens,
+                )
+                self._send({current.loop: [(current, final)]})
+        return found
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = defaultdict(list)
+        for out in outputs:
+            stream = self._streams.get(out.request_id)
+            if stream is None:
+                continue
+            stream.num_output_tokens = out.num_output_tokens
+            if out.finished:
+                del self._streams[out.request_id]
+            by_loop[stream.loop].append((stream, out))
+        self._send(by_loop)
+
+    def _send(self, by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]]) -> None:
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the caller's loop is closed: nobody will read these
+                for stream, item in items:
+                    if isinstance(item, RequestOutput) and not item.finished:
+                        self._abort(item.request_id, stream)
+
+    def _die(self, exc: BaseException) -> None:
+        with self._cond:
+            self._dead = exc
+            pending = list(self._commands)
+            self._commands.clear()
+        error = EngineDeadError(f"the engine stopped: {exc!r}")
+        for _, fut in pending:
+            fut.set_exception(error)
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = defaultdict(list)
+        for stream in self._streams.values():
+            by_loop[stream.loop].append((stream, error))
+        self._streams.clear()
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(_deliver, items)
+
+
+def _deliver(items: list[tuple[_Stream, Any]]) -> None:
+    """Runs on the caller's loop: hand each item to its stream."""
+    for stream, item in items:
+        stream.queue.put_nowait(item)

@@ -1,0 +1,308 @@
+"""The synchronous engine core: requests in, one scheduled forward pass per ``step()``.
+
+State ownership: ``LLMEngine`` owns the tokenizer (host), the scheduler and block
+manager (host bookkeeping), the model runner (model weights and KV cache on
+``config.device``) and the running counters behind :meth:`stats`. It is not thread-safe:
+one thread drives it (``AsyncEngine`` runs it on a dedicated thread).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+from jacana_engine.config import EngineConfig
+from jacana_engine.detokenizer import Detokenizer
+from jacana_engine.errors import InvalidRequestError
+from jacana_engine.kv_cache.block_manager import BlockManager
+from jacana_engine.model_runner import ModelRunner
+from jacana_engine.models.base import CausalLM
+from jacana_engine.outputs import FinishReason, RequestOutput
+from jacana_engine.sampler import RequestRng, Sampler
+from jacana_engine.sampling_params import SamplingParams
+from jacana_engine.scheduler import Scheduler
+from jacana_engine.sequence import Sequence
+from jacana_engine.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+LOAD = "load"  # ``tokenizer=LOAD``: read the tokenizer from ``config.model``
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Facts about the served model, for clients (``GetModelInfo``)."""
+
+    model_id: str
+    architecture: str
+    max_model_len: int
+    vocab_size: int
+    dtype: str
+    device: str
+    eos_token_ids: tuple[int, ...]
+    has_chat_template: bool
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.eos_token_ids[0] if self.eos_token_ids else None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's queues, KV pool and lifetime counters."""
+
+    num_running: int
+    num_waiting: int
+    kv_blocks_total: int
+    kv_blocks_free: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    requests_finished_total: int
+    steps_total: int
+    preemptions_total: int
+
+
+class LLMEngine:
+    """Continuous-batching engine over one model.
+
+    ``model`` / ``tokenizer`` may be passed in (tests, benchmarks); by default both are
+    loaded from ``config.model``. ``tokenizer=None`` runs on token ids only (no text, no
+    stop strings); a dummy-weights model without tokenizer files gets that automatically.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        model: CausalLM | None = None,
+        tokenizer: Tokenizer | str | None = LOAD,
+    ) -> None:
+        self.config = config
+        if model is None:
+            from jacana_engine.loader import load_model
+
+            model = load_model(config)
+        self.model = model
+        self.tokenizer = _load_tokenizer(config) if tokenizer == LOAD else tokenizer
+        cfg = model.config
+        self.vocab_size = cfg.vocab_size
+        self.max_model_len = config.max_model_len or cfg.max_position_embeddings
+        eos = set(cfg.eos_token_ids)
+        if self.tokenizer is not None:
+            eos |= set(self.tokenizer.eos_token_ids)
+        self.eos_token_ids = frozenset(eos)
+
+        self.sampler = Sampler()
+        self.runner = ModelRunner(model, config, self.sampler, self.max_model_len)
+        self.block_manager = BlockManager(self.runner.num_blocks, config.block_size)
+        self.scheduler = Scheduler(
+            self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
+        )
+        pool = self.block_manager.num_total_slots
+        if pool < self.max_model_len:
+            log.warning(
+                "the KV pool holds %d tokens, less than max_model_len %d: longer requests "
+                "are rejected",
+                pool,
+                self.max_model_len,
+            )
+        # Seeds for sampled requests that bring none: reproducible from ``config.seed``.
+        self._request_rng = RequestRng(config.seed, Sampler.generator_device(config.device))
+        self._prompt_tokens_total = 0
+        self._generation_tokens_total = 0
+        self._requests_finished_total = 0
+        self._steps_total = 0
+        self._generate_calls = 0
+
+        main_eos = sorted(cfg.eos_token_ids) or sorted(self.eos_token_ids)
+        self.model_info = ModelInfo(
+            model_id=config.model_id,
+            architecture=cfg.architecture,
+            max_model_len=self.max_model_len,
+            vocab_size=self.vocab_size,
+            dtype=config.dtype,
+            device=config.device,
+            eos_token_ids=tuple(main_eos + sorted(self.eos_token_ids - set(main_eos))),
+            has_chat_template=bool(getattr(self.tokenizer, "chat_template", None)),
+        )
+
+    # ---- requests -----------------------------------------------------------------------
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: Seq[int], sampling_params: SamplingParams
+    ) -> None:
+        """Validate and queue a request; raises :class:`InvalidRequestError`."""
+        prompt = list(prompt_token_ids)
+        if self.scheduler.get(request_id) is not None:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty", "prompt")
+        if any(not (0 <= t < self.vocab_size) for t in prompt):
+            raise InvalidRequestError(
+                f"prompt token ids must be in [0, {self.vocab_size})", "prompt"
+            )
+        sampling_params.validate(self.vocab_size)
+        if sampling_params.stop and self.tokenizer is None:
+            raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
+        max_tokens = self._resolve_max_tokens(len(prompt), sampling_params.max_tokens)
+
+        generator = None
+        if not sampling_params.greedy:
+            generator = self._request_rng.generator(sampling_params.seed)
+        detok = None
+        if self.tokenizer is not None:
+            detok = Detokenizer(self.tokenizer, sampling_params.stop)
+        seq = Sequence(
+            request_id,
+            prompt,
+            sampling_params,
+            max_tokens=max_tokens,
+            generator=generator,
+            detokenizer=detok,
+        )
+        self.scheduler.add(seq)
+
+    def _resolve_max_tokens(self, n_prompt: int, max_tokens: int | None) -> int:
+        """The request's output limit, or the reason it can never run."""
+        # The KV pool must hold the whole request at once; preemption cannot help there.
+        limit = min(self.max_model_len, self.block_manager.num_total_slots)
+        what = (
+            f"maximum context length is {self.max_model_len} tokens"
+            if limit == self.max_model_len
+            else f"KV cache holds at most {limit} tokens per request"
+        )
+        if n_prompt >= limit:
+            raise InvalidRequestError(
+                f"This model's {what}, and the prompt has {n_prompt}: no room is left for "
+                "the completion. Shorten the prompt.",
+                "prompt",
+            )
+        if max_tokens is None:
+            return limit - n_prompt
+        if n_prompt + max_tokens > limit:
+            raise InvalidRequestError(
+                f"This model's {what}. However, you requested {n_prompt + max_tokens} tokens "
+                f"({n_prompt} in the prompt, {max_tokens} for the completion). Reduce the "
+                "prompt or max_tokens.",
+                "max_tokens",
+            )
+        return max_tokens
+
+    def abort_request(self, request_id: str) -> bool:
+        """Drop an unfinished request and free its blocks. False if it is not unfinished."""
+        seq = self.scheduler.abort(request_id)
+        if seq is None:
+            return False
+        self._requests_finished_total += 1
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- the step -----------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled forward pass; one output per request that got a token."""
+        plan = self.scheduler.schedule()
+        if plan.is_empty:
+            return []
+        token_ids = self.runner.execute(plan.scheduled)
+        self.scheduler.update(plan.scheduled)
+        self._steps_total += 1
+        sampled = (s.seq for s in plan.scheduled if s.samples)
+        return [self._append_token(seq, tok) for seq, tok in zip(sampled, token_ids, strict=True)]
+
+    def _append_token(self, seq: Sequence, token_id: int) -> RequestOutput:
+        """Add a sampled token to ``seq``, apply the stop rules, release finished text."""
+        self._generation_tokens_total += 1
+        if seq.num_output_tokens == 0:  # the prompt is done: count it once
+            self._prompt_tokens_total += seq.num_prompt_tokens
+        sp = seq.sampling_params
+        detok = seq.detokenizer
+        new_ids: list[int] = []
+        text = ""
+        reason: FinishReason | None = None
+        matched: str | int | None = None
+        if token_id in sp.stop_token_ids or (not sp.ignore_eos and token_id in self.eos_token_ids):
+            reason, matched = FinishReason.STOP, token_id
+        else:
+            seq.output_token_ids.append(token_id)
+            new_ids.append(token_id)
+            if detok is not None:
+                text, stop = detok.push(token_id)
+                if stop is not None:
+                    reason, matched = FinishReason.STOP, stop
+            if reason is None and seq.num_output_tokens >= seq.max_tokens:
+                reason = FinishReason.LENGTH
+        if reason is not None:
+            if detok is not None:  # release text held back as a possible stop string start
+                tail = detok.flush()
+                text += tail.text
+                if tail.stop is not None:
+                    reason, matched = FinishReason.STOP, tail.stop
+            seq.matched_stop = matched
+            self.scheduler.finish(seq, reason)
+            self._requests_finished_total += 1
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=new_ids,
+            new_text=text,
+            finished=reason is not None,
+            finish_reason=reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_output_tokens=seq.num_output_tokens,
+            matched_stop=matched,
+        )
+
+    # ---- conveniences -------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Seq[Seq[int]],
+        sampling_params: SamplingParams | Seq[SamplingParams],
+    ) -> list[list[int]]:
+        """Run ``prompts`` to completion on an otherwise idle engine; output ids per prompt."""
+        if self.has_unfinished_requests():
+            raise RuntimeError("generate() needs an idle engine; drive step() instead")
+        if isinstance(sampling_params, SamplingParams):
+            sampling_params = [sampling_params] * len(prompts)
+        if len(sampling_params) != len(prompts):
+            raise ValueError("one SamplingParams per prompt, or a single one for all")
+        self._generate_calls += 1
+        ids = [f"generate-{self._generate_calls}-{i}" for i in range(len(prompts))]
+        results: dict[str, list[int]] = {rid: [] for rid in ids}
+        try:
+            for rid, prompt, sp in zip(ids, prompts, sampling_params, strict=True):
+                self.add_request(rid, prompt, sp)
+            while self.has_unfinished_requests():
+                for out in self.step():
+                    results[out.request_id].extend(out.new_token_ids)
+        finally:
+            for rid in ids:
+                self.abort_request(rid)
+        return [results[rid] for rid in ids]
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            num_running=self.scheduler.num_running,
+            num_waiting=self.scheduler.num_waiting,
+            kv_blocks_total=self.block_manager.num_total_blocks,
+            kv_blocks_free=self.block_manager.num_free_blocks,
+            prompt_tokens_total=self._prompt_tokens_total,
+            generation_tokens_total=self._generation_tokens_total,
+            requests_finished_total=self._requests_finished_total,
+            steps_total=self._steps_total,
+            preemptions_total=self.scheduler.num_preemptions_total,
+        )
+
+
+def _load_tokenizer(config: EngineConfig) -> Tokenizer | None:
+    """The model's tokenizer; None for dummy weights that come without one."""
+    try:
+        return Tokenizer.from_path(config.model)
+    except (OSError, ValueError) as exc:
+        if config.load_format != "dummy":
+            raise
+        log.warning("no tokenizer at %s (%s): serving token ids only", config.model, exc)
+        return None

@@ -1,0 +1,36 @@
+"""Small host-side helpers shared by the kernel launchers (no Triton code here)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n (and >= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def check_kv_cache(kv_cache: torch.Tensor, n_kv_heads: int, head_dim: int) -> None:
+    """Raise ``ValueError`` unless ``kv_cache`` is [2, num_blocks, block_size, n_kv, head_dim]
+    with a unit stride on head_dim (other strides are free)."""
+    if kv_cache.dim() != 5 or kv_cache.shape[0] != 2:
+        raise ValueError(
+            f"kv_cache must be [2, num_blocks, block_size, n_kv, head_dim], got {tuple(kv_cache.shape)}"
+        )
+    if kv_cache.shape[3] != n_kv_heads or kv_cache.shape[4] != head_dim:
+        raise ValueError(
+            f"kv_cache heads/head_dim {tuple(kv_cache.shape[3:])} != ({n_kv_heads}, {head_dim})"
+        )
+    if kv_cache.stride(4) != 1:
+        raise ValueError("kv_cache must have unit stride on head_dim")
+
+
+def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``t``'s last dimension has unit stride."""
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name} must have unit stride on its last dimension")
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """``tl.dot`` input precision: exact IEEE for float32 operands (no silent TF32)."""
+    return "ieee" if dtype == torch.float32 else "tf32"

@@ -1,0 +1,46 @@
+"""SiLU-and-mul, the gated MLP activation of Llama/Qwen: ``silu(gate) * up``."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from jacana_engine.kernels._common import check_last_dim_contiguous
+
+_BLOCK = 1024
+
+
+@triton.jit
+def _silu_and_mul_kernel(
+    x_ptr,
+    out_ptr,
+    stride_x,
+    stride_o,
+    inter,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < inter
+    gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + row * stride_x + inter + cols, mask=mask, other=0.0).to(tl.float32)
+    # silu rounded to the activation dtype before the product, as HF's act_fn(gate) * up
+    act = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + cols, (act * up).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """x: [T, 2 * I] (gate then up) -> [T, I] in x's dtype."""
+    num_tokens, width = x.shape
+    if width % 2:
+        raise ValueError(f"silu_and_mul needs an even last dimension, got {width}")
+    check_last_dim_contiguous("x", x)
+    inter = width // 2
+    out = torch.empty(num_tokens, inter, dtype=x.dtype, device=x.device)
+    if num_tokens == 0:
+        return out
+    _silu_and_mul_kernel[(num_tokens, triton.cdiv(inter, _BLOCK))](
+        x, out, x.stride(0), out.stride(0), inter, BLOCK=_BLOCK, num_warps=4
+    )
+    return out

@@ -1,0 +1,192 @@
+"""Causal attention over paged KV for variable-length query chunks.
+
+Serves prefill, chunked prefill and prefix-cache hits: sequence i brings ``n_i`` new
+queries whose K/V are already written to the cache (``kv_cache_write``), after a cached
+prefix of ``seq_lens[i] - n_i`` tokens that the same block table points to. It also
+handles decode rows (n_i = 1), so one launch can cover a mixed batch.
+
+One program per (sequence, query tile, KV head). A tile packs BLOCK_Q query tokens times
+the GROUP query heads that share the KV head into BLOCK_M = BLOCK_Q * GROUP matrix rows,
+so each K/V tile is loaded once for the whole group. Row r is token ``r // GROUP`` of the
+tile and head ``kv_head * GROUP + r % GROUP``. The KV loop stops at the tile's last
+causal key. The grid is sized from the host's ``max_query_len``; tiles past a sequence's
+own length exit at once.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from jacana_engine.kernels._common import (
+    check_kv_cache,
+    check_last_dim_contiguous,
+    dot_precision,
+    next_power_of_2,
+)
+
+_LOG2E = 1.4426950408889634
+_BLOCK_M = 64  # query rows (tokens x group heads) per program
+_BLOCK_N = 64  # KV tokens per tile
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    out_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    block_tables_ptr,
+    scale_log2,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_cache_block,
+    stride_cache_offset,
+    stride_cache_head,
+    stride_bt,
+    head_dim,
+    GROUP: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    q_tile = tl.program_id(1)
+    kv_head = tl.program_id(2)
+
+    q_start = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+    first = q_tile * BLOCK_Q  # first query (within the sequence) of this tile
+    if first >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    context = seq_len - q_len  # cached prefix length
+
+    r = tl.arange(0, BLOCK_M)
+    tok = first + r // GROUP  # [BLOCK_M] query index within the sequence
+    heads = kv_head * GROUP + r % GROUP
+    row_mask = (r // GROUP < BLOCK_Q) & (tok < q_len)
+    d = tl.arange(0, BLOCK_D)
+    d_mask = d < head_dim
+    q_rows = (q_start + tok).to(tl.int64)
+    # q: [BLOCK_M, BLOCK_D]
+    q = tl.load(
+        q_ptr + q_rows[:, None] * stride_qt + heads[:, None] * stride_qh + d[None, :],
+        mask=row_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+    q_pos = context + tok  # [BLOCK_M] absolute position of each row's query
+
+    last = tl.minimum(first + BLOCK_Q, q_len) - 1
+    kv_end = context + last + 1  # keys past the tile's last query are never seen
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    head_off = kv_head * stride_cache_head
+    for start in range(0, kv_end, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
+        n_mask = n < kv_end
+        block = tl.load(bt_row + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
+        kv_off = block * stride_cache_block + (n % BLOCK_SIZE) * stride_cache_offset + head_off
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        # k, v: [BLOCK_N, BLOCK_D]
+        k = tl.load(k_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        # s: [BLOCK_M, BLOCK_N] in log2 units; key 0 is visible to every row, so the first
+        # tile makes m_i finite and later all-masked rows keep alpha = 1, p = 0.
+        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale_log2
+        visible = (n[None, :] <= q_pos[:, None]) & n_mask[None, :]
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(
+            p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
+        )
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    tl.store(
+        out_ptr + q_rows[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=row_mask[:, None] & d_mask[None, :],
+    )
+
+
+def paged_prefill_attention(
+    q: torch.Tensor,  # [T, n_heads, head_dim]
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv, head_dim]
+    query_start_loc: torch.Tensor,  # [B + 1] int32
+    seq_lens: torch.Tensor,  # [B] int32, cached prefix + new tokens
+    block_tables: torch.Tensor,  # [B, max_blocks] int32
+    scale: float,
+    *,
+    max_query_len: int,
+    out: torch.Tensor | None = None,  # [T, n_heads, head_dim]
+) -> torch.Tensor:  # [T, n_heads, head_dim] in q's dtype (or out's)
+    """Causal attention of each sequence's new queries over its cached prefix and
+    themselves, all read from the paged cache (so the new K/V must be written first).
+    ``max_query_len`` is a host-side upper bound on ``qsl[i+1] - qsl[i]`` (from
+    ``query_lens_cpu``); it sizes the grid. Rows of ``out`` not covered by any sequence
+    are left untouched. No host sync."""
+    num_tokens, n_heads, head_dim = q.shape
+    n_kv = kv_cache.shape[3]
+    check_kv_cache(kv_cache, n_kv, head_dim)
+    if n_heads % n_kv != 0:
+        raise ValueError(f"n_heads {n_heads} is not a multiple of n_kv_heads {n_kv}")
+    batch = seq_lens.shape[0]
+    if query_start_loc.shape != (batch + 1,) or block_tables.shape[0] != batch:
+        raise ValueError("query_start_loc / block_tables do not match seq_lens' batch")
+    check_last_dim_contiguous("q", q)
+    if block_tables.stride(1) != 1:
+        raise ValueError("block_tables must be contiguous along its rows")
+    out = torch.empty_like(q) if out is None else out
+    check_last_dim_contiguous("out", out)
+    if batch == 0 or num_tokens == 0 or max_query_len <= 0:
+        return out
+
+    group = n_heads // n_kv
+    block_m = max(_BLOCK_M, next_power_of_2(group))
+    block_q = block_m // group
+    k_cache, v_cache = kv_cache[0], kv_cache[1]
+    grid = (batch, triton.cdiv(max_query_len, block_q), n_kv)
+    _prefill_kernel[grid](
+        q,
+        k_cache,
+        v_cache,
+        out,
+        query_start_loc,
+        seq_lens,
+        block_tables,
+        scale * _LOG2E,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        head_dim,
+        GROUP=group,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        BLOCK_N=_BLOCK_N,
+        BLOCK_D=next_power_of_2(head_dim),
+        BLOCK_SIZE=kv_cache.shape[2],
+        PRECISION=dot_precision(q.dtype),
+        num_warps=4,
+        num_stages=2,
+    )
+    return out

@@ -1,0 +1,99 @@
+"""RMSNorm and fused residual-add + RMSNorm, one program per token row.
+
+Rounding follows HF's Llama/Qwen modules so bf16 outputs match them: the residual sum is
+rounded to the activation dtype, statistics run in float32, the normalized row is
+rounded before the weight multiply, and the product is rounded again.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from jacana_engine.kernels._common import check_last_dim_contiguous, next_power_of_2
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    residual_out_ptr,
+    stride_x,
+    stride_r,
+    stride_o,
+    stride_ro,
+    hidden,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < hidden
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        summed = (x + r).to(residual_out_ptr.dtype.element_ty)
+        tl.store(residual_out_ptr + row * stride_ro + cols, summed, mask=mask)
+        x = summed.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / hidden + eps)
+    normed = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch(x, residual, weight, eps, out, residual_out) -> None:
+    num_tokens, hidden = x.shape
+    if weight.shape != (hidden,):
+        raise ValueError(f"weight {tuple(weight.shape)} does not match hidden size {hidden}")
+    check_last_dim_contiguous("x", x)
+    if num_tokens == 0:
+        return
+    block = next_power_of_2(hidden)
+    _rms_norm_kernel[(num_tokens,)](
+        x,
+        residual,
+        weight,
+        out,
+        residual_out,
+        x.stride(0),
+        residual.stride(0),
+        out.stride(0),
+        residual_out.stride(0),
+        hidden,
+        eps,
+        HAS_RESIDUAL=residual is not x,
+        BLOCK=block,
+        num_warps=min(16, max(1, block // 512)),
+    )
+
+
+def rms_norm(
+    x: torch.Tensor,  # [T, hidden]
+    weight: torch.Tensor,  # [hidden]
+    eps: float,
+) -> torch.Tensor:  # [T, hidden] in x's dtype
+    """``weight * (x / sqrt(mean(x²) + eps))`` per row, HF rounding order."""
+    out = torch.empty_like(x)
+    _launch(x, x, weight, eps, out, out)
+    return out
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor,  # [T, hidden]
+    residual: torch.Tensor,  # [T, hidden]
+    weight: torch.Tensor,  # [hidden]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (normed, new_residual), both [T, hidden]
+    """``new_residual = x + residual`` (rounded to x's dtype), ``normed =
+    rms_norm(new_residual)``, in one pass. Inputs are not modified."""
+    if residual.shape != x.shape:
+        raise ValueError(f"residual {tuple(residual.shape)} != x {tuple(x.shape)}")
+    check_last_dim_contiguous("residual", residual)
+    out = torch.empty_like(x)
+    new_residual = torch.empty_like(x)
+    _launch(x, residual, weight, eps, out, new_residual)
+    return out, new_residual

@@ -1,0 +1,222 @@
+"""Rotary position embedding (HF "rotate half" layout) for q and k, one program per token.
+
+``cos_sin_cache`` [max_positions, rotary_dim] float32 holds ``cos(p * inv_freq)`` in its
+first half and ``sin(p * inv_freq)`` in its second (``reference.build_cos_sin_cache``
+builds it with HF's angles; scaling variants only change ``inv_freq`` or a factor folded
+into the table). Dims past ``rotary_dim`` pass through. The Qwen3 variant first applies an
+RMSNorm over each head's ``head_dim`` with a shared weight [head_dim].
+
+Rounding follows HF in the activation dtype: cos/sin are cast to it, each product is
+rounded, then the sum; the q/k norm rounds like ``rms_norm``. Works in place (the default)
+or into fresh tensors; q and k may be strided views of a fused QKV projection.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from jacana_engine.kernels._common import check_last_dim_contiguous, next_power_of_2
+
+
+@triton.jit
+def _rope_heads(
+    x_ptr,
+    out_ptr,
+    norm_w_ptr,
+    token,
+    stride_xt,
+    stride_xh,
+    stride_ot,
+    stride_oh,
+    num_heads,
+    cos,  # [1, BLOCK_HALF] float32, already rounded to the activation dtype
+    sin,
+    eps,
+    HALF: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_PASS: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+):
+    h = tl.arange(0, BLOCK_H)[:, None]
+    j = tl.arange(0, BLOCK_HALF)[None, :]
+    rot_mask = (h < num_heads) & (j < HALF)
+    src = x_ptr + token * stride_xt + h * stride_xh
+    dst = out_ptr + token * stride_ot + h * stride_oh
+    # x1, x2: [BLOCK_H, BLOCK_HALF], the two rotated halves
+    x1 = tl.load(src + j, mask=rot_mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF + j, mask=rot_mask, other=0.0).to(tl.float32)
+    if BLOCK_PASS > 0:
+        p = tl.arange(0, BLOCK_PASS)[None, :]
+        pass_mask = (h < num_heads) & (p < HEAD_DIM - 2 * HALF)
+        xp = tl.load(src + 2 * HALF + p, mask=pass_mask, other=0.0).to(tl.float32)
+    if HAS_NORM:
+        sq = tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)
+        if BLOCK_PASS > 0:
+            sq += tl.sum(xp * xp, axis=1)
+        rstd = tl.rsqrt(sq / HEAD_DIM + eps)[:, None]  # [BLOCK_H, 1]
+        w1 = tl.load(norm_w_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)
+        w2 = tl.load(norm_w_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)
+        x1 = ((x1 * rstd).to(out_ptr.dtype.element_ty).to(tl.float32) * w1).to(
+            out_ptr.dtype.element_ty
+        )
+        x2 = ((x2 * rstd).to(out_ptr.dtype.element_ty).to(tl.float32) * w2).to(
+            out_ptr.dtype.element_ty
+        )
+        x1 = x1.to(tl.float32)
+        x2 = x2.to(tl.float32)
+        if BLOCK_PASS > 0:
+            wp = tl.load(norm_w_ptr + 2 * HALF + p, mask=p < HEAD_DIM - 2 * HALF, other=0.0)
+            xp = (xp * rstd).to(out_ptr.dtype.element_ty).to(tl.float32) * wp.to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    o1 = (x1 * cos).to(dtype).to(tl.float32) - (x2 * sin).to(dtype).to(tl.float32)
+    o2 = (x2 * cos).to(dtype).to(tl.float32) + (x1 * sin).to(dtype).to(tl.float32)
+    tl.store(dst + j, o1.to(dtype), mask=rot_mask)
+    tl.store(dst + HALF + j, o2.to(dtype), mask=rot_mask)
+    if BLOCK_PASS > 0:
+        tl.store(dst + 2 * HALF + p, xp.to(dtype), mask=pass_mask)
+
+
+@triton.jit
+def _rope_kernel(
+    q_ptr,
+    k_ptr,
+    q_out_ptr,
+    k_out_ptr,
+    q_norm_ptr,
+    k_norm_ptr,
+    positions_ptr,
+    cos_sin_ptr,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_qot,
+    stride_qoh,
+    stride_kot,
+    stride_koh,
+    stride_cs,
+    num_q_heads,
+    num_kv_heads,
+    eps,
+    HALF: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_PASS: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    pos = tl.load(positions_ptr + token).to(tl.int64)
+    j = tl.arange(0, BLOCK_HALF)[None, :]
+    dtype = q_out_ptr.dtype.element_ty
+    cos = tl.load(cos_sin_ptr + pos * stride_cs + j, mask=j < HALF, other=0.0)
+    sin = tl.load(cos_sin_ptr + pos * stride_cs + HALF + j, mask=j < HALF, other=0.0)
+    cos = cos.to(dtype).to(tl.float32)
+    sin = sin.to(dtype).to(tl.float32)
+    _rope_heads(
+        q_ptr, q_out_ptr, q_norm_ptr, token, stride_qt, stride_qh, stride_qot, stride_qoh,
+        num_q_heads, cos, sin, eps, HALF, HEAD_DIM, BLOCK_HQ, BLOCK_HALF, BLOCK_PASS, HAS_NORM,
+    )  # fmt: skip
+    _rope_heads(
+        k_ptr, k_out_ptr, k_norm_ptr, token, stride_kt, stride_kh, stride_kot, stride_koh,
+        num_kv_heads, cos, sin, eps, HALF, HEAD_DIM, BLOCK_HK, BLOCK_HALF, BLOCK_PASS, HAS_NORM,
+    )  # fmt: skip
+
+
+def _rope(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    eps: float,
+    inplace: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    num_tokens, n_q, head_dim = q.shape
+    n_kv = k.shape[1]
+    rotary_dim = cos_sin_cache.shape[1]
+    if k.shape != (num_tokens, n_kv, head_dim) or positions.shape != (num_tokens,):
+        raise ValueError(
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, positions {tuple(positions.shape)} disagree"
+        )
+    if rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim {rotary_dim} must be even and <= head_dim {head_dim}")
+    if cos_sin_cache.dtype != torch.float32 or cos_sin_cache.stride(1) != 1:
+        raise ValueError("cos_sin_cache must be float32 with unit stride on its last dimension")
+    check_last_dim_contiguous("q", q)
+    check_last_dim_contiguous("k", k)
+    q_out = q if inplace else torch.empty_like(q)
+    k_out = k if inplace else torch.empty_like(k)
+    if num_tokens == 0:
+        return q_out, k_out
+    has_norm = q_weight is not None
+    if has_norm and (q_weight.shape != (head_dim,) or k_weight.shape != (head_dim,)):
+        raise ValueError(f"q/k norm weights must be [{head_dim}]")
+    pass_dim = head_dim - rotary_dim
+    _rope_kernel[(num_tokens,)](
+        q,
+        k,
+        q_out,
+        k_out,
+        q_weight if has_norm else q,
+        k_weight if has_norm else k,
+        positions,
+        cos_sin_cache,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        q_out.stride(0),
+        q_out.stride(1),
+        k_out.stride(0),
+        k_out.stride(1),
+        cos_sin_cache.stride(0),
+        n_q,
+        n_kv,
+        eps,
+        HALF=rotary_dim // 2,
+        HEAD_DIM=head_dim,
+        BLOCK_HQ=next_power_of_2(n_q),
+        BLOCK_HK=next_power_of_2(n_kv),
+        BLOCK_HALF=next_power_of_2(rotary_dim // 2),
+        BLOCK_PASS=next_power_of_2(pass_dim) if pass_dim else 0,
+        HAS_NORM=has_norm,
+        num_warps=4,
+    )
+    return q_out, k_out
+
+
+def rope(
+    positions: torch.Tensor,  # [T] int
+    q: torch.Tensor,  # [T, n_heads, head_dim]
+    k: torch.Tensor,  # [T, n_kv, head_dim]
+    cos_sin_cache: torch.Tensor,  # [max_positions, rotary_dim] float32
+    *,
+    inplace: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (q, k) rotated; the inputs themselves if inplace
+    """Rotate q and k by their tokens' positions. Positions must index the table."""
+    return _rope(positions, q, k, cos_sin_cache, None, None, 0.0, inplace)
+
+
+def qk_norm_rope(
+    positions: torch.Tensor,  # [T] int
+    q: torch.Tensor,  # [T, n_heads, head_dim]
+    k: torch.Tensor,  # [T, n_kv, head_dim]
+    q_weight: torch.Tensor,  # [head_dim]
+    k_weight: torch.Tensor,  # [head_dim]
+    eps: float,
+    cos_sin_cache: torch.Tensor,  # [max_positions, rotary_dim] float32
+    *,
+    inplace: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (q, k); the inputs themselves if inplace
+    """Qwen3: RMSNorm each head of q (weight ``q_weight``) and k (``k_weight``) over
+    ``head_dim``, then rotate, in one pass."""
+    if k_weight is None or q_weight is None:
+        raise ValueError("qk_norm_rope needs both q_weight and k_weight")
+    return _rope(positions, q, k, cos_sin_cache, q_weight, k_weight, eps, inplace)

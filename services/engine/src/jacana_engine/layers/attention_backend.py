@@ -1,0 +1,62 @@
+"""The attention-backend interface and its registry.
+
+A backend turns one layer's projected, rotated Q/K/V into attention output over the paged
+KV cache, writing this step's K/V into the cache first. Backends are stateless and shared
+by all layers of a model. The registry maps a name to an import path, so a GPU backend
+(Triton) is imported only when chosen.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+
+import torch
+
+from jacana_engine.attention_metadata import AttentionMetadata
+
+
+class AttentionBackend(ABC):
+    """Paged causal attention for a flattened batch (prefill chunks and decodes mixed)."""
+
+    name: str
+
+    @abstractmethod
+    def forward(
+        self,
+        q: torch.Tensor,  # [T, n_heads, head_dim]
+        k: torch.Tensor,  # [T, n_kv_heads, head_dim]
+        v: torch.Tensor,  # [T, n_kv_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv_heads, head_dim]
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # [T, n_heads, head_dim] in q's dtype
+        """Store k/v at ``meta.slot_mapping``, then attend each sequence's queries causally."""
+
+
+# name -> "module:attribute" of an AttentionBackend subclass
+_BACKENDS: dict[str, str] = {
+    "torch": "jacana_engine.layers.paged_attention:TorchAttentionBackend",
+}
+
+
+def register_attention_backend(name: str, target: str) -> None:
+    """Add a backend under ``name``; ``target`` is "module:ClassName"."""
+    if ":" not in target:
+        raise ValueError(f"attention backend target must be 'module:ClassName', got {target!r}")
+    _BACKENDS[name] = target
+
+
+def attention_backends() -> list[str]:
+    """Names of the registered backends."""
+    return sorted(_BACKENDS)
+
+
+def get_attention_backend(name: str) -> AttentionBackend:
+    """A new instance of backend ``name``; ``ValueError`` names the choices if unknown."""
+    target = _BACKENDS.get(name)
+    if target is None:
+        raise ValueError(f"unknown attention backend {name!r}; choose from {attention_backends()}")
+    module_name, attr = target.split(":", 1)
+    cls = getattr(importlib.import_module(module_name), attr)
+    return cls()

@@ -1,0 +1,47 @@
+"""A linear layer that stores several output projections as one matrix.
+
+Q, K and V (or gate and up) are separate tensors in a checkpoint but one GEMM at run time;
+``MergedLinear`` keeps the row range of each named shard so a loader can copy a
+checkpoint tensor straight into its slice.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class MergedLinear(nn.Linear):
+    """``nn.Linear`` whose output rows are the concatenation of named shards.
+
+    shard_sizes: output width of each shard, in storage order (e.g. q, k, v).
+    """
+
+    def __init__(self, in_features: int, shard_sizes: dict[str, int], bias: bool) -> None:
+        super().__init__(in_features, sum(shard_sizes.values()), bias=bias)
+        self.shard_sizes = dict(shard_sizes)
+        self.shard_offsets: dict[str, int] = {}
+        offset = 0
+        for name, size in self.shard_sizes.items():
+            self.shard_offsets[name] = offset
+            offset += size
+
+    def load_shard(self, shard: str, param_name: str, tensor: torch.Tensor) -> None:
+        """Copy ``tensor`` (one checkpoint weight or bias) into shard ``shard`` of the param."""
+        if shard not in self.shard_sizes:
+            raise KeyError(f"unknown shard {shard!r}; shards are {list(self.shard_sizes)}")
+        param = getattr(self, param_name)
+        if param is None:
+            raise KeyError(f"this layer has no {param_name!r}")
+        start, size = self.shard_offsets[shard], self.shard_sizes[shard]
+        target = param.data[start : start + size]
+        if tuple(tensor.shape) != tuple(target.shape):
+            raise ValueError(
+                f"shard {shard!r} {param_name}: checkpoint shape {tuple(tensor.shape)}, "
+                f"expected {tuple(target.shape)}"
+            )
+        target.copy_(tensor)
+
+    def split(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """y: [..., sum(shards)] -> one view per shard, in storage order."""
+        return y.split(list(self.shard_sizes.values()), dim=-1)

@@ -1,0 +1,58 @@
+"""The self-attention block of the decoder: fused QKV, optional q/k norm, RoPE, paged attention."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.layers.attention_backend import AttentionBackend
+from jacana_engine.layers.linear import MergedLinear
+from jacana_engine.layers.norm import RMSNorm
+from jacana_engine.layers.rotary import apply_rotary
+from jacana_engine.models.base import ModelConfig
+
+
+class DecoderAttention(nn.Module):
+    """Multi-head / grouped-query attention of one layer.
+
+    Llama: plain projections. Qwen2: q/k/v carry a bias. Qwen3: RMSNorm over each head of
+    q and k before RoPE. All three differ only in the flags of ``ModelConfig``.
+    """
+
+    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.n_heads = config.num_attention_heads
+        self.n_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        self.backend = backend
+        q_size = self.n_heads * self.head_dim
+        kv_size = self.n_kv_heads * self.head_dim
+        self.qkv_proj = MergedLinear(
+            config.hidden_size,
+            {"q": q_size, "k": kv_size, "v": kv_size},
+            bias=config.attention_bias,
+        )
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+        norm = (lambda: RMSNorm(self.head_dim, config.rms_norm_eps)) if config.qk_norm else None
+        self.q_norm = norm() if norm else nn.Identity()
+        self.k_norm = norm() if norm else nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, hidden]
+        cos: torch.Tensor,  # [T, head_dim]
+        sin: torch.Tensor,  # [T, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv, head_dim]
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:  # [T, hidden]
+        t = x.shape[0]
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+        q = self.q_norm(q.view(t, self.n_heads, self.head_dim))  # [T, n_heads, head_dim]
+        k = self.k_norm(k.view(t, self.n_kv_heads, self.head_dim))  # [T, n_kv, head_dim]
+        v = v.view(t, self.n_kv_heads, self.head_dim)
+        q = apply_rotary(q, cos, sin)
+        k = apply_rotary(k, cos, sin)
+        out = self.backend.forward(q, k, v, kv_cache, meta, self.scale)  # [T, n_heads, hd]
+        return self.o_proj(out.reshape(t, self.n_heads * self.head_dim))

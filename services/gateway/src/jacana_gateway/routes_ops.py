@@ -1,0 +1,48 @@
+"""Operational routes: /health (engine reachability) and /version. Never authenticated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from jacana_common.errors import ApiError
+from jacana_gateway.state import GatewayState
+
+
+def build_router() -> APIRouter:
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/health", response_model=None)
+    async def health(request: Request) -> JSONResponse:
+        """200 when every model has at least one engine answering SERVING, else 503.
+
+        The body lists each model's endpoints and whether they serve; on 503 it also
+        carries an OpenAI error naming the models without a healthy engine.
+        """
+        state: GatewayState = request.app.state.gateway
+        report = await state.pool.health(state.settings.health_timeout_s)
+        models: dict[str, Any] = {
+            model: {
+                "healthy_replicas": sum(replicas.values()),
+                "replicas": {t: "serving" if ok else "unavailable" for t, ok in replicas.items()},
+            }
+            for model, replicas in report.items()
+        }
+        down = [m for m, info in models.items() if info["healthy_replicas"] == 0]
+        if not down:
+            return JSONResponse({"status": "ok", "models": models})
+        error = ApiError(
+            503, f"No healthy engine for: {', '.join(down)}.", None, "engine_unavailable"
+        )
+        body = {**error.to_dict(), "status": "unavailable", "models": models}
+        return JSONResponse(body, status_code=503)
+
+    @router.get("/version")
+    async def version(request: Request) -> dict[str, str]:
+        """The gateway's version."""
+        state: GatewayState = request.app.state.gateway
+        return {"version": state.version}
+
+    return router

@@ -1,0 +1,259 @@
+"""Request bodies of /v1/chat/completions and /v1/completions, as pydantic models.
+
+These models only check shapes, types and ranges; FastAPI turns their failures into 400s
+whose ``param`` is the field path (see :mod:`jacana_gateway.errors`). Whether a
+well-formed request asks for something Jacana does not do yet is decided afterwards by
+:mod:`jacana_gateway.unsupported`, and limits that depend on settings by
+:mod:`jacana_gateway.translate`.
+
+Decisions:
+- Scalars are strict: ``"temperature": "0.7"`` or ``true`` is a type error, not coerced.
+  Integers are accepted where a number is expected. NaN and infinities are rejected.
+- Unknown top-level fields are rejected ("Unrecognized request argument supplied"), so a
+  typo never silently changes nothing. Known OpenAI fields that are harmless here
+  (``user``, ``metadata``, ``store``, ``service_tier``, ``prompt_cache_key``,
+  ``safety_identifier``, ``parallel_tool_calls``) are accepted and ignored.
+- vLLM-style sampling extensions that the engine implements are accepted: ``top_k``
+  (0 or -1 disables), ``min_p``, ``stop_token_ids``, ``ignore_eos`` and, for chat,
+  ``add_generation_prompt``.
+- Message ``content`` is a string or a list of ``{"type": "text", "text": ...}`` parts;
+  parts are joined with newlines. The ``developer`` role is sent to the engine as ``system``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import StrictBool as Bool
+from pydantic import StrictFloat as Float
+from pydantic import StrictInt as Int
+from pydantic import StrictStr as Str
+
+MAX_STOP_SEQUENCES = 16
+MAX_STOP_CHARS = 1024
+MAX_STOP_TOKEN_IDS = 1024
+UINT32_MAX = 2**32 - 1
+
+CHAT_ROLES = ("system", "developer", "user", "assistant")
+
+_Strict = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+_STOP_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}, "maxItems": MAX_STOP_SEQUENCES},
+        {"type": "null"},
+    ],
+    "description": "Sequences where generation stops; the text never contains them.",
+}
+_CONTENT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                "required": ["type", "text"],
+            },
+        },
+    ]
+}
+_PROMPT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
+        {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+        {
+            "type": "array",
+            "items": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            "minItems": 1,
+            "maxItems": 1,
+        },
+    ],
+    "description": "Text, or token ids. Batches (several prompts) are not supported yet.",
+}
+
+TokenId = Annotated[Int, Field(ge=0, le=UINT32_MAX)]
+
+
+def _check_stop(value: Any) -> list[str]:
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ValueError("must be a string or an array of strings")
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
+    if any(not s or len(s) > MAX_STOP_CHARS for s in stops):
+        raise ValueError(f"stop sequences must have 1 to {MAX_STOP_CHARS} characters")
+    return stops
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: only meaningful with ``stream: true``."""
+
+    model_config = _Strict
+
+    include_usage: Bool = Field(
+        False, description="Send one last chunk with empty choices and the usage."
+    )
+    include_obfuscation: Bool | None = Field(None, description="Accepted and ignored.")
+
+
+class SamplingFields(BaseModel):
+    """Fields both endpoints share: sampling, stopping, streaming and ignored extras."""
+
+    model_config = _Strict
+
+    model: Str = Field(..., min_length=1, description="A model id from /v1/models.")
+    stream: Bool = Field(False, description="Stream server-sent events.")
+    stream_options: StreamOptions | None = None
+    temperature: Annotated[Float, Field(ge=0.0, le=2.0)] | None = Field(
+        None, description="0 is greedy. Default 1."
+    )
+    top_p: Annotated[Float, Field(gt=0.0, le=1.0)] | None = Field(
+        None, description="Nucleus mass in (0, 1]. Default 1."
+    )
+    top_k: Annotated[Int, Field(ge=-1, le=UINT32_MAX)] | None = Field(
+        None, description="Keep the k most likely tokens; 0 or -1 disables."
+    )
+    min_p: Annotated[Float, Field(ge=0.0, le=1.0)] | None = Field(
+        None, description="Drop tokens below min_p times the top probability."
+    )
+    seed: Annotated[Int, Field(ge=-(2**63), le=2**64 - 1)] | None = Field(
+        None, description="Same seed, same tokens, whatever else the engine is running."
+    )
+    max_tokens: Annotated[Int, Field(ge=1)] | None = Field(
+        None, description="Most tokens to generate."
+    )
+    stop: Annotated[Any, WithJsonSchema(_STOP_SCHEMA)] = None
+    stop_token_ids: list[TokenId] | None = Field(
+        None, max_length=MAX_STOP_TOKEN_IDS, description="Token ids that end generation."
+    )
+    ignore_eos: Bool = Field(False, description="Keep generating past end-of-sequence.")
+    n: Annotated[Int, Field(ge=1, le=128)] | None = Field(
+        None, description="Choices per prompt; only 1 is supported yet."
+    )
+    presence_penalty: Annotated[Float, Field(ge=-2.0, le=2.0)] | None = Field(
+        None, description="Only 0 is supported yet."
+    )
+    frequency_penalty: Annotated[Float, Field(ge=-2.0, le=2.0)] | None = Field(
+        None, description="Only 0 is supported yet."
+    )
+    logit_bias: dict[str, Float] | None = Field(None, description="Only {} is supported yet.")
+    user: Str | None = Field(None, description="Accepted and ignored.")
+    metadata: dict[str, Any] | None = Field(None, description="Accepted and ignored.")
+    store: Bool | None = Field(None, description="Accepted and ignored.")
+    service_tier: Str | None = Field(None, description="Accepted and ignored.")
+    prompt_cache_key: Str | None = Field(None, description="Accepted and ignored.")
+    safety_identifier: Str | None = Field(None, description="Accepted and ignored.")
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value: Any) -> list[str]:
+        return _check_stop(value)
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation."""
+
+    model_config = _Strict
+
+    role: Str = Field(..., description="system | developer | user | assistant")
+    content: Annotated[Any, WithJsonSchema(_CONTENT_SCHEMA)] = Field(...)
+    name: Str | None = None
+    tool_calls: list[Any] | None = Field(None, description="Must be empty: no tools yet.")
+    tool_call_id: Str | None = Field(None, description="Must be unset: no tools yet.")
+    refusal: Str | None = Field(None, description="Accepted and ignored.")
+
+    @field_validator("role")
+    @classmethod
+    def _role(cls, role: str) -> str:
+        if role in ("tool", "function"):
+            raise ValueError(f"'{role}' messages are not supported yet (no tool calling)")
+        if role not in CHAT_ROLES:
+            raise ValueError(f"must be one of {', '.join(CHAT_ROLES)}")
+        return role
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, content: Any) -> str:
+        if isinstance(content, str):
+            return content
+        if not isinstance(content, list):
+            raise ValueError("must be a string or an array of text parts")
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise ValueError("only text content parts are supported")
+            text = part.get("text")
+            if not isinstance(text, str) or set(part) - {"type", "text"}:
+                raise ValueError("a text part is {'type': 'text', 'text': <string>}")
+            texts.append(text)
+        return "\n".join(texts)
+
+
+class ChatCompletionRequest(SamplingFields):
+    """Body of POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_completion_tokens: Annotated[Int, Field(ge=1)] | None = Field(
+        None, description="Same as max_tokens (the newer name)."
+    )
+    add_generation_prompt: Bool = Field(
+        True, description="Open an assistant turn after the last message."
+    )
+    logprobs: Bool | None = Field(None, description="Only false is supported yet.")
+    top_logprobs: Annotated[Int, Field(ge=0, le=20)] | None = None
+    tools: list[Any] | None = Field(None, description="Must be empty: no tools yet.")
+    tool_choice: Any = Field(None, description="Only 'none'/'auto' without tools.")
+    parallel_tool_calls: Bool | None = Field(None, description="Accepted and ignored.")
+    functions: list[Any] | None = Field(None, description="Must be empty: no tools yet.")
+    function_call: Any = Field(None, description="Only 'none'/'auto' without functions.")
+    response_format: dict[str, Any] | None = Field(
+        None, description="Only {'type': 'text'} is supported yet."
+    )
+    modalities: list[Str] | None = Field(None, description="Only ['text'].")
+    audio: Any = Field(None, description="Not supported.")
+    prediction: Any = Field(None, description="Not supported.")
+    reasoning_effort: Any = Field(None, description="Not supported.")
+    web_search_options: Any = Field(None, description="Not supported.")
+
+    def prompt_chars(self) -> int:
+        return sum(len(m.content) for m in self.messages)
+
+
+class CompletionRequest(SamplingFields):
+    """Body of POST /v1/completions."""
+
+    prompt: Annotated[Any, WithJsonSchema(_PROMPT_SCHEMA)] = Field(...)
+    max_tokens: Annotated[Int, Field(ge=1)] | None = Field(
+        16, description="Most tokens to generate (OpenAI's default for completions: 16)."
+    )
+    echo: Bool | None = Field(None, description="Only false is supported yet.")
+    best_of: Annotated[Int, Field(ge=1, le=128)] | None = Field(None, description="Only 1.")
+    logprobs: Annotated[Int, Field(ge=0, le=20)] | None = Field(
+        None, description="Not supported yet."
+    )
+    suffix: Str | None = Field(None, description="Only empty is supported yet.")
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, prompt: Any) -> str | list[int]:
+        """A string, or a list of token ids; one-element batches are unwrapped."""
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            return prompt
+        if not isinstance(prompt, list) or not prompt:
+            raise ValueError("must be a string, or a non-empty array of token ids")
+        if all(isinstance(p, str | list) for p in prompt):
+            raise ValueError("batched prompts (several prompts) are not supported yet")
+        if not all(type(t) is int and 0 <= t <= UINT32_MAX for t in prompt):
+            raise ValueError("token ids must be integers in [0, 2^32)")
+        return prompt
+
+    def prompt_chars(self) -> int:
+        return len(self.prompt)

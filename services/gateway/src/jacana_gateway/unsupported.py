@@ -1,0 +1,113 @@
+"""Rejects well-formed requests that ask for something Jacana does not do yet.
+
+Each rule names a field, says which values mean "feature off" (accepted, so that clients
+sending OpenAI defaults explicitly keep working) and why any other value is refused. A
+refusal is a 400 with ``param`` = the field and ``code`` = ``"unsupported_parameter"``;
+silently ignoring these fields would change what the client gets.
+
+Refused when set to anything but their "off" value:
+- both endpoints: ``n`` > 1, ``presence_penalty`` / ``frequency_penalty`` != 0,
+  non-empty ``logit_bias``, ``stream_options`` without ``stream: true``;
+- chat: ``logprobs: true``, ``top_logprobs`` > 0, ``tools``/``functions`` non-empty,
+  ``tool_choice``/``function_call`` other than "none"/"auto", ``response_format`` other than
+  text, ``modalities`` other than ["text"], ``audio``, ``prediction``, ``reasoning_effort``,
+  ``web_search_options``, messages carrying ``tool_calls`` or ``tool_call_id``;
+- completions: ``logprobs`` (any number), ``echo: true``, ``best_of`` > 1, non-empty ``suffix``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jacana_common.errors import ApiError
+from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``field`` is accepted while ``is_off(value)``; otherwise the request is refused."""
+
+    field: str
+    is_off: Callable[[Any], bool]
+    why: str
+
+
+def _unset_or(*allowed: Any) -> Callable[[Any], bool]:
+    return lambda v: v is None or v in allowed
+
+
+def _empty(value: Any) -> bool:
+    return not value
+
+
+_COMMON = (
+    Rule("n", _unset_or(1), "only n=1 is supported yet"),
+    Rule("presence_penalty", _unset_or(0), "presence_penalty is not supported yet"),
+    Rule("frequency_penalty", _unset_or(0), "frequency_penalty is not supported yet"),
+    Rule("logit_bias", _empty, "logit_bias is not supported yet"),
+)
+
+_CHAT = (
+    Rule("logprobs", _unset_or(False), "logprobs are not supported yet"),
+    Rule("top_logprobs", _unset_or(0), "logprobs are not supported yet"),
+    Rule("tools", _empty, "tool calling is not supported yet"),
+    Rule("tool_choice", _unset_or("none", "auto"), "tool calling is not supported yet"),
+    Rule("functions", _empty, "function calling is not supported yet"),
+    Rule("function_call", _unset_or("none", "auto"), "function calling is not supported yet"),
+    Rule(
+        "response_format",
+        lambda v: v is None or v == {"type": "text"},
+        "structured output (response_format other than text) is not supported yet",
+    ),
+    Rule("modalities", lambda v: v is None or v == ["text"], "only text output is supported"),
+    Rule("audio", _unset_or(), "audio output is not supported"),
+    Rule("prediction", _unset_or(), "predicted outputs are not supported"),
+    Rule("reasoning_effort", _unset_or(), "reasoning_effort is not supported by these models"),
+    Rule("web_search_options", _unset_or(), "web search is not supported"),
+)
+
+_COMPLETION = (
+    Rule("logprobs", _unset_or(), "logprobs are not supported yet"),
+    Rule("echo", _unset_or(False), "echo is not supported yet"),
+    Rule("best_of", _unset_or(1), "best_of > 1 is not supported yet"),
+    Rule("suffix", _unset_or(""), "suffix (insertion) is not supported yet"),
+)
+
+
+def _refuse(param: str, why: str) -> ApiError:
+    return ApiError(400, f"Unsupported value for '{param}': {why}.", param, "unsupported_parameter")
+
+
+def _check_rules(body: SamplingFields, rules: tuple[Rule, ...]) -> None:
+    for rule in rules:
+        if not rule.is_off(getattr(body, rule.field)):
+            raise _refuse(rule.field, rule.why)
+
+
+def _check_stream_options(body: SamplingFields) -> None:
+    if body.stream_options is not None and not body.stream:
+        raise ApiError(
+            400,
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            "stream_options",
+            "invalid_value",
+        )
+
+
+def check_chat(body: ChatCompletionRequest) -> None:
+    """Raise a 400 :class:`ApiError` when ``body`` asks for an unsupported chat feature."""
+    _check_rules(body, _COMMON + _CHAT)
+    _check_stream_options(body)
+    for i, message in enumerate(body.messages):
+        if message.tool_calls:
+            raise _refuse(f"messages[{i}].tool_calls", "tool calling is not supported yet")
+        if message.tool_call_id is not None:
+            raise _refuse(f"messages[{i}].tool_call_id", "tool calling is not supported yet")
+
+
+def check_completion(body: CompletionRequest) -> None:
+    """Raise a 400 :class:`ApiError` when ``body`` asks for an unsupported completion feature."""
+    _check_rules(body, _COMMON + _COMPLETION)
+    _check_stream_options(body)

@@ -1,0 +1,287 @@
+"""Bad requests get OpenAI-shaped 4xx errors before any engine is called.
+
+The gateway under test has only a dead engine address: a request that got past
+validation would come back 503, so each expected 400/404/413 proves it was caught first.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+MODEL = "test-model"  # the model the conftest gateways serve
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+def chat(**fields) -> dict:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+def completion(**fields) -> dict:
+    return {"model": MODEL, "prompt": "Once upon a time", **fields}
+
+
+def assert_error(resp, status: int, param: str | None, code: str | None = None) -> dict:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"]
+    assert error["param"] == param, error
+    if code is not None:
+        assert error["code"] == code, error
+    return error
+
+
+# (path, body, expected param). Every one of these must be a 400.
+BAD_PARAMS = [
+    (CHAT, chat(temperature=-0.1), "temperature"),
+    (CHAT, chat(temperature=2.5), "temperature"),
+    (CHAT, chat(temperature="hot"), "temperature"),
+    (CHAT, chat(temperature=True), "temperature"),
+    (CHAT, chat(top_p=0), "top_p"),
+    (CHAT, chat(top_p=1.01), "top_p"),
+    (CHAT, chat(top_p="1"), "top_p"),
+    (CHAT, chat(max_tokens=0), "max_tokens"),
+    (CHAT, chat(max_tokens=-5), "max_tokens"),
+    (CHAT, chat(max_tokens=1.5), "max_tokens"),
+    (CHAT, chat(max_completion_tokens=0), "max_completion_tokens"),
+    (CHAT, chat(n=0), "n"),
+    (CHAT, chat(n="2"), "n"),
+    (CHAT, chat(seed="abc"), "seed"),
+    (CHAT, chat(stream="yes"), "stream"),
+    (CHAT, chat(stop=5), "stop"),
+    (CHAT, chat(stop=[""]), "stop"),
+    (CHAT, chat(stop=["x"] * 17), "stop"),
+    (CHAT, chat(top_k=-2), "top_k"),
+    (CHAT, chat(min_p=1.5), "min_p"),
+    (CHAT, chat(stop_token_ids=[-1]), "stop_token_ids[0]"),
+    (
+        CHAT,
+        chat(stream=True, stream_options={"include_usage": "yes"}),
+        "stream_options.include_usage",
+    ),
+    (CHAT, chat(model=""), "model"),
+    (CHAT, chat(model=7), "model"),
+    (CHAT, {"model": MODEL}, "messages"),
+    (CHAT, chat(messages=[]), "messages"),
+    (CHAT, chat(messages="hello"), "messages"),
+    (CHAT, chat(messages=["hello"]), "messages[0]"),
+    (CHAT, chat(messages=[{"role": "wizard", "content": "hi"}]), "messages[0].role"),
+    (CHAT, chat(messages=[{"content": "hi"}]), "messages[0].role"),
+    (CHAT, chat(messages=[{"role": "user"}]), "messages[0].content"),
+    (CHAT, chat(messages=[{"role": "user", "content": None}]), "messages[0].content"),
+    (CHAT, chat(messages=[{"role": "user", "content": 42}]), "messages[0].content"),
+    (
+        CHAT,
+        chat(messages=[{"role": "user", "content": "a"}, {"role": "user", "content": {}}]),
+        "messages[1].content",
+    ),
+    (
+        CHAT,
+        chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+        "messages[0].content",
+    ),
+    (CHAT, chat(messages=[{"role": "user", "content": "hi", "mood": 1}]), "messages[0].mood"),
+    (CHAT, chat(temprature=0.5), "temprature"),
+    (COMPLETIONS, {"model": MODEL}, "prompt"),
+    (COMPLETIONS, completion(prompt=None), "prompt"),
+    (COMPLETIONS, completion(prompt=[]), "prompt"),
+    (COMPLETIONS, completion(prompt=["a", "b"]), "prompt"),
+    (COMPLETIONS, completion(prompt=[1, -2]), "prompt"),
+    (COMPLETIONS, completion(prompt={"text": "x"}), "prompt"),
+    (COMPLETIONS, completion(temperature=3), "temperature"),
+    (COMPLETIONS, completion(max_tokens=0), "max_tokens"),
+    (COMPLETIONS, completion(top_p=-1), "top_p"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), BAD_PARAMS)
+async def test_invalid_parameter_is_a_400_naming_it(client, path, body, param):
+    assert_error(await client.post(path, json=body), 400, param)
+
+
+# Well-formed, but asking for something not implemented: 400 unsupported_parameter.
+UNSUPPORTED = [
+    (CHAT, chat(n=2), "n"),
+    (CHAT, chat(logprobs=True), "logprobs"),
+    (CHAT, chat(top_logprobs=3), "top_logprobs"),
+    (CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+    (CHAT, chat(tool_choice="required"), "tool_choice"),
+    (CHAT, chat(functions=[{"name": "f"}]), "functions"),
+    (CHAT, chat(response_format={"type": "json_object"}), "response_format"),
+    (CHAT, chat(presence_penalty=0.5), "presence_penalty"),
+    (CHAT, chat(frequency_penalty=-1), "frequency_penalty"),
+    (CHAT, chat(logit_bias={"50256": -100}), "logit_bias"),
+    (CHAT, chat(modalities=["text", "audio"]), "modalities"),
+    (CHAT, chat(reasoning_effort="high"), "reasoning_effort"),
+    (
+        CHAT,
+        chat(messages=[{"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}]),
+        "messages[0].tool_calls",
+    ),
+    (COMPLETIONS, completion(n=3), "n"),
+    (COMPLETIONS, completion(logprobs=2), "logprobs"),
+    (COMPLETIONS, completion(echo=True), "echo"),
+    (COMPLETIONS, completion(best_of=2), "best_of"),
+    (COMPLETIONS, completion(suffix="!"), "suffix"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), UNSUPPORTED)
+async def test_unsupported_feature_is_a_400_naming_it(client, path, body, param):
+    error = assert_error(await client.post(path, json=body), 400, param, "unsupported_parameter")
+    assert "support" in error["message"]
+
+
+async def test_tool_role_is_refused_as_unsupported(client):
+    body = chat(messages=[{"role": "tool", "content": "42", "tool_call_id": "c1"}])
+    error = assert_error(await client.post(CHAT, json=body), 400, "messages[0].role")
+    assert "not supported" in error["message"]
+
+
+async def test_n_above_one_says_not_supported_yet(client):
+    error = assert_error(await client.post(CHAT, json=chat(n=4)), 400, "n")
+    assert "n=1" in error["message"]
+
+
+async def test_stream_options_without_stream_is_refused(client):
+    body = chat(stream_options={"include_usage": True})
+    assert_error(await client.post(CHAT, json=body), 400, "stream_options")
+
+
+async def test_off_values_of_unsupported_features_pass_validation(client):
+    # OpenAI defaults sent explicitly are not refused: the request reaches the (dead) engine.
+    body = chat(
+        n=1,
+        logprobs=False,
+        top_logprobs=0,
+        tools=[],
+        tool_choice="none",
+        presence_penalty=0,
+        frequency_penalty=0.0,
+        logit_bias={},
+        response_format={"type": "text"},
+        user="u-1",
+        metadata={"k": "v"},
+        store=False,
+        parallel_tool_calls=True,
+        max_completion_tokens=5,
+        messages=[
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "bob"},
+            {"role": "assistant", "content": "hello", "refusal": None},
+            {"role": "user", "content": "again"},
+        ],
+    )
+    assert_error(await client.post(CHAT, json=body), 503, None, "engine_unavailable")
+    text = completion(n=1, echo=False, best_of=1, suffix="", user="x", prompt=[[1, 2, 3]])
+    assert_error(await client.post(COMPLETIONS, json=text), 503, None, "engine_unavailable")
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+async def test_malformed_json_is_a_400(client, path):
+    resp = await client.post(
+        path, content=b'{"model": "x", "messages": [', headers={"content-type": "application/json"}
+    )
+    error = assert_error(resp, 400, None, "invalid_json")
+    assert "JSON" in error["message"]
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2]", b'"text"', b"42", b"null"])
+async def test_body_that_is_not_an_object_is_a_400(client, raw):
+    resp = await client.post(CHAT, content=raw, headers={"content-type": "application/json"})
+    assert_error(resp, 400, None, "invalid_body")
+
+
+async def test_missing_body_is_a_400(client):
+    assert_error(await client.post(CHAT), 400, None, "invalid_body")
+
+
+async def test_json_without_content_type_is_accepted(client):
+    resp = await client.post(CHAT, content=json.dumps(chat()).encode())
+    assert "content-type" not in resp.request.headers
+    assert_error(resp, 503, None, "engine_unavailable")  # parsed, validated, sent on
+
+
+async def test_non_json_content_type_is_a_400(client):
+    resp = await client.post(
+        CHAT, content=json.dumps(chat()), headers={"content-type": "text/plain"}
+    )
+    error = assert_error(resp, 400, None, "invalid_body")
+    assert "application/json" in error["message"]
+
+
+async def test_nan_temperature_is_a_400(client):
+    raw = b'{"model": "test-model", "messages": [{"role": "user", "content": "x"}], '
+    raw += b'"temperature": NaN}'
+    resp = await client.post(CHAT, content=raw, headers={"content-type": "application/json"})
+    assert_error(resp, 400, "temperature")
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+async def test_unknown_model_is_a_404(client, path):
+    body = chat(model="gpt-7") if path == CHAT else completion(model="gpt-7")
+    error = assert_error(await client.post(path, json=body), 404, "model", "model_not_found")
+    assert "gpt-7" in error["message"]
+
+
+async def test_prompt_longer_than_limit_is_a_400(make_client, make_settings):
+    async with make_client(make_settings(max_prompt_chars=100)) as client:
+        ok_size = await client.post(
+            CHAT, json=chat(messages=[{"role": "user", "content": "x" * 100}])
+        )
+        assert ok_size.status_code == 503  # at the limit: reaches the (dead) engine
+        long_chat = chat(
+            messages=[
+                {"role": "system", "content": "x" * 60},
+                {"role": "user", "content": "y" * 41},
+            ]
+        )
+        assert_error(await client.post(CHAT, json=long_chat), 400, "messages", "prompt_too_long")
+        long_text = completion(prompt="z" * 101)
+        assert_error(
+            await client.post(COMPLETIONS, json=long_text), 400, "prompt", "prompt_too_long"
+        )
+        long_ids = completion(prompt=list(range(101)))
+        assert_error(
+            await client.post(COMPLETIONS, json=long_ids), 400, "prompt", "prompt_too_long"
+        )
+
+
+async def test_max_tokens_above_server_limit_is_a_400(make_client, make_settings):
+    async with make_client(make_settings(max_new_tokens=64)) as client:
+        assert_error(await client.post(CHAT, json=chat(max_tokens=65)), 400, "max_tokens")
+        body = chat(max_completion_tokens=65)
+        assert_error(await client.post(CHAT, json=body), 400, "max_completion_tokens")
+        assert_error(
+            await client.post(COMPLETIONS, json=completion(max_tokens=1000)), 400, "max_tokens"
+        )
+        at_limit = await client.post(CHAT, json=chat(max_tokens=64))
+        assert at_limit.status_code == 503
+
+
+async def test_conflicting_max_tokens_aliases_are_a_400(client):
+    body = chat(max_tokens=5, max_completion_tokens=6)
+    assert_error(await client.post(CHAT, json=body), 400, "max_completion_tokens")
+
+
+async def test_body_above_size_limit_is_a_413(make_client, make_settings):
+    async with make_client(make_settings(max_body_bytes=2048)) as client:
+        body = chat(messages=[{"role": "user", "content": "x" * 4096}])
+        assert_error(await client.post(CHAT, json=body), 413, None, "request_too_large")
+
+        async def chunked():  # no Content-Length: counted while it arrives
+            raw = json.dumps(body).encode()
+            for i in range(0, len(raw), 512):
+                yield raw[i : i + 512]
+
+        resp = await client.post(CHAT, content=chunked())
+        assert "content-length" not in resp.request.headers
+        assert_error(resp, 413, None, "request_too_large")
+        small = await client.post(CHAT, json=chat())
+        assert small.status_code == 503  # under the limit: reaches the (dead) engine

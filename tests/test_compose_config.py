@@ -1,0 +1,129 @@
+"""docker-compose.yml and the service Dockerfiles: valid, healthchecked, non-root.
+
+With a compose binary on the machine (`docker compose` or `docker-compose`) the file is
+validated by it and the checks run on its normalized output; without one they run on the
+file as PyYAML reads it. The checks themselves are the same either way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+GPU_OVERLAY = ROOT / "infra" / "compose.gpu.yml"
+
+
+def compose_command() -> list[str] | None:
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+def compose_config(*files: Path) -> dict:
+    """The effective configuration: from the compose binary if there is one, else raw YAML."""
+    command = compose_command()
+    if command is None:
+        assert len(files) == 1, "overlays need a compose binary to merge"
+        return yaml.safe_load(interpolate_defaults(files[0].read_text()))
+    args = [*command, "--project-directory", str(ROOT)]
+    for f in files:
+        args += ["-f", str(f)]
+    # A clean environment, so the defaults in the file are what is checked.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JACANA_")}
+    result = subprocess.run([*args, "config"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def interpolate_defaults(text: str) -> str:
+    """Compose's ${VAR:-default} / ${VAR} substitution, with every variable unset."""
+    text = re.sub(r"\$\{\w+(?::?-([^}]*))?\}", lambda m: m.group(1) or "", text)
+    return text.replace("$$", "$")
+
+
+def environment(service: dict) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):  # the list form: ["KEY=value", ...]
+        env = dict(item.split("=", 1) for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def is_non_root(user: str) -> bool:
+    name = str(user).split(":", 1)[0]
+    return name not in ("", "0", "root")
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return compose_config(COMPOSE)
+
+
+def test_both_services_build_from_their_dockerfiles(config):
+    services = config["services"]
+    assert {"engine", "gateway"} <= services.keys()
+    for name in ("engine", "gateway"):
+        build = services[name]["build"]
+        assert build["dockerfile"] == f"services/{name}/Dockerfile"
+        assert (ROOT / build["context"]).resolve() == ROOT
+        assert (ROOT / build["dockerfile"]).is_file()
+
+
+@pytest.mark.parametrize("name", ["engine", "gateway"])
+def test_services_are_healthchecked_and_run_as_non_root(config, name):
+    service = config["services"][name]
+    test = service["healthcheck"]["test"]
+    command = " ".join(test) if isinstance(test, list) else test
+    assert f"jacana-healthcheck {name}" in command
+    assert is_non_root(service["user"])
+
+
+def test_gateway_waits_for_a_healthy_engine_and_is_published(config):
+    gateway = config["services"]["gateway"]
+    assert gateway["depends_on"]["engine"]["condition"] == "service_healthy"
+    ports = [
+        str(p) if not isinstance(p, dict) else f"{p['published']}:{p['target']}"
+        for p in gateway["ports"]
+    ]
+    assert any(p.endswith("8000:8000") for p in ports), ports
+    engines = environment(gateway)["JACANA_GATEWAY_ENGINES"]
+    assert "engine:50051" in engines
+    assert "engine:50051" not in str(config["services"]["engine"].get("ports", ""))
+
+
+def test_engine_listens_where_the_gateway_looks(config):
+    env = environment(config["services"]["engine"])
+    assert env["JACANA_ENGINE_HOST"] == "0.0.0.0"
+    assert env["JACANA_ENGINE_PORT"] == "50051"
+
+
+@pytest.mark.skipif(compose_command() is None, reason="overlay merge needs a compose binary")
+def test_gpu_overlay_merges():
+    merged = compose_config(COMPOSE, GPU_OVERLAY)
+    engine = merged["services"]["engine"]
+    assert environment(engine)["JACANA_ENGINE_DEVICE"] == "cuda"
+    devices = engine["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"]
+
+
+@pytest.mark.parametrize("name", ["engine", "gateway"])
+def test_dockerfiles_drop_root_and_carry_the_probe(name):
+    text = (ROOT / "services" / name / "Dockerfile").read_text()
+    final_stage = re.split(r"(?m)^FROM ", text)[-1]
+    users = re.findall(r"(?m)^USER\s+(\S+)", final_stage)
+    assert users and is_non_root(users[-1])
+    assert "scripts/healthcheck.py /usr/local/bin/jacana-healthcheck" in final_stage
+    assert re.search(rf'(?m)^CMD \["python", "-m", "jacana_{name}"\]', final_stage)
+    for source in re.findall(r"(?m)^COPY (?!--from)(\S+)", text):
+        assert (ROOT / source).exists(), f"{name} Dockerfile copies missing {source}"

@@ -1,0 +1,222 @@
+"""The `make up` supervisor (scripts/stack.py), driven with stand-in child processes."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STACK_PY = ROOT / "scripts" / "stack.py"
+
+
+def _load_stack():
+    spec = importlib.util.spec_from_file_location("jacana_stack", STACK_PY)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["jacana_stack"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+stack = _load_stack()
+
+
+def child(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def never_ready():
+    async def probe() -> bool:
+        return False
+
+    return probe
+
+
+def always_ready():
+    async def probe() -> bool:
+        return True
+
+    return probe
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_dying_child_stops_the_rest_and_fails(capsys, tmp_path):
+    sleeper = stack.Service(
+        "sleeper", child("import time; time.sleep(60)"), dict(os.environ), never_ready()
+    )
+    crasher = stack.Service(
+        "crasher",
+        child("""
+            import sys, time
+            for i in range(60):
+                print(f"line {i}", flush=True)
+            time.sleep(0.3)
+            sys.exit(3)
+        """),
+        dict(os.environ),
+        never_ready(),
+        log_path=tmp_path / "crasher.log",
+    )
+    rc = await stack.supervise([sleeper, crasher], start_timeout_s=30, grace_s=5)
+
+    assert rc == 1
+    out = capsys.readouterr().out
+    assert "crasher exited with code 3" in out
+    report = out.split("crasher exited with code 3", 1)[1]
+    shown = [line.strip() for line in report.splitlines() if line.startswith("    ")]
+    assert shown == [f"line {i}" for i in range(60 - stack.TAIL_LINES, 60)]
+    assert sleeper.process.returncode == -signal.SIGTERM
+    assert (tmp_path / "crasher.log").read_text().splitlines()[-1] == "line 59"
+
+
+async def test_stop_terminates_children_and_kills_one_that_ignores_sigterm():
+    stubborn = stack.Service(
+        "stubborn",
+        child("""
+            import signal, time
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            print("up", flush=True)
+            time.sleep(60)
+        """),
+        dict(os.environ),
+        always_ready(),
+    )
+    polite = stack.Service(
+        "polite", child("import time; time.sleep(60)"), dict(os.environ), always_ready()
+    )
+    stop = asyncio.Event()
+    ready_calls = []
+
+    def on_ready():
+        ready_calls.append(time.monotonic())
+        # Give the stubborn child time to install its handler before we stop.
+        asyncio.get_running_loop().call_later(1.0, stop.set)
+
+    started = time.monotonic()
+    rc = await stack.supervise(
+        [polite, stubborn], start_timeout_s=30, grace_s=0.5, on_ready=on_ready, stop=stop
+    )
+    assert rc == 0
+    assert len(ready_calls) == 1
+    assert polite.process.returncode == -signal.SIGTERM
+    assert stubborn.process.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 15
+
+
+async def test_start_timeout_gives_up():
+    slow = stack.Service(
+        "slow", child("import time; time.sleep(60)"), dict(os.environ), never_ready()
+    )
+    rc = await stack.supervise([slow], start_timeout_s=0.5, grace_s=5)
+    assert rc == 1
+    assert slow.process.returncode == -signal.SIGTERM
+
+
+def test_sigterm_to_the_supervisor_stops_everything(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    driver = textwrap.dedent(f"""
+        import asyncio, os, sys
+        sys.path.insert(0, {str(STACK_PY.parent)!r})
+        import stack
+
+        async def ready():
+            return os.path.exists({str(pid_file)!r})
+
+        svc = stack.Service(
+            "worker",
+            [sys.executable, "-c",
+             "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+             "print('worker up', flush=True); time.sleep(60)"],
+            dict(os.environ), ready)
+        sys.exit(asyncio.run(stack.supervise([svc], start_timeout_s=30, grace_s=5,
+                                             on_ready=lambda: print('READY', flush=True))))
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        deadline = time.monotonic() + 30
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "READY" in line or time.monotonic() > deadline:
+                break
+        assert any("READY" in line for line in lines), lines
+        worker_pid = int(pid_file.read_text())
+        assert alive(worker_pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        rest = proc.stdout.read()
+        assert "stopping worker" in rest
+        deadline = time.monotonic() + 5
+        while alive(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(worker_pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_plan_joins_engine_and_gateway(tmp_path):
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "JACANA_ENGINE_PORT": "0",
+        "JACANA_GATEWAY_PORT": "0",
+        "JACANA_ENGINE_MODEL_ID": "my-model",
+        "JACANA_ENGINE_MODEL": "/models/x.gguf",
+    }
+    plan = stack.plan(env, tmp_path)
+
+    engine_port = int(plan.engine.env["JACANA_ENGINE_PORT"])
+    assert engine_port > 0
+    assert plan.engine.env["JACANA_ENGINE_MODEL"] == "/models/x.gguf"
+    assert plan.engine.argv[1:] == ["-m", "jacana_engine"]
+    assert plan.gateway.argv[1:] == ["-m", "jacana_gateway"]
+    engines = json.loads(plan.gateway.env["JACANA_GATEWAY_ENGINES"])
+    assert engines == {"my-model": [f"127.0.0.1:{engine_port}"]}
+    assert plan.base_url == f"http://127.0.0.1:{plan.gateway.env['JACANA_GATEWAY_PORT']}"
+    assert plan.model_id == "my-model"
+
+    banner = stack.banner(plan.base_url, plan.model_id, tmp_path)
+    assert f"{plan.base_url}/v1/chat/completions" in banner
+    assert 'base_url="' + plan.base_url + '/v1"' in banner
+    assert "What is the capital of France?" in banner
+
+
+def test_plan_keeps_an_explicit_engine_map(tmp_path):
+    engines = json.dumps({"a": ["127.0.0.2:5001"], "b": ["127.0.0.3:5002"]})
+    env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0", "JACANA_GATEWAY_ENGINES": engines}
+    assert stack.plan(env, tmp_path).gateway.env["JACANA_GATEWAY_ENGINES"] == engines
+
+
+def test_plan_refuses_a_busy_port(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": str(port)}
+        with pytest.raises(SystemExit, match="JACANA_GATEWAY_PORT"):
+            stack.plan(env, tmp_path)
+
+
+def test_plan_rejects_a_bad_port(tmp_path):
+    with pytest.raises(SystemExit, match="JACANA_ENGINE_PORT"):
+        stack.plan({"JACANA_ENGINE_PORT": "http"}, tmp_path)
