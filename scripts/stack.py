@@ -163,7 +163,10 @@ async def supervise(
 
 
 async def _watch(
-    services: Sequence[Service], start_timeout_s: float, on_ready: Callable[[], None], stop
+    services: Sequence[Service],
+    start_timeout_s: float,
+    on_ready: Callable[[], None],
+    stop: asyncio.Event,
 ) -> int:
     begun = time.monotonic()
     last_progress = begun

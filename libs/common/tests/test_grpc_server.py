@@ -7,6 +7,7 @@ import asyncio
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
 from jacana_common.grpc_client import check_health, make_channel
 from jacana_common.grpc_server import GrpcServer
 from jacana_common.settings import ServiceSettings

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from pydantic import AliasChoices, Field
+from pydantic_settings import SettingsConfigDict
+
 from jacana_common.errors import ApiError, api_error_from_grpc, grpc_details
 from jacana_common.settings import ServiceSettings, SettingsError
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
 
 
 class _DemoSettings(ServiceSettings):
@@ -59,3 +60,29 @@ def test_grpc_status_maps_to_http(code, status):
 def test_grpc_details_carry_param():
     err = api_error_from_grpc(grpc.StatusCode.INVALID_ARGUMENT, grpc_details("too long", "prompt"))
     assert (err.status, err.message, err.param) == (400, "too long", "prompt")
+
+
+class _AliasedSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="JACANA_DEMO_", frozen=True)
+    limit: int = Field(
+        10,
+        ge=1,
+        le=100,
+        validation_alias=AliasChoices("JACANA_DEMO_LIMIT", "JACANA_LIMIT"),
+        description="A limit also read from a suite-wide variable.",
+    )
+    targets: dict[str, list[str]] = Field(default_factory=dict, description="JSON mapping.")
+
+
+def test_aliased_field_errors_name_the_real_variables(monkeypatch):
+    monkeypatch.setenv("JACANA_LIMIT", "1000")
+    with pytest.raises(SettingsError) as info:
+        _AliasedSettings.load()
+    assert "JACANA_DEMO_LIMIT or JACANA_LIMIT" in str(info.value)
+
+
+def test_non_json_structured_variable_is_a_settings_error(monkeypatch):
+    monkeypatch.setenv("JACANA_DEMO_TARGETS", "{not json")
+    with pytest.raises(SettingsError) as info:
+        _AliasedSettings.load()
+    assert "JSON" in str(info.value)

@@ -50,7 +50,9 @@ async def make_service(embedder: Embedder) -> AsyncIterator[Callable[..., Embedd
     batchers: list[DynamicBatcher] = []
 
     def make(embedder_: Embedder = embedder, max_inputs: int = 2048, **overrides):
-        batcher = DynamicBatcher(embedder_.embed, embedder_.info.dimension, BatcherConfig(**overrides))
+        batcher = DynamicBatcher(
+            embedder_.embed, embedder_.info.dimension, BatcherConfig(**overrides)
+        )
         batcher.start()
         batchers.append(batcher)
         return EmbeddingService(embedder_, batcher, max_inputs)

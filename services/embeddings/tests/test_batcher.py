@@ -4,6 +4,7 @@ overload and failures; and that batched vectors equal solo ones on the real mode
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import threading
 
@@ -30,7 +31,7 @@ def test_plan_batches_properties(seed):
         assert lengths[batch[0]] == longest  # longest first: no hidden padding cost
     # Sorted by length: batches do not interleave lengths.
     bounds = [(min(lengths[i] for i in b), max(lengths[i] for i in b)) for b in batches]
-    for (lo, _), (_, next_hi) in zip(bounds, bounds[1:], strict=False):
+    for (lo, _), (_, next_hi) in itertools.pairwise(bounds):
         assert next_hi <= lo
 
 
@@ -72,12 +73,10 @@ async def test_concurrent_callers_share_a_batch_and_get_their_own_vectors():
     model = FakeModel()
     batcher = await _started(model, max_wait_ms=50)
     try:
-        requests = [[[i, 7]], [[i + 100] * 3, [i + 200]]]
-        calls = [batcher.embed(r) for i in range(10) for r in requests]
-        results = await asyncio.gather(*calls)
-        for (i, r), got in zip([(i, r) for i in range(10) for r in requests], results, strict=True):
-            expected = [[ids[0], len(ids)] for ids in r]
-            np.testing.assert_array_equal(got, expected), i
+        requests = [r for i in range(10) for r in ([[i, 7]], [[i + 100] * 3, [i + 200]])]
+        results = await asyncio.gather(*(batcher.embed(r) for r in requests))
+        for r, got in zip(requests, results, strict=True):
+            np.testing.assert_array_equal(got, [[ids[0], len(ids)] for ids in r])
         assert len(model.batches) == 1  # 30 inputs arrived within max_wait_ms
         assert batcher.stats().batches_total == 1
         assert batcher.stats().inputs_total == 30
@@ -195,9 +194,11 @@ async def test_batched_under_concurrency_equals_solo(embedder, make_service):
     texts = [f"Sentence number {i} " + "with extra words " * (i % 9) for i in range(48)]
     texts += ["lorem ipsum " * 200, "x", "Ünïcödé 東京 🙂"]
     solo = np.stack(
-        [embedder.embed([ids for ids, _ in embedder.tokenize([t], truncate=True)])[0]
-         for t in texts]
-    )  # fmt: skip
+        [
+            embedder.embed([ids for ids, _ in embedder.tokenize([t], truncate=True)])[0]
+            for t in texts
+        ]
+    )
     service = make_service(max_wait_ms=20, max_batch_tokens=2048)
     # Requests of 1-3 texts each, all concurrent.
     groups = [texts[i : i + 1 + i % 3] for i in range(0, len(texts), 3)]

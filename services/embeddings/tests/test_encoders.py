@@ -78,7 +78,9 @@ def test_legacy_gamma_beta_names(tmp_path):
     model = _save_random("bert", tmp_path)
     weights = load_file(str(tmp_path / "model.safetensors"))
     renamed = {
-        k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+        k.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+            "LayerNorm.bias", "LayerNorm.beta"
+        ): v
         for k, v in weights.items()
     }
     save_file(renamed, str(tmp_path / "model.safetensors"))
@@ -142,7 +144,8 @@ def test_relative_positions_are_refused(tmp_path):
 
 
 def test_no_weights(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertModel"], **TINY,
-                                                      "num_attention_heads": 4}))  # fmt: skip
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["BertModel"], **TINY, "num_attention_heads": 4})
+    )
     with pytest.raises(ModelLoadError, match="safetensors"):
         load_encoder(tmp_path, torch.float32, CPU)

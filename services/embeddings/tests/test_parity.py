@@ -89,7 +89,7 @@ def test_token_ids_match_reference_tokenizer(embedder, reference):
     tok = reference.tokenizer
     for text in TEXTS:
         expected = tok(text, truncation=True, max_length=reference.max_seq_length)["input_ids"]
-        (ids, truncated), = embedder.tokenize([text], truncate=True)
+        ((ids, truncated),) = embedder.tokenize([text], truncate=True)
         assert ids == expected, text
         assert truncated == (len(tok(text)["input_ids"]) > 256)
 
@@ -102,6 +102,12 @@ def test_vector_does_not_depend_on_batch_company(embedder):
 
 
 def test_similar_sentences_score_higher(embedder):
-    v = _ours(embedder, ["A man is eating food.", "A man is eating a piece of bread.",
-                         "A monkey is playing drums."])  # fmt: skip
+    v = _ours(
+        embedder,
+        [
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "A monkey is playing drums.",
+        ],
+    )
     assert v[0] @ v[1] > v[0] @ v[2] + 0.3

@@ -21,10 +21,19 @@ from jacana_embeddings.errors import ModelLoadError
 from jacana_embeddings.model_spec import pooling_modes_from_config, read_pipeline
 from jacana_embeddings.pooling import POOLING_STRATEGIES, Pooling
 
-TEXTS = ["Hello world", "A much longer sentence with many more tokens than the first.", "x",
-         "Ünïcödé 東京 🙂", "padding " * 20]  # fmt: skip
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
-                    "special_tokens_map.json")  # fmt: skip
+TEXTS = [
+    "Hello world",
+    "A much longer sentence with many more tokens than the first.",
+    "x",
+    "Ünïcödé 東京 🙂",
+    "padding " * 20,
+]
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "special_tokens_map.json",
+)
 
 
 @pytest.fixture
@@ -33,9 +42,13 @@ def tiny_bert(tmp_path, model_dir) -> Path:
 
     torch.manual_seed(3)
     config = transformers.BertConfig(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=128,
-    )  # fmt: skip
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     path = tmp_path / "tiny-bert"
     transformers.BertModel(config).save_pretrained(path)
     for name in _TOKENIZER_FILES:
@@ -49,8 +62,10 @@ def _st_pipeline(tiny_bert: Path, out: Path, pooling, extra: list[str]) -> objec
         Dense,
         LayerNorm,
         Normalize,
-        Pooling as STPooling,
         Transformer,
+    )
+    from sentence_transformers.sentence_transformer.modules import (
+        Pooling as STPooling,
     )
 
     torch.manual_seed(4)
@@ -112,8 +127,14 @@ def test_plain_hf_directory_gets_mean_pooling_without_normalization(tiny_bert):
 
 
 def test_overrides(tiny_bert):
-    config = EmbedderConfig(model_dir=tiny_bert, model_id="tiny", pooling=("cls", "max"),
-                            normalize=True, max_input_tokens=16, matryoshka_dims=(32, 16))  # fmt: skip
+    config = EmbedderConfig(
+        model_dir=tiny_bert,
+        model_id="tiny",
+        pooling=("cls", "max"),
+        normalize=True,
+        max_input_tokens=16,
+        matryoshka_dims=(32, 16),
+    )
     ours = Embedder(config)
     assert ours.info.pooling == "cls+max" and ours.info.dimension == 64
     assert ours.info.normalized and ours.info.max_input_tokens == 16
@@ -178,8 +199,9 @@ def test_unsupported_module_is_refused(tmp_path):
 
 def test_pooling_strategies_on_known_values():
     # hidden: [B=2, S=3, H=2]; row 0 has 2 real tokens, row 1 has 3
-    hidden = torch.tensor([[[1.0, 2.0], [3.0, 6.0], [100.0, 100.0]],
-                           [[1.0, 0.0], [2.0, 0.0], [6.0, 3.0]]])  # fmt: skip
+    hidden = torch.tensor(
+        [[[1.0, 2.0], [3.0, 6.0], [100.0, 100.0]], [[1.0, 0.0], [2.0, 0.0], [6.0, 3.0]]]
+    )
     mask = torch.tensor([[True, True, False], [True, True, True]])
     expected = {
         "cls": [[1, 2], [1, 0]],

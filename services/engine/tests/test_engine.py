@@ -351,27 +351,33 @@ def smol_solo(smol, smol_prompts) -> list[list[int]]:
     return [smol.generate([p], sp)[0] for p in smol_prompts]
 
 
-def hf_greedy(prompts: list[list[int]], n: int) -> list[list[int]]:
+@pytest.fixture(scope="module")
+def hf_reference(smol_prompts) -> list[list[int]]:
+    """HF transformers' greedy output for each prompt alone (batch of one), all NEW_TOKENS."""
     transformers = pytest.importorskip("transformers")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(GGUF.parent), gguf_file=GGUF.name, torch_dtype=torch.float32
+        str(GGUF.parent), gguf_file=GGUF.name, dtype=torch.float32
     )
     model.eval()
-    config = transformers.GenerationConfig(
-        max_new_tokens=n, min_new_tokens=0, do_sample=False, eos_token_id=None, pad_token_id=0
-    )
+    model.generation_config.eos_token_id = None  # never stop early: compare every token
     out = []
     with torch.inference_mode():
-        for p in prompts:
+        for p in smol_prompts:
             ids = torch.tensor([p])
-            gen = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+            gen = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                pad_token_id=0,
+            )
             out.append(gen[0, len(p) :].tolist())
     return out
 
 
 @needs_weights
-def test_engine_matches_transformers_batched(smol, smol_prompts, smol_solo):
+def test_engine_matches_transformers_batched(smol, smol_prompts, smol_solo, hf_reference):
     """The foundation: concurrent requests each get exactly their solo greedy output, and
     that output is HF transformers' greedy output on the same GGUF weights."""
     assert len(smol_prompts) >= 8
@@ -380,6 +386,105 @@ def test_engine_matches_transformers_batched(smol, smol_prompts, smol_solo):
     assert all(len(o) == NEW_TOKENS for o in batched)
     for i, (b, s) in enumerate(zip(batched, smol_solo, strict=True)):
         assert b == s, f"prompt {i}: batched output differs from solo"
-    reference = hf_greedy(smol_prompts, NEW_TOKENS)
-    for i, (s, r) in enumerate(zip(smol_solo, reference, strict=True)):
+    for i, (s, r) in enumerate(zip(smol_solo, hf_reference, strict=True)):
         assert s == r, f"prompt {i}: engine {s} != transformers {r}"
+
+
+def sharing_engine(smol: LLMEngine, **overrides) -> LLMEngine:
+    """Another engine (own KV pool and scheduler) over the already loaded SmolLM2."""
+    kw = dict(model=str(GGUF), model_id="smollm2", max_model_len=2048)
+    kw.update(overrides)
+    return LLMEngine(EngineConfig(**kw), model=smol.model, tokenizer=smol.tokenizer)
+
+
+@needs_weights
+def test_tiny_pool_with_chunked_prefill_preempts_and_stays_exact(smol, smol_prompts, smol_solo):
+    n = 32
+    tight = sharing_engine(smol, block_size=16, num_kv_blocks=7, max_num_batched_tokens=8)
+    sp = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+    got = tight.generate(smol_prompts[:5], sp)
+    stats = tight.stats()
+    assert stats.preemptions_total > 0
+    assert stats.kv_blocks_free == stats.kv_blocks_total == 7
+    for i, g in enumerate(got):
+        assert g == smol_solo[i][:n], f"prompt {i} changed under preemption"
+
+
+@needs_weights
+def test_same_seed_same_sample_solo_or_batched(smol, smol_prompts, smol_solo):
+    seeded = SamplingParams(
+        temperature=0.9, top_p=0.95, top_k=50, seed=777, max_tokens=24, ignore_eos=True
+    )
+    solo = smol.generate([smol_prompts[2]], seeded)[0]
+    others = [SamplingParams(temperature=1.0, max_tokens=24, ignore_eos=True) for _ in range(3)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    batched = smol.generate(smol_prompts[2:7], [seeded, *others, greedy])
+    assert batched[0] == solo
+    assert batched[4] == smol_solo[6][:24]
+    assert solo != smol_solo[2][:24], "temperature 0.9 sampled the greedy path"
+    reseeded = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=778, max_tokens=24)
+    assert smol.generate([smol_prompts[2]], reseeded)[0] != solo
+
+
+@needs_weights
+def test_finish_reasons_on_real_text(smol, smol_prompts, smol_solo):
+    tok = smol.tokenizer
+    ref0 = smol_solo[0]  # "The capital of France is" -> " Paris." ... then <|im_end|>
+    eos_at = next(i for i, t in enumerate(ref0) if t in smol.eos_token_ids)
+    ref2 = smol_solo[2]
+    text2 = tok.decode(ref2)
+    stop = text2[10:16]
+    cut = text2.index(stop)
+    ref3 = smol_solo[3]
+    stop_tok = ref3[4]
+
+    smol.add_request("eos", smol_prompts[0], SamplingParams(temperature=0.0, max_tokens=64))
+    smol.add_request("len", smol_prompts[1], SamplingParams(temperature=0.0, max_tokens=5))
+    smol.add_request(
+        "str", smol_prompts[2], SamplingParams(temperature=0.0, max_tokens=64, stop=(stop,))
+    )
+    smol.add_request(
+        "tok",
+        smol_prompts[3],
+        SamplingParams(temperature=0.0, max_tokens=64, stop_token_ids=(stop_tok,)),
+    )
+    outs = drain(smol)
+
+    def ids(rid):
+        return [t for o in outs[rid] for t in o.new_token_ids]
+
+    def text(rid):
+        return "".join(o.new_text for o in outs[rid])
+
+    last = {rid: o[-1] for rid, o in outs.items()}
+    assert last["eos"].finish_reason is FinishReason.STOP
+    assert last["eos"].matched_stop == ref0[eos_at] and ids("eos") == ref0[:eos_at]
+    assert text("eos") == tok.decode(ref0[:eos_at])
+    assert last["len"].finish_reason is FinishReason.LENGTH
+    assert ids("len") == smol_solo[1][:5] and text("len") == tok.decode(smol_solo[1][:5])
+    assert last["str"].finish_reason is FinishReason.STOP and last["str"].matched_stop == stop
+    assert text("str") == text2[:cut] and stop not in text("str")
+    assert ids("str") == ref2[: len(ids("str"))]
+    assert last["tok"].finish_reason is FinishReason.STOP and last["tok"].matched_stop == stop_tok
+    assert ids("tok") == ref3[: ref3.index(stop_tok)]
+    assert all(o.finished == (o is last[o.request_id]) for v in outs.values() for o in v)
+    stats = smol.stats()
+    assert stats.kv_blocks_free == stats.kv_blocks_total
+
+
+@needs_weights
+def test_abort_mid_generation_frees_blocks(smol, smol_prompts, smol_solo):
+    engine = sharing_engine(smol, block_size=4, num_kv_blocks=64)
+    sp = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    engine.add_request("a", smol_prompts[4], sp)
+    engine.add_request("b", smol_prompts[5], sp)
+    for _ in range(3):
+        engine.step()
+    held = engine.stats().kv_blocks_total - engine.stats().kv_blocks_free
+    assert engine.abort_request("a")
+    freed = engine.stats().kv_blocks_free - (engine.stats().kv_blocks_total - held)
+    assert freed == -(-(len(smol_prompts[4]) + 2) // 4)  # all of a's blocks are back
+    outs = drain(engine)
+    assert "a" not in outs
+    assert [t for o in outs["b"] for t in o.new_token_ids][-9:] == smol_solo[5][3:12]
+    assert engine.stats().kv_blocks_free == 64 and not engine.abort_request("b")

@@ -58,7 +58,6 @@ def test_api_keys_from_json(monkeypatch):
         ("JACANA_GATEWAY_ENGINES", '{"m": ["no-port"]}', "no-port"),
         ("JACANA_GATEWAY_ENGINES", '{"bad id": ["h:1"]}', "bad id"),
         ("JACANA_GATEWAY_ENGINES", '{"m": ["h:1", "h:1"]}', "duplicate"),
-        ("JACANA_GATEWAY_ENGINES", "not json", "ENGINES"),
         ("JACANA_GATEWAY_PORT", "70000", "PORT"),
         ("JACANA_MAX_PROMPT_CHARS", "0", "MAX_PROMPT_CHARS"),
         ("JACANA_GATEWAY_MAX_NEW_TOKENS", "-1", "MAX_NEW_TOKENS"),
@@ -75,6 +74,15 @@ def test_invalid_values_fail_at_start_up_naming_the_variable(monkeypatch, name, 
     with pytest.raises(SettingsError) as info:
         GatewaySettings.load()
     assert needle in str(info.value)
+
+
+def test_engines_that_are_not_json_fail_at_start_up(monkeypatch):
+    from jacana_gateway.config import GatewaySettings
+
+    monkeypatch.setenv("JACANA_GATEWAY_ENGINES", "smollm2=127.0.0.1:50051")
+    with pytest.raises(SettingsError) as info:
+        GatewaySettings.load()
+    assert "engines" in str(info.value) and "JSON" in str(info.value)
 
 
 def test_engines_are_required():

@@ -79,6 +79,7 @@ async def test_chat_request_is_forwarded_faithfully(make_client, make_settings, 
     assert list(s.stop) == ["\n\n"]
     assert list(s.stop_token_ids) == [2, 7]
     assert s.ignore_eos is True
+    assert s.clamp_max_tokens is False  # an explicit max_tokens is not lowered by the engine
 
 
 async def test_unset_fields_get_openai_defaults(make_client, make_settings, engine, script):
@@ -94,10 +95,13 @@ async def test_unset_fields_get_openai_defaults(make_client, make_settings, engi
     chat_req, text_req, null_req = engine.servicer.requests
     s = chat_req.sampling
     assert (s.temperature, s.top_p, s.top_k, s.min_p, s.max_tokens) == (1.0, 1.0, 0, 0.0, 321)
+    assert s.clamp_max_tokens is True  # the server cap, lowered to fit the context
     assert not s.HasField("seed") and list(s.stop) == [] and s.ignore_eos is False
     assert chat_req.chat.add_generation_prompt is True
     assert text_req.prompt == "once" and text_req.sampling.max_tokens == 16  # OpenAI's default
+    assert text_req.sampling.clamp_max_tokens is False
     assert null_req.sampling.max_tokens == 321 and null_req.sampling.top_k == 0
+    assert null_req.sampling.clamp_max_tokens is True
 
 
 async def test_completion_prompt_forms(make_client, make_settings, engine, script):

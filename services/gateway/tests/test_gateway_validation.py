@@ -285,3 +285,51 @@ async def test_body_above_size_limit_is_a_413(make_client, make_settings):
         assert_error(resp, 413, None, "request_too_large")
         small = await client.post(CHAT, json=chat())
         assert small.status_code == 503  # under the limit: reaches the (dead) engine
+
+
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    -1,
+    0,
+    1,
+    2.5,
+    1e308,
+    -(2**70),
+    2**70,
+    "",
+    "x",
+    "\u0000",
+    [],
+    [1],
+    ["a"],
+    [None],
+    [[]],
+    {},
+    {"a": 1},
+    {"type": "text"},
+]
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+async def test_any_odd_value_of_any_field_gets_a_shaped_4xx_or_reaches_the_engine(client, path):
+    from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest
+
+    schema = ChatCompletionRequest if path == CHAT else CompletionRequest
+    base = chat() if path == CHAT else completion()
+    fields = [*schema.model_fields, "messages.0.role", "messages.0.content", "stream_options"]
+    for name in fields:
+        for value in ODD_VALUES:
+            body = json.loads(json.dumps(base))
+            if name.startswith("messages.") and path == CHAT:
+                body["messages"][0][name.split(".")[2]] = value
+            else:
+                body[name] = value
+            resp = await client.post(path, json=body)
+            # 503: valid enough to be sent on (to the dead engine). Anything else is a 4xx.
+            assert resp.status_code in (400, 404, 503), (name, value, resp.text)
+            error = resp.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"}, (name, value)
+            if resp.status_code == 400 and error["code"] != "invalid_body":
+                assert error["param"], (name, value, error)

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 from typing import Literal, Self
 
-from pydantic import Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError
+
+
+def _alias_names(field: FieldInfo) -> list[str]:
+    alias = field.validation_alias
+    if isinstance(alias, str):
+        return [alias.upper()]
+    if isinstance(alias, AliasChoices):
+        return [str(c).upper() for c in alias.choices]
+    return []
 
 
 class SettingsError(SystemExit):
@@ -34,14 +45,36 @@ class ServiceSettings(BaseSettings):
     )
 
     @classmethod
+    def env_names(cls, field_name: str) -> list[str]:
+        """The environment variables that set ``field_name``, in order of precedence."""
+        field = cls.model_fields.get(field_name)
+        if field is None:  # errors name aliased fields by the alias that was read
+            field = next(
+                (
+                    f
+                    for f in cls.model_fields.values()
+                    if _alias_names(f) and field_name.upper() in _alias_names(f)
+                ),
+                None,
+            )
+        if field is not None and _alias_names(field):
+            return _alias_names(field)
+        return [f"{cls.model_config.get('env_prefix', '')}{field_name}".upper()]
+
+    @classmethod
     def load(cls, **overrides: object) -> Self:
         """Read the environment (and ``overrides``); exit with a clear message if invalid."""
         try:
             return cls(**overrides)
         except ValidationError as exc:
-            prefix = cls.model_config.get("env_prefix", "")
             lines = [f"invalid {cls.__name__} configuration:"]
             for err in exc.errors():
-                name = ".".join(str(p) for p in err["loc"]) or "?"
-                lines.append(f"  {prefix}{name.upper()}: {err['msg']} (got {err.get('input')!r})")
+                loc = [str(p) for p in err["loc"]]
+                names = " or ".join(cls.env_names(loc[0])) if loc else "?"
+                where = f"{names}[{'.'.join(loc[1:])}]" if len(loc) > 1 else names
+                lines.append(f"  {where}: {err['msg']} (got {err.get('input')!r})")
             raise SettingsError("\n".join(lines)) from None
+        except SourceError as exc:  # a structured variable (list, dict) that is not JSON
+            raise SettingsError(
+                f"invalid {cls.__name__} configuration: {exc} (list and mapping values are JSON)"
+            ) from None

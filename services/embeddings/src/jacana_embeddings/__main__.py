@@ -1,4 +1,4 @@
-"""``python -m jacana_embeddings``: load the model, then serve ``jacana.embeddings.v1.Embeddings``."""
+"""``python -m jacana_embeddings``: load the model, serve ``jacana.embeddings.v1.Embeddings``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import time
 from jacana_common.grpc_server import GrpcServer
 from jacana_common.logging import configure_logging
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
-
 from jacana_embeddings.settings import EmbeddingsSettings
 
 log = logging.getLogger("jacana_embeddings")
@@ -28,8 +27,13 @@ async def build_service(settings: EmbeddingsSettings):
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
     config = settings.embedder_config()
-    log.info("loading %s from %s (%s on %s)", config.model_id, config.model_dir,
-             config.dtype, config.device)  # fmt: skip
+    log.info(
+        "loading %s from %s (%s on %s)",
+        config.model_id,
+        config.model_dir,
+        config.dtype,
+        config.device,
+    )
     started = time.perf_counter()
     embedder = await asyncio.to_thread(Embedder, config)
     # The first forward pass pays for lazy initialisation; do not bill it to a client.
@@ -38,9 +42,14 @@ async def build_service(settings: EmbeddingsSettings):
     log.info(
         "model ready in %.1fs: %s, dimension %d, max %d tokens, pooling %s, normalized %s, "
         "matryoshka %s",
-        time.perf_counter() - started, info.architecture, info.dimension,
-        info.max_input_tokens, info.pooling, info.normalized, list(info.matryoshka_dims),
-    )  # fmt: skip
+        time.perf_counter() - started,
+        info.architecture,
+        info.dimension,
+        info.max_input_tokens,
+        info.pooling,
+        info.normalized,
+        list(info.matryoshka_dims),
+    )
     batcher = DynamicBatcher(embedder.embed, info.dimension, settings.batcher_config())
     batcher.start()
     return EmbeddingService(embedder, batcher, settings.max_inputs_per_request)
@@ -51,9 +60,7 @@ async def serve(settings: EmbeddingsSettings) -> None:
 
     service = await build_service(settings)
     server = GrpcServer(SERVICE_NAME, settings)
-    embeddings_pb2_grpc.add_EmbeddingsServicer_to_server(
-        EmbeddingsServicer(service), server.server
-    )
+    embeddings_pb2_grpc.add_EmbeddingsServicer_to_server(EmbeddingsServicer(service), server.server)
     await server.start()
     await server.run(on_stop=service.batcher.close)
 

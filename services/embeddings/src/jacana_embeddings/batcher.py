@@ -131,7 +131,8 @@ class DynamicBatcher:
         while self._pending:
             self._pending.popleft().job.fail(RuntimeError("embeddings service is shutting down"))
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            # A forward pass may still be running: wait for it without blocking the loop.
+            await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
 
     def stats(self) -> BatcherStats:
         s = self._stats

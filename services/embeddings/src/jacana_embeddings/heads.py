@@ -113,9 +113,12 @@ class DenseHead(Head):
             return None if t is None else t.to(device=device, dtype=dtype)
 
         return DenseHead(
-            move(self.weight), move(self.bias), self.activation, move(self.residual),
+            move(self.weight),
+            move(self.bias),
+            self.activation,
+            move(self.residual),
             self.use_residual,
-        )  # fmt: skip
+        )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         out = _ACTIVATIONS[self.activation](F.linear(x, self.weight, self.bias))

@@ -11,9 +11,9 @@ import logging
 
 import grpc
 import numpy as np
+
 from jacana_common.errors import grpc_details
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2, embeddings_pb2_grpc
-
 from jacana_embeddings.errors import (
     EmbeddingsError,
     InvalidRequestError,
@@ -63,9 +63,7 @@ class EmbeddingsServicer(embeddings_pb2_grpc.EmbeddingsServicer):
     async def Embed(self, request, context):
         kind = request.WhichOneof("input")
         texts = list(request.texts.texts) if kind == "texts" else None
-        token_ids = (
-            [list(t.ids) for t in request.token_ids.inputs] if kind == "token_ids" else None
-        )
+        token_ids = [list(t.ids) for t in request.token_ids.inputs] if kind == "token_ids" else None
         if kind is None:
             texts = []  # reported as "input must not be empty"
         try:

@@ -92,8 +92,7 @@ class EmbeddingService:
         """
         if model and model != self.info.model_id:
             raise ModelNotFoundError(
-                f"model {model!r} is not served here (this service serves "
-                f"{self.info.model_id!r})",
+                f"model {model!r} is not served here (this service serves {self.info.model_id!r})",
                 "model",
             )
         if (texts is None) == (token_ids is None):

@@ -11,10 +11,10 @@ import importlib.util
 from pathlib import Path
 from typing import Literal
 
-from jacana_common.settings import ServiceSettings
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from jacana_common.settings import ServiceSettings
 from jacana_embeddings.config import BatcherConfig, EmbedderConfig
 
 DEFAULT_MODEL_ID = "all-minilm-l6-v2"
@@ -34,9 +34,7 @@ def default_model_path() -> str:
 class EmbeddingsSettings(ServiceSettings):
     """Every knob of the embeddings service, validated at start-up."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="JACANA_EMBEDDINGS_", extra="ignore", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix="JACANA_EMBEDDINGS_", extra="ignore", frozen=True)
 
     port: int = Field(50061, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
     model: str = Field(
@@ -125,7 +123,9 @@ class EmbeddingsSettings(ServiceSettings):
         if value is not None:
             unknown = set(value.split("+")) - _POOLING_NAMES
             if unknown:
-                raise ValueError(f"unknown pooling {sorted(unknown)}; known {sorted(_POOLING_NAMES)}")
+                raise ValueError(
+                    f"unknown pooling {sorted(unknown)}; known {sorted(_POOLING_NAMES)}"
+                )
         return value
 
     @field_validator("matryoshka_dims")

@@ -9,6 +9,7 @@ output iterator, which aborts the request inside the engine and frees its KV blo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 
@@ -81,11 +82,25 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             return self.tokenizer.encode(text, add_special_tokens=False)
         raise InvalidRequestError("request has no input (prompt, chat or token ids)", "prompt")
 
+    def _clamped(self, sampling: SamplingParams, prompt_len: int) -> SamplingParams:
+        """Lower max_tokens to what the context window leaves after the prompt."""
+        room = self.info.max_model_len - prompt_len
+        if room < 1:
+            raise InvalidRequestError(
+                f"the prompt has {prompt_len} tokens; this model's context length is "
+                f"{self.info.max_model_len} tokens",
+                "prompt",
+            )
+        limit = room if sampling.max_tokens is None else min(sampling.max_tokens, room)
+        return dataclasses.replace(sampling, max_tokens=limit)
+
     async def Generate(self, request, context):
         request_id = request.request_id or uuid.uuid4().hex
         try:
             prompt_ids = await asyncio.to_thread(self._prompt_token_ids, request)
             sampling = sampling_from_pb(request.sampling)
+            if request.sampling.clamp_max_tokens:
+                sampling = self._clamped(sampling, len(prompt_ids))
             outputs = self.engine.generate(request_id, prompt_ids, sampling)
             async for out in outputs:
                 msg = engine_pb2.GenerateResponse(

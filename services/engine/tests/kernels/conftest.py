@@ -74,6 +74,15 @@ class Checks:
             f"{ulps} ulp; worst |diff|={float((out.double() - ref.double()).abs().max()):.3g}"
         )
 
+    @staticmethod
+    def mostly_equal(out, ref, *, max_fraction: float, seed: int, what: str = "") -> None:
+        """At most ``max_fraction`` of the elements differ from ref rounded to out's dtype."""
+        differ = out != ref.to(out.dtype)
+        frac = float(differ.double().mean())
+        assert frac <= max_fraction, (
+            f"{what} seed={seed}: {frac:.3%} of elements differ (<= {max_fraction:.3%})"
+        )
+
 
 @pytest.fixture
 def checks() -> type[Checks]:

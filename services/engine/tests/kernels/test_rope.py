@@ -1,8 +1,10 @@
 """RoPE and Qwen3's q/k-norm + RoPE against the HF-ordered reference.
 
-Tolerance: float32 within 8 ulp of the float64 reference; bfloat16 RoPE within 1 ulp and
-q/k-norm + RoPE within 2 ulp (a last-bit flip of the norm can carry through the rotation).
-Out-of-place outputs are checked on fresh tensors; in-place runs on a copy.
+Tolerance: float32 ‖out − ref‖/‖ref‖ <= 1e-6 and max error <= 1e-5 of max|ref| (the
+rotation's differences cancel, so no per-element ulp bound); bfloat16 rounds at HF's points
+on both sides, so at most 1% of elements may differ (a last-bit flip of the float32 norm
+statistics carries through), rel-L2 <= 2e-3, max error <= 1.6e-2 of max|ref|.
+Out-of-place outputs are poisoned with NaN; in-place runs on a copy.
 """
 
 from __future__ import annotations
@@ -39,25 +41,30 @@ def _check(device, seed, checks, *, tokens, n_q, n_kv, head_dim, rotary_dim, max
     positions = torch.randint(0, max_pos, (tokens,), device=device)
     cache = build_cos_sin_cache(_inv_freq(rotary_dim).to(device), max_pos)
     eps = 1e-6
+    q_out = torch.full_like(q, float("nan"))
+    k_out = torch.full_like(k, float("nan"))
     if qk_norm:
         qw = (1 + 0.2 * torch.randn(head_dim, device=device)).to(dtype)
         kw = (1 + 0.2 * torch.randn(head_dim, device=device)).to(dtype)
         ref_q = qk_norm_rope_reference(q, qw, eps, positions, cache)
         ref_k = qk_norm_rope_reference(k, kw, eps, positions, cache)
-        q_out, k_out = qk_norm_rope(positions, q, k, qw, kw, eps, cache, inplace=False)
+        qk_norm_rope(positions, q, k, qw, kw, eps, cache, q_out=q_out, k_out=k_out)
         q2, k2 = q.clone(), k.clone()
         qk_norm_rope(positions, q2, k2, qw, kw, eps, cache)
     else:
         ref_q = rope_reference(q, positions, cache)
         ref_k = rope_reference(k, positions, cache)
-        q_out, k_out = rope(positions, q, k, cache, inplace=False)
+        rope(positions, q, k, cache, q_out=q_out, k_out=k_out)
         q2, k2 = q.clone(), k.clone()
         rope(positions, q2, k2, cache)
-    ulps = 8 if dtype == torch.float32 else (2 if qk_norm else 1)
     what = f"{'qk_norm_rope' if qk_norm else 'rope'} {dtype} rot={rotary_dim}"
     for out, ref, name in ((q_out, ref_q, "q"), (k_out, ref_k, "k"), (q2, ref_q, "q in place"),
                            (k2, ref_k, "k in place")):  # fmt: skip
-        checks.ulps(out, ref, ulps=ulps, seed=seed, what=f"{what} {name}")
+        if dtype == torch.float32:
+            checks.close(out, ref, rel_l2=1e-6, max_rel=1e-5, seed=seed, what=f"{what} {name}")
+        else:
+            checks.close(out, ref, rel_l2=2e-3, max_rel=1.6e-2, seed=seed, what=f"{what} {name}")
+            checks.mostly_equal(out, ref, max_fraction=0.01, seed=seed, what=f"{what} {name}")
 
 
 @pytest.mark.parametrize("qk_norm", [False, True])

@@ -116,6 +116,11 @@ async def serve(
                 return JSONResponse(await collect(engine, fmt, env), headers=headers)
             finally:
                 engine.close()
+    except BaseException:
+        if handed_off:  # the client left just as the response was made: it will not run
+            engine.close()
+            handed_off = False
+        raise
     finally:
         if not handed_off:
             slot.release()

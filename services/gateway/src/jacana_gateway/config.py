@@ -63,8 +63,8 @@ class GatewaySettings(ServiceSettings):
         le=1_048_576,
         validation_alias=_alias("MAX_NEW_TOKENS"),
         description=(
-            "Largest accepted max_tokens; also the cap sent to the engine when a request "
-            "does not set max_tokens."
+            "Largest accepted max_tokens; also the cap sent to the engine when a chat "
+            "request does not set max_tokens (or sets it to null)."
         ),
     )
     request_timeout_s: float = Field(

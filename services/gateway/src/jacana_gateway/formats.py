@@ -41,7 +41,7 @@ def finish_reason(reason: int) -> str:
     """OpenAI's finish_reason for an engine FinishReason; an abort is an error."""
     if reason == pb.FINISH_REASON_ABORT:
         raise ApiError(503, "The engine aborted the request.", None, "engine_aborted")
-    return _FINISH[reason]
+    return _FINISH.get(reason, "stop")
 
 
 def usage(u: pb.Usage) -> dict[str, Any]:

@@ -102,8 +102,8 @@ class StreamOptions(BaseModel):
     include_obfuscation: Bool | None = Field(None, description="Accepted and ignored.")
 
 
-class SamplingFields(BaseModel):
-    """Fields both endpoints share: sampling, stopping, streaming and ignored extras."""
+class GenerationRequest(BaseModel):
+    """What both endpoints accept: model, sampling, stopping, streaming, ignored extras."""
 
     model_config = _Strict
 
@@ -195,7 +195,7 @@ class ChatMessage(BaseModel):
         return "\n".join(texts)
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatCompletionRequest(GenerationRequest):
     """Body of POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(..., min_length=1)
@@ -225,7 +225,7 @@ class ChatCompletionRequest(SamplingFields):
         return sum(len(m.content) for m in self.messages)
 
 
-class CompletionRequest(SamplingFields):
+class CompletionRequest(GenerationRequest):
     """Body of POST /v1/completions."""
 
     prompt: Annotated[Any, WithJsonSchema(_PROMPT_SCHEMA)] = Field(...)

@@ -3,8 +3,10 @@
 Pure functions: no I/O. The gateway's own limits are enforced here (400s):
 - prompt longer than ``max_prompt_chars`` (chat: all contents together; token-id prompts:
   number of ids), code ``"prompt_too_long"``;
-- ``max_tokens`` / ``max_completion_tokens`` above ``max_new_tokens``. When neither is set the
-  engine gets ``max_new_tokens`` as the cap.
+- ``max_tokens`` / ``max_completion_tokens`` above ``max_new_tokens``. When the request
+  leaves it unset (chat) or null, the engine gets ``max_new_tokens`` with
+  ``clamp_max_tokens`` set, so it is lowered to fit the context rather than rejected;
+  completions default to 16 like OpenAI's.
 Sampling defaults follow OpenAI: temperature 1, top_p 1; ``top_k`` -1 becomes 0 (off);
 negative seeds are taken modulo 2^64 (the engine's seed is unsigned).
 """
@@ -13,12 +15,13 @@ from __future__ import annotations
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
-from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
 _ENGINE_ROLE = {"developer": "system"}
 
 
-def _max_tokens(body: SamplingFields, max_new_tokens: int) -> int:
+def _max_tokens(body: GenerationRequest, max_new_tokens: int) -> int | None:
+    """The client's new-token limit (checked against ``max_new_tokens``), or None if unset."""
     param, value = "max_tokens", body.max_tokens
     if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
         if value is not None and value != body.max_completion_tokens:
@@ -30,7 +33,7 @@ def _max_tokens(body: SamplingFields, max_new_tokens: int) -> int:
             )
         param, value = "max_completion_tokens", body.max_completion_tokens
     if value is None:
-        return max_new_tokens
+        return None
     if value > max_new_tokens:
         raise ApiError(
             400,
@@ -54,14 +57,16 @@ def _check_prompt_size(body: ChatCompletionRequest | CompletionRequest, limit: i
         )
 
 
-def sampling_params(body: SamplingFields, max_new_tokens: int) -> pb.SamplingParams:
+def sampling_params(body: GenerationRequest, max_new_tokens: int) -> pb.SamplingParams:
     """The engine's sampling parameters for ``body`` (raises 400 on limit violations)."""
+    max_tokens = _max_tokens(body, max_new_tokens)
     params = pb.SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
         top_k=max(body.top_k or 0, 0),
         min_p=body.min_p or 0.0,
-        max_tokens=_max_tokens(body, max_new_tokens),
+        max_tokens=max_new_tokens if max_tokens is None else max_tokens,
+        clamp_max_tokens=max_tokens is None,
         stop=body.stop,
         stop_token_ids=body.stop_token_ids or [],
         ignore_eos=body.ignore_eos,

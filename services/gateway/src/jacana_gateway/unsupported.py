@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jacana_common.errors import ApiError
-from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,13 @@ def _refuse(param: str, why: str) -> ApiError:
     return ApiError(400, f"Unsupported value for '{param}': {why}.", param, "unsupported_parameter")
 
 
-def _check_rules(body: SamplingFields, rules: tuple[Rule, ...]) -> None:
+def _check_rules(body: GenerationRequest, rules: tuple[Rule, ...]) -> None:
     for rule in rules:
         if not rule.is_off(getattr(body, rule.field)):
             raise _refuse(rule.field, rule.why)
 
 
-def _check_stream_options(body: SamplingFields) -> None:
+def _check_stream_options(body: GenerationRequest) -> None:
     if body.stream_options is not None and not body.stream:
         raise ApiError(
             400,

@@ -30,14 +30,18 @@ def _silu_and_mul_kernel(
     tl.store(out_ptr + row * stride_o + cols, (act * up).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """x: [T, 2 * I] (gate then up) -> [T, I] in x's dtype."""
+def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x: [T, 2 * I] (gate then up) -> [T, I] in x's dtype (or into ``out`` [T, I])."""
     num_tokens, width = x.shape
     if width % 2:
         raise ValueError(f"silu_and_mul needs an even last dimension, got {width}")
     check_last_dim_contiguous("x", x)
     inter = width // 2
-    out = torch.empty(num_tokens, inter, dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty(num_tokens, inter, dtype=x.dtype, device=x.device)
+    elif out.shape != (num_tokens, inter):
+        raise ValueError(f"out {tuple(out.shape)} != ({num_tokens}, {inter})")
+    check_last_dim_contiguous("out", out)
     if num_tokens == 0:
         return out
     _silu_and_mul_kernel[(num_tokens, triton.cdiv(inter, _BLOCK))](

@@ -105,7 +105,7 @@ def _prefill_kernel(
         # s: [BLOCK_M, BLOCK_N] in log2 units; key 0 is visible to every row, so the first
         # tile makes m_i finite and later all-masked rows keep alpha = 1, p = 0.
         s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale_log2
-        visible = (n[None, :] <= q_pos[:, None]) & n_mask[None, :]
+        visible = (n[None, :] < q_pos[:, None] + 2) & n_mask[None, :]
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)

@@ -75,9 +75,11 @@ def rms_norm(
     x: torch.Tensor,  # [T, hidden]
     weight: torch.Tensor,  # [hidden]
     eps: float,
-) -> torch.Tensor:  # [T, hidden] in x's dtype
+    *,
+    out: torch.Tensor | None = None,  # [T, hidden]; may be x itself
+) -> torch.Tensor:  # [T, hidden] in out's dtype (x's by default)
     """``weight * (x / sqrt(mean(x²) + eps))`` per row, HF rounding order."""
-    out = torch.empty_like(x)
+    out = torch.empty_like(x) if out is None else _checked_out("out", out, x)
     _launch(x, x, weight, eps, out, out)
     return out
 
@@ -87,13 +89,26 @@ def fused_add_rms_norm(
     residual: torch.Tensor,  # [T, hidden]
     weight: torch.Tensor,  # [hidden]
     eps: float,
+    *,
+    out: torch.Tensor | None = None,  # [T, hidden]
+    residual_out: torch.Tensor | None = None,  # [T, hidden]
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (normed, new_residual), both [T, hidden]
     """``new_residual = x + residual`` (rounded to x's dtype), ``normed =
-    rms_norm(new_residual)``, in one pass. Inputs are not modified."""
+    rms_norm(new_residual)``, in one pass. With ``out=x, residual_out=residual`` it runs
+    in place; by default the inputs are left alone."""
     if residual.shape != x.shape:
         raise ValueError(f"residual {tuple(residual.shape)} != x {tuple(x.shape)}")
     check_last_dim_contiguous("residual", residual)
-    out = torch.empty_like(x)
-    new_residual = torch.empty_like(x)
+    out = torch.empty_like(x) if out is None else _checked_out("out", out, x)
+    new_residual = (
+        torch.empty_like(x) if residual_out is None else _checked_out("residual_out", residual_out, x)
+    )
     _launch(x, residual, weight, eps, out, new_residual)
     return out, new_residual
+
+
+def _checked_out(name: str, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    if out.shape != x.shape:
+        raise ValueError(f"{name} {tuple(out.shape)} != x {tuple(x.shape)}")
+    check_last_dim_contiguous(name, out)
+    return out

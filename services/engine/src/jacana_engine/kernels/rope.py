@@ -8,7 +8,7 @@ RMSNorm over each head's ``head_dim`` with a shared weight [head_dim].
 
 Rounding follows HF in the activation dtype: cos/sin are cast to it, each product is
 rounded, then the sum; the q/k norm rounds like ``rms_norm``. Works in place (the default)
-or into fresh tensors; q and k may be strided views of a fused QKV projection.
+or into given output tensors; q and k may be strided views of a fused QKV projection.
 """
 
 from __future__ import annotations
@@ -136,7 +136,8 @@ def _rope(
     q_weight: torch.Tensor | None,
     k_weight: torch.Tensor | None,
     eps: float,
-    inplace: bool,
+    q_out: torch.Tensor | None,
+    k_out: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     num_tokens, n_q, head_dim = q.shape
     n_kv = k.shape[1]
@@ -151,8 +152,12 @@ def _rope(
         raise ValueError("cos_sin_cache must be float32 with unit stride on its last dimension")
     check_last_dim_contiguous("q", q)
     check_last_dim_contiguous("k", k)
-    q_out = q if inplace else torch.empty_like(q)
-    k_out = k if inplace else torch.empty_like(k)
+    q_out = q if q_out is None else q_out
+    k_out = k if k_out is None else k_out
+    if q_out.shape != q.shape or k_out.shape != k.shape:
+        raise ValueError("q_out / k_out must have the shapes of q / k")
+    check_last_dim_contiguous("q_out", q_out)
+    check_last_dim_contiguous("k_out", k_out)
     if num_tokens == 0:
         return q_out, k_out
     has_norm = q_weight is not None
@@ -198,10 +203,11 @@ def rope(
     k: torch.Tensor,  # [T, n_kv, head_dim]
     cos_sin_cache: torch.Tensor,  # [max_positions, rotary_dim] float32
     *,
-    inplace: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:  # (q, k) rotated; the inputs themselves if inplace
+    q_out: torch.Tensor | None = None,  # [T, n_heads, head_dim]; None = in place
+    k_out: torch.Tensor | None = None,  # [T, n_kv, head_dim]; None = in place
+) -> tuple[torch.Tensor, torch.Tensor]:  # (q_out, k_out)
     """Rotate q and k by their tokens' positions. Positions must index the table."""
-    return _rope(positions, q, k, cos_sin_cache, None, None, 0.0, inplace)
+    return _rope(positions, q, k, cos_sin_cache, None, None, 0.0, q_out, k_out)
 
 
 def qk_norm_rope(
@@ -213,10 +219,11 @@ def qk_norm_rope(
     eps: float,
     cos_sin_cache: torch.Tensor,  # [max_positions, rotary_dim] float32
     *,
-    inplace: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:  # (q, k); the inputs themselves if inplace
+    q_out: torch.Tensor | None = None,  # [T, n_heads, head_dim]; None = in place
+    k_out: torch.Tensor | None = None,  # [T, n_kv, head_dim]; None = in place
+) -> tuple[torch.Tensor, torch.Tensor]:  # (q_out, k_out)
     """Qwen3: RMSNorm each head of q (weight ``q_weight``) and k (``k_weight``) over
     ``head_dim``, then rotate, in one pass."""
     if k_weight is None or q_weight is None:
         raise ValueError("qk_norm_rope needs both q_weight and k_weight")
-    return _rope(positions, q, k, cos_sin_cache, q_weight, k_weight, eps, inplace)
+    return _rope(positions, q, k, cos_sin_cache, q_weight, k_weight, eps, q_out, k_out)

@@ -102,6 +102,7 @@ def sample(
     steps: torch.Tensor,  # [N] int64, per request, advanced once per generated token
     *,
     plan: FilterPlan | None = None,
+    out: torch.Tensor | None = None,  # [N] int64
 ) -> torch.Tensor:  # [N] int64 token ids, on logits' device
     """Draw one token per row (distribution: ``reference.sampling_probs_reference``).
 
@@ -116,7 +117,10 @@ def sample(
                     ("min_p", min_p), ("seeds", seeds), ("steps", steps)):  # fmt: skip
         if t.shape != (n,):
             raise ValueError(f"{name} must be [{n}], got {tuple(t.shape)}")
-    out = torch.empty(n, dtype=torch.int64, device=logits.device)
+    if out is None:
+        out = torch.empty(n, dtype=torch.int64, device=logits.device)
+    elif out.shape != (n,) or out.dtype != torch.int64:
+        raise ValueError(f"out must be [{n}] int64")
     if n == 0:
         return out
     plan = plan or FilterPlan(active=True, sort_width=vocab)

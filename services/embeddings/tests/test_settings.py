@@ -1,0 +1,71 @@
+"""Settings: defaults, environment parsing and start-up errors that name the variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jacana_common.settings import SettingsError
+from jacana_embeddings.settings import DEFAULT_MODEL_ID, EmbeddingsSettings, default_model_path
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("JACANA_EMBEDDINGS_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_serve_minilm():
+    s = EmbeddingsSettings.load()
+    assert s.model_id == DEFAULT_MODEL_ID == "all-minilm-l6-v2"
+    config = s.embedder_config()
+    assert config.model_dir == Path(default_model_path())
+    assert (config.model_dir / "model.safetensors").is_file()
+    assert config.pooling is None and config.normalize is None and config.matryoshka_dims is None
+    b = s.batcher_config()
+    assert (b.max_batch_tokens, b.max_wait_ms, s.max_inputs_per_request) == (16384, 2.0, 2048)
+
+
+def test_environment_is_read(monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_MODEL", str(tmp_path))
+    monkeypatch.setenv("JACANA_EMBEDDINGS_POOLING", "cls+max")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_NORMALIZE", "false")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_MATRYOSHKA_DIMS", "[256, 128]")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_MAX_WAIT_MS", "0")
+    s = EmbeddingsSettings.load()
+    config = s.embedder_config()
+    assert config.model_dir == tmp_path and config.pooling == ("cls", "max")
+    assert config.normalize is False and config.matryoshka_dims == (256, 128)
+    assert s.batcher_config().max_wait_ms == 0
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("MAX_WAIT_MS", "-1", "greater than or equal"),
+        ("MAX_BATCH_TOKENS", "8", "greater than or equal"),
+        ("MAX_INPUTS_PER_REQUEST", "0", "greater than or equal"),
+        ("DEVICE", "tpu", "pattern"),
+        ("DTYPE", "int8", "float32"),
+        ("POOLING", "median", "unknown pooling"),
+        ("MATRYOSHKA_DIMS", "[0]", "positive"),
+        ("MODEL", "/nonexistent/model", "not a model directory"),
+        ("MODEL_ID", "has space", "pattern"),
+    ],
+)
+def test_invalid_values_fail_with_the_variable_name(monkeypatch, name, value, message):
+    monkeypatch.setenv(f"JACANA_EMBEDDINGS_{name}", value)
+    with pytest.raises(SettingsError) as exc:
+        EmbeddingsSettings.load()
+    text = str(exc.value)
+    assert f"JACANA_EMBEDDINGS_{name}" in text and message in text
+
+
+def test_every_field_is_documented():
+    for name, field in EmbeddingsSettings.model_fields.items():
+        assert field.description, name
