@@ -86,7 +86,7 @@ class PagedDriver:
         return out
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def paged_driver():
     """Factory: ``paged_driver(model, block_size=16, ...)`` -> ``PagedDriver``."""
     return PagedDriver

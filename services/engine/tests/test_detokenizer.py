@@ -141,6 +141,15 @@ def test_random_ids_including_invalid_utf8(tok, kind):
         assert "".join(pieces) == tok.decode(ids)
 
 
+@pytest.mark.parametrize("kind", [ByteStreamDecoder, WindowDecoder])
+def test_ids_past_the_vocabulary_decode_to_nothing(tok, kind):
+    # Models pad their embedding rows past the tokenizer's vocabulary; a sampled padding id
+    # must not break the stream.
+    ids = [*tok.encode("Hello"), tok.vocab_size + 5, *tok.encode(" world")]
+    pieces, _ = stream(Detokenizer(tok, decoder=kind(tok)), ids)
+    assert "".join(pieces) == tok.decode(ids) == "Hello world"
+
+
 def test_window_decoder_keeps_a_bounded_window(tok):
     decoder = WindowDecoder(tok)
     ids = tok.encode("word " * 500)

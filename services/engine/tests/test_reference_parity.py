@@ -19,6 +19,7 @@ from jacana_engine.loader import load_model
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NEW_TOKENS = 64
 
+# seven plain-text prompts; the eighth is the chat-formatted CHAT
 PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):\n    ",
@@ -26,7 +27,6 @@ PROMPTS = [
     "1, 2, 3, 5, 8, 13,",
     "Water boils at",
     "The three primary colors are red,",
-    "Translate to French: 'Good morning, how are you?'\nFrench:",
     "import numpy as np\nimport torch\n\nclass Model(torch.nn.Module):",
 ]
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
@@ -107,10 +107,15 @@ def test_prompt_logits_match(ours, hf, prompt_ids, paged_driver):
         assert (logits - ref).abs().max().item() < 1e-3
 
 
-def test_greedy_generation_token_exact(ours, hf, prompt_ids, paged_driver):
+@pytest.fixture(scope="module")
+def our_generations(ours, prompt_ids, paged_driver):
+    """Greedy continuations of all prompts, decoded together through the paged cache."""
+    return paged_driver(ours, block_size=16).generate(prompt_ids, NEW_TOKENS)
+
+
+def test_greedy_generation_token_exact(hf, prompt_ids, our_generations):
     model, tok = hf
-    got = paged_driver(ours, block_size=16).generate(prompt_ids, NEW_TOKENS)
-    for ids, own in zip(prompt_ids, got, strict=True):
+    for ids, own in zip(prompt_ids, our_generations, strict=True):
         with torch.inference_mode():
             out = model.generate(
                 torch.tensor([ids]),
@@ -119,13 +124,14 @@ def test_greedy_generation_token_exact(ours, hf, prompt_ids, paged_driver):
                 max_new_tokens=NEW_TOKENS,
             )
         want = out[0, len(ids) :].tolist()
-        assert own == want, f"prompt {tok.decode(ids)!r}:\n{tok.decode(own)!r}\n{tok.decode(want)!r}"
+        assert own == want, (
+            f"prompt {tok.decode(ids)!r}:\n{tok.decode(own)!r}\n{tok.decode(want)!r}"
+        )
 
 
-def test_chat_prompt_answers_paris(ours, prompt_ids, paged_driver, hf):
+def test_chat_prompt_answers_paris(hf, our_generations):
     _, tok = hf
-    (answer,) = paged_driver(ours).generate([prompt_ids[-1]], 16)
-    assert "Paris" in tok.decode(answer)
+    assert "Paris" in tok.decode(our_generations[-1])
 
 
 def test_mixed_batch_equals_separate_runs(ours, prompt_ids, paged_driver):

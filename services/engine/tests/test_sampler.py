@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -65,6 +66,23 @@ def test_frequencies_match_the_filtered_softmax(params):
         assert chi2 < chi_square_critical(int(kept.sum()) - 1)
 
 
+def test_mixed_batch_filters_each_row_by_its_own_params():
+    mix = [PARAMS[1], PARAMS[2], SamplingParams(temperature=0.0), PARAMS[3], PARAMS[5]]
+    draws = 6000
+    params = mix * draws
+    logits = torch.tensor([LOGITS] * len(params))
+    tokens = Sampler(torch.Generator().manual_seed(8))(logits, params).view(draws, len(mix))
+    for column, p in enumerate(mix):
+        counts = torch.bincount(tokens[:, column], minlength=len(LOGITS)).double()
+        expected = (
+            torch.nn.functional.one_hot(torch.tensor(0), len(LOGITS)).double()
+            if p.greedy
+            else torch.tensor(reference_probs(LOGITS, p), dtype=torch.float64)
+        )
+        assert counts[expected == 0].sum() == 0
+        assert (counts / draws - expected).abs().max() < 0.025
+
+
 def test_per_row_generators_sample_the_same_distribution():
     params = SamplingParams(temperature=0.8, top_p=0.95)
     rows = 4000
@@ -90,15 +108,13 @@ def test_greedy_is_argmax_and_draws_nothing():
 
 
 def seeded_run(
-    seed: int, steps: list[torch.Tensor], position: int, others: list[SamplingParams]
+    params: SamplingParams, steps: list[torch.Tensor], position: int, others: list[SamplingParams]
 ) -> list[int]:
     """Tokens of one seeded request sampled over ``steps``, sitting at ``position`` among
-    ``others`` (which get fresh logits and their own generators each step)."""
-    params = SamplingParams(temperature=0.8, top_p=0.9, seed=seed)
-    own = torch.Generator().manual_seed(seed)
-    other_gens = [
-        torch.Generator().manual_seed(7 + i) if not p.greedy else None for i, p in enumerate(others)
-    ]
+    ``others`` (fresh logits each step; their own generator when they have a seed, else the
+    sampler's shared one)."""
+    own = torch.Generator().manual_seed(params.seed)
+    other_gens = [None if p.seed is None else torch.Generator().manual_seed(p.seed) for p in others]
     noise = torch.Generator().manual_seed(position + 100 * len(others))
     sampler = Sampler(default_generator=torch.Generator().manual_seed(99))
     out = []
@@ -113,19 +129,28 @@ def seeded_run(
     return out
 
 
-def test_same_seed_same_tokens_whatever_the_batch():
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.8, top_p=0.9, seed=42),
+        SamplingParams(temperature=1.0, seed=42),
+        SamplingParams(temperature=0.7, top_k=20, seed=42),
+        SamplingParams(temperature=1.1, min_p=0.05, seed=42),
+    ],
+)
+def test_same_seed_same_tokens_whatever_the_batch(params):
     g = torch.Generator().manual_seed(5)
     steps = [torch.randn(300, generator=g) for _ in range(40)]
-    alone = seeded_run(42, steps, 0, [])
+    alone = seeded_run(params, steps, 0, [])
     crowds = [
         (0, [SamplingParams(temperature=0.0)] * 3),
-        (2, [SamplingParams(temperature=1.0, top_k=5), SamplingParams(temperature=0.0)] * 2),
-        (1, [SamplingParams(temperature=1.2, min_p=0.2), SamplingParams(temperature=0.5)]),
-        (3, [SamplingParams(temperature=1.0)] * 3),  # unseeded-style rows: shared draws
+        (2, [SamplingParams(top_k=5, seed=1), SamplingParams(temperature=0.0)] * 2),
+        (1, [SamplingParams(temperature=1.2, min_p=0.2, seed=2), SamplingParams(top_p=0.5)]),
+        (3, [SamplingParams(temperature=1.0)] * 3),  # unseeded rows: shared draws
     ]
     for position, others in crowds:
-        assert seeded_run(42, steps, position, others) == alone
-    assert seeded_run(43, steps, 0, []) != alone  # the seed does matter
+        assert seeded_run(params, steps, position, others) == alone
+    assert seeded_run(replace(params, seed=43), steps, 0, []) != alone  # the seed does matter
 
 
 def test_rows_without_generator_share_the_default():
@@ -158,6 +183,14 @@ def test_min_p_one_keeps_only_the_top_token():
     assert torch.all(tokens == 0)
 
 
+def test_ties_at_the_cut_are_kept():
+    # Like HF's top-k: every token tied with the k-th survives, whatever order a sort picks.
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.5, 3.0, -1.0]] * 3000)
+    for params in (SamplingParams(top_k=2), SamplingParams(top_k=2, top_p=0.99)):
+        tokens = Sampler(torch.Generator().manual_seed(4))(logits, [params] * 3000)
+        assert set(tokens.tolist()) == {1, 2, 4}
+
+
 def test_all_but_one_masked():
     logits = torch.full((300, 20), float("-inf"))
     logits[:, 13] = -5.0
@@ -170,7 +203,8 @@ def test_half_precision_logits_and_batch_object():
     logits = torch.randn(4, 64).to(torch.bfloat16)
     params = [SamplingParams(temperature=0.5, top_k=8)] * 4
     batch = SamplingBatch.build(params, [None] * 4, vocab_size=64)
-    assert batch.needs_sort and not batch.needs_min_p and not batch.all_greedy
+    assert batch.top_k_rows is not None and batch.nucleus_rows is None
+    assert not batch.needs_min_p and not batch.all_greedy
     tokens = Sampler(torch.Generator().manual_seed(0)).sample(logits, batch)
     top8 = logits.float().topk(8, dim=-1).indices
     assert tokens.dtype == torch.int64

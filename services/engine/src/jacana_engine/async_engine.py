@@ -160,9 +160,7 @@ class AsyncEngine:
             log.exception("engine step failed; the engine is stopping")
             self._die(exc)
 
-    def _add(
-        self, request_id: str, prompt: list[int], sp: SamplingParams, stream: _Stream
-    ) -> None:
+    def _add(self, request_id: str, prompt: list[int], sp: SamplingParams, stream: _Stream) -> None:
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         self.engine.add_request(request_id, prompt, sp)

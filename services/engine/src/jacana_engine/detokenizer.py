@@ -53,7 +53,8 @@ class ByteStreamDecoder:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token_id: int) -> str:
-        if token_id in self._skip:
+        # Ids past the vocabulary (padded embedding rows) decode to nothing, as in the backend.
+        if token_id in self._skip or not 0 <= token_id < len(self._table):
             return ""
         return self._utf8.decode(self._table[token_id])
 

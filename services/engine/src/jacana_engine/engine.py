@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from typing import Literal
 
 from jacana_engine.config import EngineConfig
 from jacana_engine.detokenizer import Detokenizer
@@ -26,8 +27,6 @@ from jacana_engine.sequence import Sequence
 from jacana_engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
-
-LOAD = "load"  # ``tokenizer=LOAD``: read the tokenizer from ``config.model``
 
 
 @dataclass(frozen=True)
@@ -66,9 +65,10 @@ class EngineStats:
 class LLMEngine:
     """Continuous-batching engine over one model.
 
-    ``model`` / ``tokenizer`` may be passed in (tests, benchmarks); by default both are
-    loaded from ``config.model``. ``tokenizer=None`` runs on token ids only (no text, no
-    stop strings); a dummy-weights model without tokenizer files gets that automatically.
+    ``model`` / ``tokenizer`` may be passed in (tests, benchmarks); by default
+    (``tokenizer="auto"``) both are loaded from ``config.model``. ``tokenizer=None`` runs on
+    token ids only (no text, no stop strings); dummy weights without tokenizer files get
+    that automatically. Raises ``ValueError`` for a configuration that cannot run.
     """
 
     def __init__(
@@ -76,7 +76,7 @@ class LLMEngine:
         config: EngineConfig,
         *,
         model: CausalLM | None = None,
-        tokenizer: Tokenizer | str | None = LOAD,
+        tokenizer: Tokenizer | Literal["auto"] | None = "auto",
     ) -> None:
         self.config = config
         if model is None:
@@ -84,10 +84,15 @@ class LLMEngine:
 
             model = load_model(config)
         self.model = model
-        self.tokenizer = _load_tokenizer(config) if tokenizer == LOAD else tokenizer
+        self.tokenizer = _load_tokenizer(config) if isinstance(tokenizer, str) else tokenizer
         cfg = model.config
         self.vocab_size = cfg.vocab_size
         self.max_model_len = config.max_model_len or cfg.max_position_embeddings
+        if not 1 < self.max_model_len <= cfg.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len must be in [2, {cfg.max_position_embeddings}] (the model's "
+                f"context), got {self.max_model_len}"
+            )
         eos = set(cfg.eos_token_ids)
         if self.tokenizer is not None:
             eos |= set(self.tokenizer.eos_token_ids)
@@ -124,7 +129,7 @@ class LLMEngine:
             dtype=config.dtype,
             device=config.device,
             eos_token_ids=tuple(main_eos + sorted(self.eos_token_ids - set(main_eos))),
-            has_chat_template=bool(getattr(self.tokenizer, "chat_template", None)),
+            has_chat_template=self.tokenizer is not None and bool(self.tokenizer.chat_template),
         )
 
     # ---- requests -----------------------------------------------------------------------
@@ -301,7 +306,7 @@ def _load_tokenizer(config: EngineConfig) -> Tokenizer | None:
     """The model's tokenizer; None for dummy weights that come without one."""
     try:
         return Tokenizer.from_path(config.model)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, NotImplementedError) as exc:
         if config.load_format != "dummy":
             raise
         log.warning("no tokenizer at %s (%s): serving token ids only", config.model, exc)

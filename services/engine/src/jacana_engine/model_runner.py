@@ -24,6 +24,7 @@ from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class Batch:
     """Host tensors of one step.

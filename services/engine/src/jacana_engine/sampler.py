@@ -1,8 +1,8 @@
 """Batched token sampling: logits ``[N, V]`` + per-row parameters -> token ids ``[N]``.
 
 Runs on the logits' device (GPU in production, CPU in tests); holds no state between steps.
-The only state is each request's ``torch.Generator``, owned by the engine's request record
-and created by ``RequestRng``.
+The only state is each request's ``torch.Generator``, kept with the request by the engine
+(``RequestRng`` shows how to make them: the seed, or one drawn from an engine-level source).
 
 Order of operations per row (as Hugging Face ``generate``): temperature, top-k, top-p,
 min-p, then a draw from the renormalized distribution. Greedy rows (temperature 0) take the
@@ -12,7 +12,8 @@ Per-request seeds: a sampled row draws its randomness only from its own generato
 exponential variate per vocabulary entry per step, indexed by token id, and picks
 ``argmax(p / E)`` (the exponential race, equivalent to sampling from ``p``). What a row
 samples therefore depends only on its logits, its parameters and its generator's state,
-never on which other requests share the batch.
+never on which other requests share the batch. Rows given no generator draw from the
+sampler's shared one instead, with no such guarantee.
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ class RequestRng:
 class SamplingBatch:
     """The per-row parameters of one step, as tensors on the logits' device.
 
-    temperature, top_p, min_p: [N] float32; top_k: [N] int64 (0 = off, stored as V).
+    temperature, top_p, min_p: [N] float32; top_k: [N] int64 (V when off).
     greedy: [N] bool, and the same flags as a tuple for host-side loops (no device sync).
     generators: one per row; None draws from the sampler's shared generator.
+    nucleus_rows: sampled rows with top-p (a full sort; their top-k is applied there too).
+    top_k_rows: sampled rows with top-k and no top-p (a partial ``topk``, no sort).
     """
 
     temperature: torch.Tensor
@@ -64,9 +67,19 @@ class SamplingBatch:
     greedy: torch.Tensor
     greedy_rows: tuple[bool, ...]
     generators: tuple[torch.Generator | None, ...]
-    all_greedy: bool
-    needs_sort: bool  # some sampled row uses top-k or top-p
+    nucleus_rows: torch.Tensor | None
+    top_k_rows: torch.Tensor | None
+    max_top_k: int
     needs_min_p: bool
+
+    @property
+    def all_greedy(self) -> bool:
+        return all(self.greedy_rows)
+
+    @property
+    def filters(self) -> bool:
+        """Some sampled row uses top-k, top-p or min-p."""
+        return self.nucleus_rows is not None or self.top_k_rows is not None or self.needs_min_p
 
     @classmethod
     def build(
@@ -78,9 +91,13 @@ class SamplingBatch:
     ) -> SamplingBatch:
         if len(params) != len(generators):
             raise ValueError(f"{len(params)} params but {len(generators)} generators")
-        greedy = [p.greedy for p in params]
-        sampled = [p for p in params if not p.greedy]
         top_k = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
+        nucleus = [i for i, p in enumerate(params) if not p.greedy and p.top_p < 1.0]
+        only_k = [
+            i
+            for i, p in enumerate(params)
+            if not p.greedy and p.top_p >= 1.0 and top_k[i] < vocab_size
+        ]
 
         def tensor(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
@@ -91,12 +108,13 @@ class SamplingBatch:
             top_k=tensor(top_k, torch.int64),
             top_p=tensor([p.top_p for p in params], torch.float32),
             min_p=tensor([p.min_p for p in params], torch.float32),
-            greedy=tensor(greedy, torch.bool),
-            greedy_rows=tuple(greedy),
+            greedy=tensor([p.greedy for p in params], torch.bool),
+            greedy_rows=tuple(p.greedy for p in params),
             generators=tuple(generators),
-            all_greedy=all(greedy),
-            needs_sort=any((0 < p.top_k < vocab_size) or p.top_p < 1.0 for p in sampled),
-            needs_min_p=any(p.min_p > 0.0 for p in sampled),
+            nucleus_rows=tensor(nucleus, torch.int64) if nucleus else None,
+            top_k_rows=tensor(only_k, torch.int64) if only_k else None,
+            max_top_k=max((top_k[i] for i in only_k), default=0),
+            needs_min_p=any(p.min_p > 0.0 and not p.greedy for p in params),
         )
 
 
@@ -129,6 +147,8 @@ class Sampler:
         probs = sampling_probs(logits, batch)  # [N, V]
         noise = self._exponential_noise(probs, batch)  # [N, V]
         sampled = probs.div_(noise).argmax(dim=-1)  # [N]
+        if not any(batch.greedy_rows):
+            return sampled
         return torch.where(batch.greedy, logits.argmax(dim=-1), sampled)
 
     def _exponential_noise(self, probs: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -153,42 +173,47 @@ class Sampler:
 def sampling_probs(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """The distribution each sampled row draws from: [N, V] float32, rows sum to 1.
 
-    Greedy rows come back as the plain softmax (the caller takes their argmax instead).
+    Every filter is a per-row floor on the scaled logits; tokens tied with the last kept one
+    are kept too (as HF's top-k does), so the result never depends on how a sort orders ties.
+    Greedy rows come back unfiltered (the caller takes their argmax instead).
     """
     scaled = logits / batch.temperature.unsqueeze(1)  # [N, V]
-    if batch.needs_sort:
-        scaled = _mask_top_k_top_p(scaled, batch.top_k, batch.top_p)
+    if not batch.filters:
+        return torch.softmax(scaled, dim=-1)
+    floor = torch.full_like(batch.temperature, float("-inf"))  # [N]
+    if batch.top_k_rows is not None:
+        rows = batch.top_k_rows
+        floor[rows] = _top_k_floor(scaled[rows], batch.top_k[rows], batch.max_top_k)
+    if batch.nucleus_rows is not None:
+        rows = batch.nucleus_rows
+        floor[rows] = _nucleus_floor(scaled[rows], batch.top_k[rows], batch.top_p[rows])
     if batch.needs_min_p:
-        scaled = _mask_min_p(scaled, batch.min_p)
-    return torch.softmax(scaled, dim=-1)
+        # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p); top-k and top-p
+        # renormalize but never drop the top token, so the ratio is the same after them.
+        # log(0) = -inf: rows without min-p keep everything.
+        min_p_floor = scaled.max(dim=-1).values + torch.log(batch.min_p)
+        floor = torch.maximum(floor, min_p_floor)
+    return torch.softmax(scaled.masked_fill(scaled < floor.unsqueeze(1), float("-inf")), dim=-1)
 
 
-def _mask_top_k_top_p(
-    scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
-) -> torch.Tensor:
-    # Both keep a prefix of the tokens sorted by logit; stable so ties cut the same way in
-    # any batch.
-    sorted_logits, order = scaled.sort(dim=-1, descending=True, stable=True)  # [N, V]
-    positions = torch.arange(scaled.shape[-1], device=scaled.device)  # [V]
-    drop = positions.unsqueeze(0) >= top_k.unsqueeze(1)  # [N, V]
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    # top-p over what top-k kept: keep a token while the mass before it is below top_p; the
-    # most likely token is always kept.
-    sorted_probs = torch.softmax(sorted_logits, dim=-1)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    # Rows with top_p == 1 keep everything even where rounding lets the mass reach 1 early.
-    drop = (mass_before >= top_p.unsqueeze(1)) & (top_p < 1.0).unsqueeze(1)
-    drop[:, 0] = False
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(scaled).scatter_(-1, order, sorted_logits)
+def _top_k_floor(scaled: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> torch.Tensor:
+    # scaled: [M, V]; top_k: [M] -> the k-th largest logit per row: [M]
+    largest = scaled.topk(max_top_k, dim=-1).values  # [M, max_top_k], descending
+    return largest.gather(1, (top_k - 1).unsqueeze(1)).squeeze(1)
 
 
-def _mask_min_p(scaled: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
-    # p_i < min_p * p_max  <=>  logit_i < logit_max + log(min_p); renormalization after top-k
-    # or top-p does not change the ratio.
-    top = scaled.max(dim=-1, keepdim=True).values  # [N, 1]
-    threshold = top + torch.log(min_p).unsqueeze(1)  # log(0) = -inf keeps everything
-    return scaled.masked_fill(scaled < threshold, float("-inf"))
+def _nucleus_floor(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    # scaled: [M, V] -> the smallest logit top-k then top-p keep, per row: [M]
+    ordered = scaled.sort(dim=-1, descending=True).values  # [M, V]
+    kth = ordered.gather(1, (top_k - 1).unsqueeze(1))  # [M, 1]
+    ordered = ordered.masked_fill(ordered < kth, float("-inf"))
+    # top-p over what top-k kept: keep tokens while the mass before them is below top_p
+    # (a prefix, since that mass only grows); the most likely token always stays.
+    probs = torch.softmax(ordered, dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    kept = (mass_before < top_p.unsqueeze(1)).sum(dim=-1).clamp_min(1)  # [M]
+    cutoff = ordered.gather(1, (kept - 1).unsqueeze(1))  # [M, 1]
+    return torch.maximum(cutoff, kth).squeeze(1)
 
 
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:

@@ -118,8 +118,10 @@ class PagedBatch:
             blocks = pool[start : start + n_blocks]
             start += n_blocks
             tables.append(blocks + [0] * (width - n_blocks))
-            slots += [blocks[p // block_size] * block_size + p % block_size
-                      for p in range(s_len - q_len, s_len)]  # fmt: skip
+            slots += [
+                blocks[p // block_size] * block_size + p % block_size
+                for p in range(s_len - q_len, s_len)
+            ]
         self.block_tables = torch.tensor(tables, dtype=torch.int32, device=device)
         self.slot_mapping = torch.tensor(slots, dtype=torch.int64, device=device)
         qsl = [0]

@@ -10,8 +10,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from jacana_engine.kernels.activation import silu_and_mul  # noqa: E402
-from jacana_engine.kernels.reference import silu_and_mul_reference  # noqa: E402
+from jacana_engine.kernels.activation import silu_and_mul
+from jacana_engine.kernels.reference import silu_and_mul_reference
 
 ULPS = {torch.float32: 8, torch.bfloat16: 2}
 
@@ -20,8 +20,13 @@ def _check(device, seed, checks, tokens, inter, dtype) -> None:
     x = (torch.randn(tokens, 2 * inter, device=device) * 4).to(dtype)
     out = torch.full((tokens, inter), float("nan"), device=device, dtype=dtype)
     silu_and_mul(x, out=out)
-    checks.ulps(out, silu_and_mul_reference(x), ulps=ULPS[dtype], seed=seed,
-                what=f"silu_and_mul {dtype} {inter}")  # fmt: skip
+    checks.ulps(
+        out,
+        silu_and_mul_reference(x),
+        ulps=ULPS[dtype],
+        seed=seed,
+        what=f"silu_and_mul {dtype} {inter}",
+    )
 
 
 @pytest.mark.parametrize("tokens,inter", [(5, 300), (2, 2500)])

@@ -15,10 +15,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from jacana_engine.kernels.decode_attention import paged_decode_attention  # noqa: E402
-from jacana_engine.kernels.kv_cache_write import kv_cache_write  # noqa: E402
-from jacana_engine.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
-from jacana_engine.kernels.reference import paged_attention_reference  # noqa: E402
+from jacana_engine.kernels.decode_attention import paged_decode_attention
+from jacana_engine.kernels.kv_cache_write import kv_cache_write
+from jacana_engine.kernels.prefill_attention import paged_prefill_attention
+from jacana_engine.kernels.reference import paged_attention_reference
 
 TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 3e-2)}
 
@@ -27,29 +27,82 @@ def _dtypes(device) -> list[torch.dtype]:
     return [torch.float32, torch.bfloat16] if device.type == "cuda" else [torch.float32]
 
 
-def _check_decode(device, seed, checks, paged_batch, *, seq_lens, n_heads, n_kv, head_dim,
-                  block_size, dtype, num_splits):  # fmt: skip
-    batch = paged_batch([1] * len(seq_lens), seq_lens, block_size=block_size, n_kv=n_kv,
-                        head_dim=head_dim, dtype=dtype, device=device)  # fmt: skip
+def _check_decode(
+    device,
+    seed,
+    checks,
+    paged_batch,
+    *,
+    seq_lens,
+    n_heads,
+    n_kv,
+    head_dim,
+    block_size,
+    dtype,
+    num_splits,
+):
+    batch = paged_batch(
+        [1] * len(seq_lens),
+        seq_lens,
+        block_size=block_size,
+        n_kv=n_kv,
+        head_dim=head_dim,
+        dtype=dtype,
+        device=device,
+    )
     q = torch.randn(len(seq_lens), n_heads, head_dim, device=device).to(dtype)
     k = torch.randn(len(seq_lens), n_kv, head_dim, device=device).to(dtype)
     v = torch.randn(len(seq_lens), n_kv, head_dim, device=device).to(dtype)
     kv_cache_write(k, v, batch.kv_cache, batch.slot_mapping)  # this step's token
     scale = head_dim**-0.5
     out = torch.full_like(q, float("nan"))
-    paged_decode_attention(q, batch.kv_cache, batch.seq_lens_t, batch.block_tables, scale,
-                           num_splits=num_splits, max_seq_len=max(seq_lens), out=out)  # fmt: skip
-    ref = paged_attention_reference(q, batch.kv_cache, batch.query_start_loc, batch.seq_lens_t,
-                                    batch.block_tables, scale)  # fmt: skip
+    paged_decode_attention(
+        q,
+        batch.kv_cache,
+        batch.seq_lens_t,
+        batch.block_tables,
+        scale,
+        num_splits=num_splits,
+        max_seq_len=max(seq_lens),
+        out=out,
+    )
+    ref = paged_attention_reference(
+        q, batch.kv_cache, batch.query_start_loc, batch.seq_lens_t, batch.block_tables, scale
+    )
     rel_l2, max_rel = TOL[dtype]
-    checks.close(out, ref, rel_l2=rel_l2, max_rel=max_rel, seed=seed,
-                 what=f"decode {dtype} splits={num_splits} lens={seq_lens}")  # fmt: skip
+    checks.close(
+        out,
+        ref,
+        rel_l2=rel_l2,
+        max_rel=max_rel,
+        seed=seed,
+        what=f"decode {dtype} splits={num_splits} lens={seq_lens}",
+    )
 
 
-def _check_prefill(device, seed, checks, paged_batch, *, query_lens, seq_lens, n_heads, n_kv,
-                   head_dim, block_size, dtype):  # fmt: skip
-    batch = paged_batch(query_lens, seq_lens, block_size=block_size, n_kv=n_kv,
-                        head_dim=head_dim, dtype=dtype, device=device)  # fmt: skip
+def _check_prefill(
+    device,
+    seed,
+    checks,
+    paged_batch,
+    *,
+    query_lens,
+    seq_lens,
+    n_heads,
+    n_kv,
+    head_dim,
+    block_size,
+    dtype,
+):
+    batch = paged_batch(
+        query_lens,
+        seq_lens,
+        block_size=block_size,
+        n_kv=n_kv,
+        head_dim=head_dim,
+        dtype=dtype,
+        device=device,
+    )
     tokens = batch.num_tokens
     q = torch.randn(tokens, n_heads, head_dim, device=device).to(dtype)
     k = torch.randn(tokens, n_kv, head_dim, device=device).to(dtype)
@@ -57,15 +110,36 @@ def _check_prefill(device, seed, checks, paged_batch, *, query_lens, seq_lens, n
     kv_cache_write(k, v, batch.kv_cache, batch.slot_mapping)
     scale = head_dim**-0.5
     out = torch.full_like(q, float("nan"))
-    paged_prefill_attention(q, batch.kv_cache, batch.query_start_loc, batch.seq_lens_t,
-                            batch.block_tables, scale, max_query_len=max(query_lens),
-                            out=out)  # fmt: skip
-    ref = paged_attention_reference(q, batch.kv_cache, batch.query_start_loc, batch.seq_lens_t,
-                                    batch.block_tables, scale,
-                                    compute_dtype=torch.float64 if tokens < 4096 else torch.float32)  # fmt: skip
+    paged_prefill_attention(
+        q,
+        batch.kv_cache,
+        batch.query_start_loc,
+        batch.seq_lens_t,
+        batch.block_tables,
+        scale,
+        max_query_len=max(query_lens),
+        out=out,
+    )
+    # float32 for the GPU sizes, whose float64 score matrices would not fit
+    compute = torch.float64 if tokens < 4096 else torch.float32
+    ref = paged_attention_reference(
+        q,
+        batch.kv_cache,
+        batch.query_start_loc,
+        batch.seq_lens_t,
+        batch.block_tables,
+        scale,
+        compute_dtype=compute,
+    )
     rel_l2, max_rel = TOL[dtype]
-    checks.close(out, ref, rel_l2=rel_l2, max_rel=max_rel, seed=seed,
-                 what=f"prefill {dtype} q={query_lens} s={seq_lens}")  # fmt: skip
+    checks.close(
+        out,
+        ref,
+        rel_l2=rel_l2,
+        max_rel=max_rel,
+        seed=seed,
+        what=f"prefill {dtype} q={query_lens} s={seq_lens}",
+    )
 
 
 @pytest.mark.parametrize(
@@ -73,13 +147,24 @@ def _check_prefill(device, seed, checks, paged_batch, *, query_lens, seq_lens, n
     [(8, 2, 64, 16), (7, 7, 32, 8), (14, 2, 48, 16)],  # GQA 4, MHA, group 7 + odd head_dim
 )
 @pytest.mark.parametrize("num_splits", [1, 3, None])
-def test_decode_small(device, seed, checks, paged_batch, n_heads, n_kv, head_dim, block_size,
-                      num_splits):  # fmt: skip
+def test_decode_small(
+    device, seed, checks, paged_batch, n_heads, n_kv, head_dim, block_size, num_splits
+):
     seq_lens = [1, 64, 65] + [random.randint(1, 300) for _ in range(2)]
     for dtype in _dtypes(device):
-        _check_decode(device, seed, checks, paged_batch, seq_lens=seq_lens, n_heads=n_heads,
-                      n_kv=n_kv, head_dim=head_dim, block_size=block_size, dtype=dtype,
-                      num_splits=num_splits)  # fmt: skip
+        _check_decode(
+            device,
+            seed,
+            checks,
+            paged_batch,
+            seq_lens=seq_lens,
+            n_heads=n_heads,
+            n_kv=n_kv,
+            head_dim=head_dim,
+            block_size=block_size,
+            dtype=dtype,
+            num_splits=num_splits,
+        )
 
 
 @pytest.mark.parametrize(
@@ -92,19 +177,38 @@ def test_prefill_small(device, seed, checks, paged_batch, n_heads, n_kv, head_di
     contexts = [0, random.randint(1, 90), random.randint(0, 150), random.randint(0, 40)]
     seq_lens = [q + c for q, c in zip(query_lens, contexts, strict=True)]
     for dtype in _dtypes(device):
-        _check_prefill(device, seed, checks, paged_batch, query_lens=query_lens,
-                       seq_lens=seq_lens, n_heads=n_heads, n_kv=n_kv, head_dim=head_dim,
-                       block_size=block_size, dtype=dtype)  # fmt: skip
+        _check_prefill(
+            device,
+            seed,
+            checks,
+            paged_batch,
+            query_lens=query_lens,
+            seq_lens=seq_lens,
+            n_heads=n_heads,
+            n_kv=n_kv,
+            head_dim=head_dim,
+            block_size=block_size,
+            dtype=dtype,
+        )
 
 
 def test_prefill_leaves_uncovered_rows(device, seed, paged_batch):
     """Rows past the last sequence (padding tokens) keep what ``out`` held."""
-    batch = paged_batch([5, 3], [9, 3], block_size=8, n_kv=1, head_dim=32,
-                        dtype=torch.float32, device=device)  # fmt: skip
+    batch = paged_batch(
+        [5, 3], [9, 3], block_size=8, n_kv=1, head_dim=32, dtype=torch.float32, device=device
+    )
     q = torch.randn(batch.num_tokens + 4, 2, 32, device=device)
     out = torch.full_like(q, 7.0)
-    paged_prefill_attention(q, batch.kv_cache, batch.query_start_loc, batch.seq_lens_t,
-                            batch.block_tables, 0.2, max_query_len=5, out=out)  # fmt: skip
+    paged_prefill_attention(
+        q,
+        batch.kv_cache,
+        batch.query_start_loc,
+        batch.seq_lens_t,
+        batch.block_tables,
+        0.2,
+        max_query_len=5,
+        out=out,
+    )
     assert torch.isfinite(out).all(), f"seed={seed}"
     assert (out[batch.num_tokens :] == 7.0).all(), f"seed={seed}"
     assert not (out[: batch.num_tokens] == 7.0).any(), f"seed={seed}"
@@ -118,8 +222,16 @@ QWEN3_8B = dict(n_heads=32, n_kv=8, head_dim=128, block_size=16)
 @pytest.mark.parametrize("num_splits", [None, 1, 8])
 def test_decode_gpu_qwen3_8b(gpu, device, seed, checks, paged_batch, max_len, num_splits):
     seq_lens = [max_len, 1] + [random.randint(1, max_len) for _ in range(62)]
-    _check_decode(device, seed, checks, paged_batch, seq_lens=seq_lens, dtype=torch.bfloat16,
-                  num_splits=num_splits, **QWEN3_8B)  # fmt: skip
+    _check_decode(
+        device,
+        seed,
+        checks,
+        paged_batch,
+        seq_lens=seq_lens,
+        dtype=torch.bfloat16,
+        num_splits=num_splits,
+        **QWEN3_8B,
+    )
 
 
 @pytest.mark.gpu
@@ -127,22 +239,39 @@ def test_prefill_gpu_qwen3_8b(gpu, device, seed, checks, paged_batch):
     query_lens = [1024, 1, 333, 512, 77, 1000, 2, 640]
     contexts = [0, 8191, 4096, 1500] + [random.randint(0, 4096) for _ in range(4)]
     seq_lens = [q + c for q, c in zip(query_lens, contexts, strict=True)]
-    _check_prefill(device, seed, checks, paged_batch, query_lens=query_lens, seq_lens=seq_lens,
-                   dtype=torch.bfloat16, **QWEN3_8B)  # fmt: skip
+    _check_prefill(
+        device,
+        seed,
+        checks,
+        paged_batch,
+        query_lens=query_lens,
+        seq_lens=seq_lens,
+        dtype=torch.bfloat16,
+        **QWEN3_8B,
+    )
 
 
 @pytest.mark.gpu
 def test_attention_no_host_sync_gpu(gpu, device, seed, paged_batch):
-    batch = paged_batch([3, 1], [40, 100], block_size=16, n_kv=8, head_dim=128,
-                        dtype=torch.bfloat16, device=device)  # fmt: skip
+    batch = paged_batch(
+        [3, 1], [40, 100], block_size=16, n_kv=8, head_dim=128, dtype=torch.bfloat16, device=device
+    )
     q = torch.randn(4, 32, 128, device=device, dtype=torch.bfloat16)
     qd = torch.randn(2, 32, 128, device=device, dtype=torch.bfloat16)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        paged_prefill_attention(q, batch.kv_cache, batch.query_start_loc, batch.seq_lens_t,
-                                batch.block_tables, 0.1, max_query_len=3)  # fmt: skip
-        paged_decode_attention(qd, batch.kv_cache, batch.seq_lens_t, batch.block_tables, 0.1,
-                               max_seq_len=100)  # fmt: skip
+        paged_prefill_attention(
+            q,
+            batch.kv_cache,
+            batch.query_start_loc,
+            batch.seq_lens_t,
+            batch.block_tables,
+            0.1,
+            max_query_len=3,
+        )
+        paged_decode_attention(
+            qd, batch.kv_cache, batch.seq_lens_t, batch.block_tables, 0.1, max_seq_len=100
+        )
     finally:
         torch.cuda.set_sync_debug_mode("default")

@@ -8,8 +8,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from jacana_engine.kernels.kv_cache_write import kv_cache_write  # noqa: E402
-from jacana_engine.kernels.reference import kv_cache_write_reference  # noqa: E402
+from jacana_engine.kernels.kv_cache_write import kv_cache_write
+from jacana_engine.kernels.reference import kv_cache_write_reference
 
 
 def _check(device, seed, *, tokens, n_kv, head_dim, block_size, num_blocks, dtype) -> None:
@@ -32,8 +32,16 @@ def _assert_same(cache: torch.Tensor, expected: torch.Tensor, seed: int) -> None
 
 @pytest.mark.parametrize("n_kv,head_dim", [(2, 64), (3, 48)])
 def test_kv_cache_write_small(device, seed, n_kv, head_dim):
-    _check(device, seed, tokens=37, n_kv=n_kv, head_dim=head_dim, block_size=16,
-           num_blocks=5, dtype=torch.float32)  # fmt: skip
+    _check(
+        device,
+        seed,
+        tokens=37,
+        n_kv=n_kv,
+        head_dim=head_dim,
+        block_size=16,
+        num_blocks=5,
+        dtype=torch.float32,
+    )
 
 
 def test_kv_cache_write_strided_views(device, seed):
@@ -51,5 +59,13 @@ def test_kv_cache_write_strided_views(device, seed):
 
 @pytest.mark.gpu
 def test_kv_cache_write_gpu(gpu, device, seed):
-    _check(device, seed, tokens=8192, n_kv=8, head_dim=128, block_size=16,
-           num_blocks=1024, dtype=torch.bfloat16)  # fmt: skip
+    _check(
+        device,
+        seed,
+        tokens=8192,
+        n_kv=8,
+        head_dim=128,
+        block_size=16,
+        num_blocks=1024,
+        dtype=torch.bfloat16,
+    )

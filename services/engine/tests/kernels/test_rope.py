@@ -14,12 +14,12 @@ import torch
 
 pytest.importorskip("triton")
 
-from jacana_engine.kernels.reference import (  # noqa: E402
+from jacana_engine.kernels.reference import (
     build_cos_sin_cache,
     qk_norm_rope_reference,
     rope_reference,
 )
-from jacana_engine.kernels.rope import qk_norm_rope, rope  # noqa: E402
+from jacana_engine.kernels.rope import qk_norm_rope, rope
 
 
 def _inv_freq(rotary_dim: int, theta: float = 1e6) -> torch.Tensor:
@@ -35,8 +35,9 @@ def _qkv(tokens, n_q, n_kv, head_dim, dtype, device):
     return q, k
 
 
-def _check(device, seed, checks, *, tokens, n_q, n_kv, head_dim, rotary_dim, max_pos, dtype,
-           qk_norm):  # fmt: skip
+def _check(
+    device, seed, checks, *, tokens, n_q, n_kv, head_dim, rotary_dim, max_pos, dtype, qk_norm
+):
     q, k = _qkv(tokens, n_q, n_kv, head_dim, dtype, device)
     positions = torch.randint(0, max_pos, (tokens,), device=device)
     cache = build_cos_sin_cache(_inv_freq(rotary_dim).to(device), max_pos)
@@ -58,8 +59,12 @@ def _check(device, seed, checks, *, tokens, n_q, n_kv, head_dim, rotary_dim, max
         q2, k2 = q.clone(), k.clone()
         rope(positions, q2, k2, cache)
     what = f"{'qk_norm_rope' if qk_norm else 'rope'} {dtype} rot={rotary_dim}"
-    for out, ref, name in ((q_out, ref_q, "q"), (k_out, ref_k, "k"), (q2, ref_q, "q in place"),
-                           (k2, ref_k, "k in place")):  # fmt: skip
+    for out, ref, name in (
+        (q_out, ref_q, "q"),
+        (k_out, ref_k, "k"),
+        (q2, ref_q, "q in place"),
+        (k2, ref_k, "k in place"),
+    ):
         if dtype == torch.float32:
             checks.close(out, ref, rel_l2=1e-6, max_rel=1e-5, seed=seed, what=f"{what} {name}")
         else:
@@ -72,8 +77,19 @@ def _check(device, seed, checks, *, tokens, n_q, n_kv, head_dim, rotary_dim, max
 def test_rope_small(device, seed, checks, qk_norm, head_dim, rotary_dim):
     dtypes = [torch.float32, torch.bfloat16] if device.type == "cuda" else [torch.float32]
     for dtype in dtypes:
-        _check(device, seed, checks, tokens=9, n_q=4, n_kv=2, head_dim=head_dim,
-               rotary_dim=rotary_dim, max_pos=300, dtype=dtype, qk_norm=qk_norm)  # fmt: skip
+        _check(
+            device,
+            seed,
+            checks,
+            tokens=9,
+            n_q=4,
+            n_kv=2,
+            head_dim=head_dim,
+            rotary_dim=rotary_dim,
+            max_pos=300,
+            dtype=dtype,
+            qk_norm=qk_norm,
+        )
 
 
 def test_rope_leaves_other_buffer_alone(device, seed):
@@ -92,5 +108,16 @@ def test_rope_leaves_other_buffer_alone(device, seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_rope_gpu_qwen3_8b(gpu, device, seed, checks, qk_norm):
-    _check(device, seed, checks, tokens=4096, n_q=32, n_kv=8, head_dim=128, rotary_dim=128,
-           max_pos=40960, dtype=torch.bfloat16, qk_norm=qk_norm)  # fmt: skip
+    _check(
+        device,
+        seed,
+        checks,
+        tokens=4096,
+        n_q=32,
+        n_kv=8,
+        head_dim=128,
+        rotary_dim=128,
+        max_pos=40960,
+        dtype=torch.bfloat16,
+        qk_norm=qk_norm,
+    )

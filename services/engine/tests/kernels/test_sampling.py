@@ -20,12 +20,12 @@ import torch
 
 pytest.importorskip("triton")
 
-from jacana_engine.kernels.reference import (  # noqa: E402
+from jacana_engine.kernels.reference import (
     sample_reference,
     sampling_probs_reference,
 )
-from jacana_engine.kernels.sampling import sample  # noqa: E402
-from jacana_engine.kernels.sampling_filters import (  # noqa: E402
+from jacana_engine.kernels.sampling import sample
+from jacana_engine.kernels.sampling_filters import (
     FilterPlan,
     filter_thresholds,
     plan_filters,
@@ -55,7 +55,9 @@ def _assert_fits(tokens: torch.Tensor, probs: torch.Tensor, what: str) -> None:
     if dof < 1:
         return
     chi2 = float(((obs - exp) ** 2 / exp).sum())
-    assert chi2 <= _chi_square_limit(dof), f"{what}: chi2={chi2:.1f} > {_chi_square_limit(dof):.1f} (dof {dof})"
+    assert chi2 <= _chi_square_limit(dof), (
+        f"{what}: chi2={chi2:.1f} > {_chi_square_limit(dof):.1f} (dof {dof})"
+    )
 
 
 def _random_params(n: int, vocab: int, device):
@@ -78,9 +80,10 @@ def _check_exact(device, seed, n, vocab, scale) -> None:
     temperature, top_k, top_p, min_p, _, _ = params
     expected = sample_reference(logits, *params)
     plan = plan_filters(temperature.tolist(), top_k.tolist(), top_p.tolist(), min_p.tolist(), vocab)
-    for label, chosen in (("full sort", None), ("planned", plan)):
+    runs = (("full sort", None, 4096), ("planned", plan, 4096), ("split", plan, 16))
+    for label, chosen, vocab_split in runs:
         out = torch.full((n,), -1, dtype=torch.int64, device=device)
-        sample(logits, *params, plan=chosen, out=out)
+        sample(logits, *params, plan=chosen, out=out, vocab_split=vocab_split)
         bad = (out != expected).nonzero().flatten().tolist()
         assert not bad, f"seed={seed} {label}: rows {bad} differ from the same-noise reference"
 
@@ -97,9 +100,22 @@ def test_greedy_takes_first_argmax_across_chunks(device, seed):
     logits[2, [7, 9]] = 10.0  # tie inside a chunk
     zeros = torch.zeros(3, device=device)
     ids = torch.zeros(3, dtype=torch.int64, device=device)
-    out = sample(logits, zeros, ids, zeros + 1, zeros, ids, ids,
-                 plan=FilterPlan(active=False, sort_width=0))  # fmt: skip
-    assert out.tolist() == [1500, 1023, 7], f"seed={seed}"
+    plan = FilterPlan(active=False, sort_width=0)
+    for vocab_split in (4096, 1024, 100):  # one program; chunk-aligned splits; ragged splits
+        out = torch.full((3,), -1, dtype=torch.int64, device=device)
+        sample(
+            logits,
+            zeros,
+            ids,
+            zeros + 1,
+            zeros,
+            ids,
+            ids,
+            plan=plan,
+            out=out,
+            vocab_split=vocab_split,
+        )
+        assert out.tolist() == [1500, 1023, 7], f"seed={seed} vocab_split={vocab_split}"
 
 
 def test_same_seed_same_token_whatever_the_batch(device, seed):
@@ -107,7 +123,9 @@ def test_same_seed_same_token_whatever_the_batch(device, seed):
     logits = torch.randn(6, vocab, device=device)  # flat-ish: draws vary with the noise
     params = _random_params(6, vocab, device)
     params[0][:] = 1.0  # all rows sampled
-    alone = torch.cat([sample(logits[i : i + 1], *(p[i : i + 1] for p in params)) for i in range(3)])
+    alone = torch.cat(
+        [sample(logits[i : i + 1], *(p[i : i + 1] for p in params)) for i in range(3)]
+    )
     order = torch.tensor([4, 2, 5, 0, 3, 1], device=device)
     mixed = sample(logits[order], *(p[order] for p in params))
     again = sample(logits[order], *(p[order] for p in params))
@@ -118,8 +136,9 @@ def test_same_seed_same_token_whatever_the_batch(device, seed):
     m = 64
     filters = _config_rows("temperature", m, device)
     seeds = params[4][:1].expand(m).contiguous()
-    draws = sample(logits[:1].expand(m, vocab).contiguous(), *filters, seeds,
-                   torch.arange(m, device=device))  # fmt: skip
+    draws = sample(
+        logits[:1].expand(m, vocab).contiguous(), *filters, seeds, torch.arange(m, device=device)
+    )
     assert draws.unique().numel() > 3, f"seed={seed}: steps do not change the draws"
 
 
@@ -146,7 +165,9 @@ def test_kernel_distribution(device, seed):
     row = torch.randn(1, vocab, device=device) * 1.5
     filters = _config_rows(name, m, device)
     seeds = torch.full((m,), 1234, dtype=torch.int64, device=device)
-    tokens = sample(row.expand(m, vocab).contiguous(), *filters, seeds, torch.arange(m, device=device))
+    tokens = sample(
+        row.expand(m, vocab).contiguous(), *filters, seeds, torch.arange(m, device=device)
+    )
     probs = sampling_probs_reference(row, *(f[:1] for f in filters))[0]
     _assert_fits(tokens, probs, f"kernel {name} seed={seed}")
 
@@ -158,8 +179,13 @@ def test_same_noise_reference_distribution(seed, name):
     filters = _config_rows(name, 1, "cpu")
     probs = sampling_probs_reference(row, *filters)  # [1, V]
     seeds = torch.full((m,), 99, dtype=torch.int64)
-    tokens = sample_reference(row.expand(m, vocab), *(f.expand(m) for f in filters), seeds,
-                              torch.arange(m), probs=probs.expand(m, vocab))  # fmt: skip
+    tokens = sample_reference(
+        row.expand(m, vocab),
+        *(f.expand(m) for f in filters),
+        seeds,
+        torch.arange(m),
+        probs=probs.expand(m, vocab),
+    )
     _assert_fits(tokens, probs[0], f"reference {name} seed={seed}")
 
 
@@ -201,7 +227,9 @@ def test_kernel_distribution_gpu(gpu, device, seed, name):
     row = torch.randn(1, vocab, device=device) * 2
     filters = _config_rows(name, m, device)
     seeds = torch.full((m,), 4321, dtype=torch.int64, device=device)
-    tokens = sample(row.expand(m, vocab).contiguous(), *filters, seeds, torch.arange(m, device=device))
+    tokens = sample(
+        row.expand(m, vocab).contiguous(), *filters, seeds, torch.arange(m, device=device)
+    )
     probs = sampling_probs_reference(row, *(f[:1] for f in filters))[0]
     _assert_fits(tokens, probs, f"kernel {name} seed={seed}")
 

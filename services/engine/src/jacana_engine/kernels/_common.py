@@ -15,7 +15,8 @@ def check_kv_cache(kv_cache: torch.Tensor, n_kv_heads: int, head_dim: int) -> No
     with a unit stride on head_dim (other strides are free)."""
     if kv_cache.dim() != 5 or kv_cache.shape[0] != 2:
         raise ValueError(
-            f"kv_cache must be [2, num_blocks, block_size, n_kv, head_dim], got {tuple(kv_cache.shape)}"
+            "kv_cache must be [2, num_blocks, block_size, n_kv, head_dim], "
+            f"got {tuple(kv_cache.shape)}"
         )
     if kv_cache.shape[3] != n_kv_heads or kv_cache.shape[4] != head_dim:
         raise ValueError(

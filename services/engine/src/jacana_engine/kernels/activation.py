@@ -1,4 +1,8 @@
-"""SiLU-and-mul, the gated MLP activation of Llama/Qwen: ``silu(gate) * up``."""
+"""SiLU-and-mul, the gated MLP activation of Llama/Qwen: ``silu(gate) * up``.
+
+Rounds like HF (silu rounded to the activation dtype before the product); compiled
+without floating-point contraction so that no rounding step is fused away.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +49,6 @@ def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.T
     if num_tokens == 0:
         return out
     _silu_and_mul_kernel[(num_tokens, triton.cdiv(inter, _BLOCK))](
-        x, out, x.stride(0), out.stride(0), inter, BLOCK=_BLOCK, num_warps=4
+        x, out, x.stride(0), out.stride(0), inter, BLOCK=_BLOCK, num_warps=4, enable_fp_fusion=False
     )
     return out

@@ -27,8 +27,72 @@ from jacana_engine.kernels._common import (
 )
 
 _LOG2E = 1.4426950408889634
+# Tile shape and launch config (H200, Qwen3-8B shapes; see paged_prefill_attention).
 _BLOCK_M = 64  # query rows (tokens x group heads) per program
 _BLOCK_N = 64  # KV tokens per tile
+_NUM_WARPS = 4
+_NUM_STAGES = 2
+
+
+@triton.jit
+def _attend_tile(
+    q,  # [BLOCK_M, BLOCK_D]
+    acc,  # [BLOCK_M, BLOCK_D] float32
+    m_i,  # [BLOCK_M] float32, running max (log2 units)
+    l_i,  # [BLOCK_M] float32, running sum
+    start,
+    kv_end,
+    q_pos,  # [BLOCK_M]
+    bt_row,
+    k_cache_ptr,
+    v_cache_ptr,
+    head_off,
+    stride_cache_block,
+    stride_cache_offset,
+    scale_log2,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    CAUSAL_EDGE: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """One KV tile of the online softmax. Off the causal edge every key of the tile is
+    in range and visible to every row, so neither bounds nor causal masks are applied."""
+    n = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
+    d = tl.arange(0, BLOCK_D)
+    if CAUSAL_EDGE:
+        n_mask = n < kv_end
+        block = tl.load(bt_row + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
+    else:
+        block = tl.load(bt_row + n // BLOCK_SIZE).to(tl.int64)
+    kv_off = block * stride_cache_block + (n % BLOCK_SIZE) * stride_cache_offset + head_off
+    ptrs = kv_off[:, None] + d[None, :]
+    # k, v: [BLOCK_N, BLOCK_D]
+    if CAUSAL_EDGE:
+        kv_mask = n_mask[:, None] & (d[None, :] < HEAD_DIM)
+        k = tl.load(k_cache_ptr + ptrs, mask=kv_mask, other=0.0)
+        v = tl.load(v_cache_ptr + ptrs, mask=kv_mask, other=0.0)
+    elif HEAD_DIM == BLOCK_D:
+        k = tl.load(k_cache_ptr + ptrs)
+        v = tl.load(v_cache_ptr + ptrs)
+    else:
+        k = tl.load(k_cache_ptr + ptrs, mask=d[None, :] < HEAD_DIM, other=0.0)
+        v = tl.load(v_cache_ptr + ptrs, mask=d[None, :] < HEAD_DIM, other=0.0)
+    # s: [BLOCK_M, BLOCK_N] in log2 units
+    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale_log2
+    if CAUSAL_EDGE:
+        # Key 0 is visible to every row and lies in the first tile, so m_i is finite
+        # from then on; a row with no visible key in a later tile keeps alpha = 1, p = 0.
+        s = tl.where((n[None, :] <= q_pos[:, None]) & n_mask[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(
+        p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
+    )
+    return acc, m_new, l_i
 
 
 @triton.jit
@@ -49,7 +113,7 @@ def _prefill_kernel(
     stride_cache_offset,
     stride_cache_head,
     stride_bt,
-    head_dim,
+    HEAD_DIM: tl.constexpr,
     GROUP: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -75,52 +139,44 @@ def _prefill_kernel(
     heads = kv_head * GROUP + r % GROUP
     row_mask = (r // GROUP < BLOCK_Q) & (tok < q_len)
     d = tl.arange(0, BLOCK_D)
-    d_mask = d < head_dim
+    io_mask = row_mask[:, None] & (d[None, :] < HEAD_DIM)
     q_rows = (q_start + tok).to(tl.int64)
     # q: [BLOCK_M, BLOCK_D]
     q = tl.load(
         q_ptr + q_rows[:, None] * stride_qt + heads[:, None] * stride_qh + d[None, :],
-        mask=row_mask[:, None] & d_mask[None, :],
+        mask=io_mask,
         other=0.0,
     )
     q_pos = context + tok  # [BLOCK_M] absolute position of each row's query
 
     last = tl.minimum(first + BLOCK_Q, q_len) - 1
     kv_end = context + last + 1  # keys past the tile's last query are never seen
+    # Keys below context + first + 1 are visible to every row of the tile.
+    open_end = (context + first + 1) // BLOCK_N * BLOCK_N
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
     head_off = kv_head * stride_cache_head
-    for start in range(0, kv_end, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
-        n_mask = n < kv_end
-        block = tl.load(bt_row + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        kv_off = block * stride_cache_block + (n % BLOCK_SIZE) * stride_cache_offset + head_off
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        # k, v: [BLOCK_N, BLOCK_D]
-        k = tl.load(k_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        # s: [BLOCK_M, BLOCK_N] in log2 units; key 0 is visible to every row, so the first
-        # tile makes m_i finite and later all-masked rows keep alpha = 1, p = 0.
-        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale_log2
-        visible = (n[None, :] < q_pos[:, None] + 2) & n_mask[None, :]
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(
-            p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
-        )
-        m_i = m_new
+    for start in range(0, open_end, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(
+            q, acc, m_i, l_i, start, kv_end, q_pos, bt_row, k_cache_ptr, v_cache_ptr,
+            head_off, stride_cache_block, stride_cache_offset, scale_log2,
+            HEAD_DIM, BLOCK_N, BLOCK_D, BLOCK_SIZE, False, PRECISION,
+        )  # fmt: skip
+    for start in range(open_end, kv_end, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(
+            q, acc, m_i, l_i, start, kv_end, q_pos, bt_row, k_cache_ptr, v_cache_ptr,
+            head_off, stride_cache_block, stride_cache_offset, scale_log2,
+            HEAD_DIM, BLOCK_N, BLOCK_D, BLOCK_SIZE, True, PRECISION,
+        )  # fmt: skip
 
     out = acc / l_i[:, None]
     tl.store(
         out_ptr + q_rows[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :],
         out.to(out_ptr.dtype.element_ty),
-        mask=row_mask[:, None] & d_mask[None, :],
+        mask=io_mask,
     )
 
 
@@ -178,7 +234,7 @@ def paged_prefill_attention(
         k_cache.stride(1),
         k_cache.stride(2),
         block_tables.stride(0),
-        head_dim,
+        HEAD_DIM=head_dim,
         GROUP=group,
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
@@ -186,7 +242,7 @@ def paged_prefill_attention(
         BLOCK_D=next_power_of_2(head_dim),
         BLOCK_SIZE=kv_cache.shape[2],
         PRECISION=dot_precision(q.dtype),
-        num_warps=4,
-        num_stages=2,
+        num_warps=_NUM_WARPS,
+        num_stages=_NUM_STAGES,
     )
     return out

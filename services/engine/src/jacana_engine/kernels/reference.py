@@ -182,13 +182,14 @@ def sampling_probs_reference(
         k = int(top_k[i])
         if 0 < k < vocab:
             keep &= p >= p.topk(k).values[-1]
-        pk = torch.where(keep, p, 0.0)
-        pk = pk / pk.sum()
-        # mass of tokens strictly more likely than each token, within the top-k set
-        ascending = pk.sort().values
-        at_most = ascending.cumsum(0)[torch.searchsorted(ascending, pk, right=True) - 1]
-        above = ascending.sum() - at_most
-        keep &= above < float(top_p[i])
+        if float(top_p[i]) < 1.0:  # at 1 nothing is cut (rounding must not drop the tail)
+            pk = torch.where(keep, p, 0.0)
+            pk = pk / pk.sum()
+            # mass of tokens strictly more likely than each token, within the top-k set
+            ascending = pk.sort().values
+            at_most = ascending.cumsum(0)[torch.searchsorted(ascending, pk, right=True) - 1]
+            above = ascending.sum() - at_most
+            keep &= above < float(top_p[i])
         keep &= p >= float(min_p[i]) * p.max()
         kept = torch.where(keep, p, 0.0)
         probs[i] = kept / kept.sum()

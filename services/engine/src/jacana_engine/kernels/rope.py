@@ -7,8 +7,10 @@ into the table). Dims past ``rotary_dim`` pass through. The Qwen3 variant first 
 RMSNorm over each head's ``head_dim`` with a shared weight [head_dim].
 
 Rounding follows HF in the activation dtype: cos/sin are cast to it, each product is
-rounded, then the sum; the q/k norm rounds like ``rms_norm``. Works in place (the default)
-or into given output tensors; q and k may be strided views of a fused QKV projection.
+rounded, then the sum; the q/k norm rounds like ``rms_norm``. The kernel is compiled
+without floating-point contraction: an FMA would skip the product's rounding. Works in
+place (the default) or into given output tensors; q and k may be strided views of a fused
+QKV projection.
 """
 
 from __future__ import annotations
@@ -119,13 +121,45 @@ def _rope_kernel(
     cos = cos.to(dtype).to(tl.float32)
     sin = sin.to(dtype).to(tl.float32)
     _rope_heads(
-        q_ptr, q_out_ptr, q_norm_ptr, token, stride_qt, stride_qh, stride_qot, stride_qoh,
-        num_q_heads, cos, sin, eps, HALF, HEAD_DIM, BLOCK_HQ, BLOCK_HALF, BLOCK_PASS, HAS_NORM,
-    )  # fmt: skip
+        q_ptr,
+        q_out_ptr,
+        q_norm_ptr,
+        token,
+        stride_qt,
+        stride_qh,
+        stride_qot,
+        stride_qoh,
+        num_q_heads,
+        cos,
+        sin,
+        eps,
+        HALF,
+        HEAD_DIM,
+        BLOCK_HQ,
+        BLOCK_HALF,
+        BLOCK_PASS,
+        HAS_NORM,
+    )
     _rope_heads(
-        k_ptr, k_out_ptr, k_norm_ptr, token, stride_kt, stride_kh, stride_kot, stride_koh,
-        num_kv_heads, cos, sin, eps, HALF, HEAD_DIM, BLOCK_HK, BLOCK_HALF, BLOCK_PASS, HAS_NORM,
-    )  # fmt: skip
+        k_ptr,
+        k_out_ptr,
+        k_norm_ptr,
+        token,
+        stride_kt,
+        stride_kh,
+        stride_kot,
+        stride_koh,
+        num_kv_heads,
+        cos,
+        sin,
+        eps,
+        HALF,
+        HEAD_DIM,
+        BLOCK_HK,
+        BLOCK_HALF,
+        BLOCK_PASS,
+        HAS_NORM,
+    )
 
 
 def _rope(
@@ -193,6 +227,7 @@ def _rope(
         BLOCK_PASS=next_power_of_2(pass_dim) if pass_dim else 0,
         HAS_NORM=has_norm,
         num_warps=4,
+        enable_fp_fusion=False,
     )
     return q_out, k_out
 

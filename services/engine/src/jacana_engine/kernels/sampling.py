@@ -1,6 +1,7 @@
 """On-device token sampling: greedy, temperature, top-k, top-p and min-p, with no host sync.
 
-One program per row streams the row's logits once. Greedy rows (temperature 0) take the
+Programs split each row's vocabulary into spans and stream the logits once; the
+per-span winners are merged by an argmax over spans. Greedy rows (temperature 0) take the
 first argmax. Sampled rows draw with the exponential race (Gumbel-max): the token is
 ``argmax_j logit_j / T - log(E_j)`` over the kept tokens, ``E_j ~ Exp(1)``, which picks j
 with probability ``softmax(logits / T)_j`` renormalized to the kept set.
@@ -23,7 +24,8 @@ import triton.language as tl
 
 from jacana_engine.kernels.sampling_filters import FilterPlan, filter_thresholds
 
-_BLOCK_V = 1024
+_BLOCK_V = 1024  # vocabulary entries per chunk
+_VOCAB_SPLIT = 4096  # vocabulary entries per program
 
 
 @triton.jit
@@ -46,20 +48,28 @@ def _sample_kernel(
     seeds_ptr,
     steps_ptr,
     out_ptr,
+    part_score_ptr,
+    part_idx_ptr,
     stride_row,
     vocab,
+    split_span,
     HAS_THRESHOLD: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
+    # One program per (row, vocabulary split); each keeps its best (score, index).
     row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    lo = split * split_span
+    hi = tl.minimum(lo + split_span, vocab)
     base = logits_ptr + row * stride_row
     temperature = tl.load(temperature_ptr + row)
     best = tl.full([], float("-inf"), dtype=tl.float32)
-    best_idx = tl.full([], 0, dtype=tl.int32)
+    best_idx = tl.full([], 0, dtype=tl.int32) + lo
     if temperature == 0.0:
-        for start in range(0, vocab, BLOCK_V):
+        for start in range(lo, hi, BLOCK_V):
             j = start + tl.arange(0, BLOCK_V)
-            x = tl.load(base + j, mask=j < vocab, other=float("-inf"))
+            x = tl.load(base + j, mask=j < hi, other=float("-inf"))
             chunk_best = tl.max(x, axis=0)
             chunk_idx = start + tl.argmax(x, axis=0)
             take = chunk_best > best  # strict: earlier chunks win ties
@@ -71,13 +81,13 @@ def _sample_kernel(
         step = tl.load(steps_ptr + row).to(tl.int64)
         step_lo = (step & 0xFFFFFFFF).to(tl.uint32)
         step_hi = ((step >> 32) & 0xFFFFFFFF).to(tl.uint32)
-        if HAS_THRESHOLD:
+        if HAS_THRESHOLD:  # noqa: SIM108 (a constexpr branch, not a value choice)
             threshold = tl.load(threshold_ptr + row)
         else:
             threshold = float("-inf")
-        for start in range(0, vocab, BLOCK_V):
+        for start in range(lo, hi, BLOCK_V):
             j = start + tl.arange(0, BLOCK_V)
-            in_row = j < vocab
+            in_row = j < hi
             x = tl.load(base + j, mask=in_row, other=float("-inf"))
             counter = j.to(tl.uint32)
             zero = counter * 0
@@ -89,7 +99,11 @@ def _sample_kernel(
             take = chunk_best > best
             best_idx = tl.where(take, chunk_idx, best_idx)
             best = tl.where(take, chunk_best, best)
-    tl.store(out_ptr + row, best_idx.to(tl.int64))
+    if NUM_SPLITS == 1:
+        tl.store(out_ptr + row, best_idx.to(tl.int64))
+    else:
+        tl.store(part_score_ptr + row * NUM_SPLITS + split, best)
+        tl.store(part_idx_ptr + row * NUM_SPLITS + split, best_idx.to(tl.int64))
 
 
 def sample(
@@ -103,18 +117,28 @@ def sample(
     *,
     plan: FilterPlan | None = None,
     out: torch.Tensor | None = None,  # [N] int64
+    vocab_split: int = _VOCAB_SPLIT,
 ) -> torch.Tensor:  # [N] int64 token ids, on logits' device
     """Draw one token per row (distribution: ``reference.sampling_probs_reference``).
 
     ``plan`` (from ``sampling_filters.plan_filters`` on the host copies of the
     parameters) lets rows without filters skip the sort; ``None`` is always exact but
     sorts every row. Same (seed, step, logits) -> same token, whatever the batch.
+    ``vocab_split`` (a tuning knob, rounded up to the chunk width) is how many
+    vocabulary entries one program scans; the per-split winners are merged with an
+    argmax over splits, which keeps the first index on ties.
     """
     n, vocab = logits.shape
     if logits.dtype != torch.float32 or logits.stride(1) != 1:
         raise ValueError("logits must be float32 with unit stride on the vocabulary")
-    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                    ("min_p", min_p), ("seeds", seeds), ("steps", steps)):  # fmt: skip
+    for name, t in (
+        ("temperature", temperature),
+        ("top_k", top_k),
+        ("top_p", top_p),
+        ("min_p", min_p),
+        ("seeds", seeds),
+        ("steps", steps),
+    ):
         if t.shape != (n,):
             raise ValueError(f"{name} must be [{n}], got {tuple(t.shape)}")
     if out is None:
@@ -129,17 +153,32 @@ def sample(
         if plan.active
         else logits  # unused
     )
-    _sample_kernel[(n,)](
+    block_v = min(_BLOCK_V, triton.next_power_of_2(min(vocab, max(1, vocab_split))))
+    span = triton.cdiv(max(1, vocab_split), block_v) * block_v
+    num_splits = triton.cdiv(vocab, span)
+    if num_splits > 1:
+        part_score = torch.empty(n, num_splits, dtype=torch.float32, device=logits.device)
+        part_idx = torch.empty(n, num_splits, dtype=torch.int64, device=logits.device)
+    else:
+        part_score = part_idx = out  # unused
+    _sample_kernel[(n, num_splits)](
         logits,
         threshold,
         temperature.float(),
         seeds.long(),
         steps.long(),
         out,
+        part_score,
+        part_idx,
         logits.stride(0),
         vocab,
+        span,
         HAS_THRESHOLD=plan.active,
-        BLOCK_V=min(_BLOCK_V, triton.next_power_of_2(vocab)),
+        NUM_SPLITS=num_splits,
+        BLOCK_V=block_v,
         num_warps=4,
     )
+    if num_splits > 1:
+        winner = part_score.argmax(dim=1, keepdim=True)  # first split on ties
+        out.copy_(part_idx.gather(1, winner).squeeze(1))
     return out

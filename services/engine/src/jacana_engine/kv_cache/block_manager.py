@@ -98,9 +98,7 @@ class BlockManager:
         """Grow ``seq.block_table`` to cover its next ``num_new_tokens`` tokens."""
         n = self.num_new_blocks(seq, num_new_tokens)
         if n > len(self._free):
-            raise OutOfBlocksError(
-                f"{seq.request_id}: needs {n} blocks, {len(self._free)} free"
-            )
+            raise OutOfBlocksError(f"{seq.request_id}: needs {n} blocks, {len(self._free)} free")
         for _ in range(n):
             block = self.blocks[self._free.popleft()]
             block.ref_count = 1

@@ -75,6 +75,7 @@ def model_config_from_gguf(header: GGUFHeader) -> ModelConfig:
         max_position_embeddings=int(key("context_length")),
         tie_word_embeddings="output.weight" not in names,
         attention_bias="blk.0.attn_q.bias" in names,
+        attention_out_bias="blk.0.attn_output.bias" in names,
         qk_norm="blk.0.attn_q_norm.weight" in names,
         rope_scaling=_rope_scaling(md, arch),
         bos_token_id=md.get("tokenizer.ggml.bos_token_id"),

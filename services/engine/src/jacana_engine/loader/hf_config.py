@@ -67,7 +67,9 @@ def model_config_from_hf(
     head_dim = cfg.get("head_dim") or int(cfg["hidden_size"]) // n_heads
     theta, scaling = _rope(cfg)
     eos = _ids(cfg.get("eos_token_id")) + _ids((generation_cfg or {}).get("eos_token_id"))
-    bias = spec.qkv_bias if spec.qkv_bias is not None else bool(cfg.get("attention_bias", False))
+    flagged = bool(cfg.get("attention_bias", False))
+    qkv_bias = spec.qkv_bias_always or flagged
+    out_bias = flagged and not spec.qkv_bias_always
     config = ModelConfig(
         architecture=spec.architecture,
         vocab_size=int(cfg["vocab_size"]),
@@ -81,7 +83,8 @@ def model_config_from_hf(
         rope_theta=theta,
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        attention_bias=bias,
+        attention_bias=qkv_bias,
+        attention_out_bias=out_bias,
         qk_norm=spec.qk_norm,
         rope_scaling=scaling,
         bos_token_id=cfg.get("bos_token_id"),

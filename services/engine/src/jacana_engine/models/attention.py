@@ -16,7 +16,8 @@ from jacana_engine.models.base import ModelConfig
 class DecoderAttention(nn.Module):
     """Multi-head / grouped-query attention of one layer.
 
-    Llama: plain projections. Qwen2: q/k/v carry a bias. Qwen3: RMSNorm over each head of
+    Llama: plain projections (``attention_bias`` adds biases to q/k/v and o). Qwen2: q/k/v
+    carry a bias. Qwen3: RMSNorm over each head of
     q and k before RoPE. All three differ only in the flags of ``ModelConfig``.
     """
 
@@ -34,7 +35,7 @@ class DecoderAttention(nn.Module):
             {"q": q_size, "k": kv_size, "v": kv_size},
             bias=config.attention_bias,
         )
-        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=config.attention_out_bias)
         norm = (lambda: RMSNorm(self.head_dim, config.rms_norm_eps)) if config.qk_norm else None
         self.q_norm = norm() if norm else nn.Identity()
         self.k_norm = norm() if norm else nn.Identity()

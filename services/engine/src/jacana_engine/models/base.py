@@ -31,6 +31,7 @@ class ModelConfig:
     max_position_embeddings: int
     tie_word_embeddings: bool
     attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    attention_out_bias: bool = False  # o_proj carries a bias (Llama/Qwen3 attention_bias)
     qk_norm: bool = False  # RMSNorm on q and k per head before RoPE (Qwen3)
     rope_scaling: dict | None = None
     bos_token_id: int | None = None

@@ -20,7 +20,8 @@ from jacana_engine.models.decoder import DecoderForCausalLM
 class ArchSpec:
     """How one HF architecture maps onto the shared decoder.
 
-    qkv_bias: True/False fixed by the family, or None to read config.json's ``attention_bias``.
+    qkv_bias_always: the family always biases q/k/v and never o (Qwen2); otherwise
+        config.json's ``attention_bias`` biases q/k/v and o alike.
     qk_norm: RMSNorm over each head of q and k before RoPE.
     gguf_arch: ``general.architecture`` of this family's GGUF files, if supported.
     gguf_permuted_qk: llama.cpp's converter permuted the Q/K rows (Llama only); the
@@ -28,8 +29,8 @@ class ArchSpec:
     """
 
     architecture: str
-    qkv_bias: bool | None
-    qk_norm: bool
+    qkv_bias_always: bool = False
+    qk_norm: bool = False
     gguf_arch: str | None = None
     gguf_permuted_qk: bool = False
     model_cls: type[DecoderForCausalLM] = DecoderForCausalLM
@@ -38,9 +39,9 @@ class ArchSpec:
 ARCHITECTURES: dict[str, ArchSpec] = {
     spec.architecture: spec
     for spec in (
-        ArchSpec("LlamaForCausalLM", None, False, gguf_arch="llama", gguf_permuted_qk=True),
-        ArchSpec("Qwen2ForCausalLM", True, False, gguf_arch="qwen2"),
-        ArchSpec("Qwen3ForCausalLM", None, True, gguf_arch="qwen3"),
+        ArchSpec("LlamaForCausalLM", gguf_arch="llama", gguf_permuted_qk=True),
+        ArchSpec("Qwen2ForCausalLM", qkv_bias_always=True, gguf_arch="qwen2"),
+        ArchSpec("Qwen3ForCausalLM", qk_norm=True, gguf_arch="qwen3"),
     )
 }
 

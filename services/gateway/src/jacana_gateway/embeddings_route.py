@@ -1,0 +1,263 @@
+"""POST /v1/embeddings: the OpenAI embeddings API over the embeddings service's gRPC API.
+
+Self-contained: :func:`embeddings_router` returns an ``APIRouter`` whose lifespan opens
+one grpc.aio channel per endpoint of ``model -> [host:port, ...]`` and closes them at
+shutdown (FastAPI merges a router's lifespan into the app's).
+
+Request handling, in order: body shape and limits (400 via FastAPI validation, with
+``param``), model served here (404 ``model_not_found``), then the service (its
+INVALID_ARGUMENT -> 400 naming ``input`` or ``dimensions``, RESOURCE_EXHAUSTED -> 429,
+unreachable -> 503). A replica that answers UNAVAILABLE is skipped for the next one
+(embedding is idempotent, so a retry cannot double anything). A client that disconnects
+cancels the gRPC call, which drops its queued inputs in the service.
+
+Vectors travel as packed little-endian float32 from the service. ``encoding_format:
+"base64"`` sends those bytes as they are (what the official SDK asks for by default and
+decodes); ``"float"`` sends the same float32 values as JSON numbers, so both formats give
+bit-identical vectors.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+from array import array
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+import grpc
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import StrictBool as Bool
+from pydantic import StrictInt as Int
+from pydantic import StrictStr as Str
+
+from jacana_common.errors import ApiError, api_error_from_grpc
+from jacana_common.grpc_client import make_channel
+from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2 as pb
+from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
+from jacana_gateway.disconnect import cancel_on_disconnect
+
+MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
+UINT32_MAX = 2**32 - 1
+
+_TOKENS_SCHEMA = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_INPUT_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "minLength": 1},
+        {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "minItems": 1,
+            "maxItems": MAX_INPUTS,
+        },
+        _TOKENS_SCHEMA,
+        {"type": "array", "items": _TOKENS_SCHEMA, "minItems": 1, "maxItems": MAX_INPUTS},
+    ],
+    "description": "Text, texts, token ids, or lists of token ids (used as given).",
+}
+
+
+def _is_token(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= UINT32_MAX
+
+
+def parse_input(value: Any) -> tuple[list[str] | None, list[list[int]] | None]:
+    """OpenAI ``input`` -> (texts, None) or (None, token id lists); ValueError if invalid."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ValueError("must be a non-empty string or a non-empty array")
+    if all(_is_token(v) for v in value):
+        value = [value]  # one token id list
+    if len(value) > MAX_INPUTS:
+        raise ValueError(f"at most {MAX_INPUTS} inputs per request (got {len(value)})")
+    if all(isinstance(v, str) for v in value):
+        for i, text in enumerate(value):
+            if not text:
+                raise ValueError(f"input[{i}] is an empty string")
+        return value, None
+    if all(isinstance(v, list) for v in value):
+        for i, ids in enumerate(value):
+            if not ids:
+                raise ValueError(f"input[{i}] is an empty token list")
+            if not all(_is_token(t) for t in ids):
+                raise ValueError(f"input[{i}]: token ids must be integers in [0, 2^32)")
+        return None, value
+    raise ValueError("must be a string, an array of strings, or token ids (not a mix)")
+
+
+class EmbeddingsRequest(BaseModel):
+    """Body of POST /v1/embeddings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Str = Field(..., min_length=1, description="An embedding model id.")
+    input: Annotated[Any, WithJsonSchema(_INPUT_SCHEMA)] = Field(...)
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="'base64': little-endian float32 bytes, base64-encoded."
+    )
+    dimensions: Annotated[Int, Field(ge=1, le=65536)] | None = Field(
+        None, description="Shorter vectors; only for Matryoshka models (else a 400)."
+    )
+    truncate: Bool = Field(
+        False,
+        description="Jacana extension: cut inputs longer than the model's maximum instead "
+        "of answering 400.",
+    )
+    user: Str | None = Field(None, description="Accepted and ignored.")
+
+    @field_validator("input")
+    @classmethod
+    def _input(cls, value: Any) -> tuple[list[str] | None, list[list[int]] | None]:
+        return parse_input(value)
+
+
+class EmbeddingsBackends:
+    """Model id -> embeddings service replicas; least-in-flight routing.
+
+    A replica that answered UNAVAILABLE is tried last for ``retry_after_s``.
+
+    Channels are opened by :meth:`start` on the serving event loop and closed by
+    :meth:`close`; in-flight counts change only on that loop.
+    """
+
+    def __init__(
+        self,
+        targets: Mapping[str, Sequence[str]],
+        *,
+        retry_after_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._targets = {model: list(t) for model, t in targets.items()}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._in_flight: dict[str, int] = {}
+        self._failed_at: dict[str, float] = {}
+        self._retry_after_s = retry_after_s
+        self._clock = clock
+
+    @property
+    def models(self) -> list[str]:
+        return list(self._targets)
+
+    def __contains__(self, model: object) -> bool:
+        return model in self._targets
+
+    async def start(self) -> None:
+        for targets in self._targets.values():
+            for target in targets:
+                if target not in self._channels:
+                    self._channels[target] = make_channel(target)
+                    self._in_flight[target] = 0
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+    async def embed(self, model: str, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
+        """Call ``Embed`` on the least busy replica, moving on while replicas are UNAVAILABLE.
+
+        Raises :class:`ApiError` for every failure.
+        """
+        if not self._channels:
+            raise RuntimeError("EmbeddingsBackends.start() has not been awaited")
+        cutoff = self._clock() - self._retry_after_s
+        order = sorted(
+            self._targets[model],
+            key=lambda t: (self._failed_at.get(t, float("-inf")) > cutoff, self._in_flight[t]),
+        )
+        for n, target in enumerate(order, start=1):
+            stub = embeddings_pb2_grpc.EmbeddingsStub(self._channels[target])
+            self._in_flight[target] += 1
+            try:
+                return await stub.Embed(request, timeout=timeout)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._failed_at[target] = self._clock()
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or n == len(order):
+                    raise api_error_from_grpc(exc.code(), exc.details()) from None
+            finally:
+                self._in_flight[target] -= 1
+        raise RuntimeError(f"model {model!r} has no endpoints")
+
+
+def _vector_json(packed: bytes, encoding_format: str) -> str | list[float]:
+    if encoding_format == "base64":
+        return base64.b64encode(packed).decode("ascii")
+    values = array("f")
+    values.frombytes(packed)
+    if sys.byteorder == "big":  # the service sends little-endian float32
+        values.byteswap()
+    return values.tolist()
+
+
+def embeddings_response(body: EmbeddingsRequest, reply: pb.EmbedResponse) -> dict[str, Any]:
+    """The OpenAI ``list`` object for one Embed reply."""
+    return {
+        "object": "list",
+        "data": [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": _vector_json(e.packed, body.encoding_format),
+            }
+            for i, e in enumerate(reply.embeddings)
+        ],
+        "model": body.model,
+        "usage": {
+            "prompt_tokens": reply.usage.prompt_tokens,
+            "total_tokens": reply.usage.total_tokens,
+        },
+    }
+
+
+def _model_not_found(model: str) -> ApiError:
+    return ApiError(404, f"The model '{model}' does not exist.", "model", "model_not_found")
+
+
+def embeddings_router(
+    backends: EmbeddingsBackends | Mapping[str, Sequence[str]], *, timeout_s: float = 600.0
+) -> APIRouter:
+    """``POST /v1/embeddings`` served by ``backends`` (or a ``model -> endpoints`` mapping).
+
+    ``timeout_s`` is the deadline of one Embed call.
+    """
+    pool = backends if isinstance(backends, EmbeddingsBackends) else EmbeddingsBackends(backends)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await pool.start()
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    router = APIRouter(prefix="/v1", tags=["openai"], lifespan=lifespan)
+
+    @router.post("/embeddings", response_model=None)
+    async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Response:
+        """Vectors for a text, texts or token id lists, in the OpenAI shape."""
+        if body.model not in pool:
+            raise _model_not_found(body.model)
+        texts, token_ids = body.input
+        # No "model" field: the gateway's name for the model may differ from the service's.
+        grpc_request = pb.EmbedRequest(
+            truncate=body.truncate, encoding=pb.VECTOR_ENCODING_PACKED_FLOAT32
+        )
+        if texts is not None:
+            grpc_request.texts.texts.extend(texts)
+        else:
+            grpc_request.token_ids.inputs.extend(pb.TokenIds(ids=ids) for ids in token_ids)
+        if body.dimensions is not None:
+            grpc_request.dimensions = body.dimensions
+        async with cancel_on_disconnect(request.receive):
+            reply = await pool.embed(body.model, grpc_request, timeout_s)
+        content = json.dumps(embeddings_response(body, reply), separators=(",", ":"))
+        return Response(content, media_type="application/json")
+
+    return router
