@@ -42,7 +42,7 @@ SERVICE = "jacana.embeddings.v1.Embeddings"
 # Sentences per timed run, by concurrency: enough for a few seconds per peer.
 DEFAULT_SENTENCES = {1: 96, 16: 384, 256: 1024}
 
-_WORDS = (
+_VOCABULARY = (
     "the a of to and in is was for on that with as by it at from his an were are which "
     "this be have had not but they one all their or has been more when who will would "
     "time people year city new first two world state government company market system "
@@ -50,7 +50,8 @@ _WORDS = (
     "report children family policy energy research health computer network model data "
     "early later during between against under across toward quickly slowly carefully "
     "announced described reported found built opened started grew moved changed said"
-).split()
+)
+_WORDS = _VOCABULARY.split()
 
 
 def sentences(count: int, seed: int) -> list[str]:
@@ -105,7 +106,10 @@ class JacanaProcess:
 
 
 async def _jacana_run(address: str, texts: list[str], concurrency: int):
-    """Embed ``texts`` one per request from ``concurrency`` clients; (seconds, latencies, vectors)."""
+    """Embed ``texts``, one per request, from ``concurrency`` clients.
+
+    Returns (seconds, per-request latencies, vectors [N, D]).
+    """
     from jacana_common.grpc_client import make_channel
     from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2 as pb
     from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc

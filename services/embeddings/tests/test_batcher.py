@@ -97,10 +97,40 @@ async def test_batches_respect_token_budget_and_sort_by_length():
         await batcher.close()
 
 
+async def _two_caller_cycle(batcher: DynamicBatcher) -> None:
+    """One cycle serving two callers: from now on the batcher lingers for company."""
+    await asyncio.gather(batcher.embed([[90]]), batcher.embed([[91]]))
+
+
+async def test_lone_caller_is_not_held_back():
+    model = FakeModel()
+    batcher = await _started(model, max_wait_ms=10_000)
+    try:
+        for i in range(3):
+            await asyncio.wait_for(batcher.embed([[i]]), 2)
+    finally:
+        await batcher.close()
+
+
+async def test_under_concurrent_traffic_an_arrival_waits_for_company():
+    model = FakeModel()
+    batcher = await _started(model, max_wait_ms=300)
+    try:
+        await _two_caller_cycle(batcher)
+        first = asyncio.create_task(batcher.embed([[1]]))
+        await asyncio.sleep(0.1)  # well within max_wait_ms of the first arrival
+        second = asyncio.create_task(batcher.embed([[2]]))
+        await asyncio.gather(first, second)
+        assert [ids[0] for ids in model.batches[-1]] == [1, 2]
+    finally:
+        await batcher.close()
+
+
 async def test_no_wait_when_queue_holds_a_full_batch():
     model = FakeModel()
     batcher = await _started(model, max_wait_ms=10_000, max_batch_tokens=16)
     try:
+        await _two_caller_cycle(batcher)
         await asyncio.wait_for(batcher.embed([[1] * 16]), 2)
     finally:
         await batcher.close()

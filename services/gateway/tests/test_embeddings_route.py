@@ -102,11 +102,24 @@ async def fake(make_fake) -> Fake:
     return await make_fake()
 
 
+@pytest.fixture
+def gateway(make_settings, make_client, dead_address):
+    """``gateway(embeddings, **settings)``: the real gateway app, in-process; its LLM
+    engine address is dead (nothing here needs one)."""
+
+    def open_client(embeddings: dict[str, list[str]], **overrides):
+        settings = make_settings({"llm": [dead_address()]}, embeddings=embeddings, **overrides)
+        return make_client(settings)
+
+    return open_client
+
+
 @asynccontextmanager
-async def gateway(targets: dict[str, list[str]]) -> AsyncIterator[httpx.AsyncClient]:
+async def router_only(backends: EmbeddingsBackends) -> AsyncIterator[httpx.AsyncClient]:
+    """The router alone on a bare app (as another app would mount it)."""
     app = FastAPI()
     install_error_handlers(app)
-    app.include_router(embeddings_router(targets, timeout_s=10))
+    app.include_router(embeddings_router(backends, timeout_s=10))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
@@ -114,7 +127,7 @@ async def gateway(targets: dict[str, list[str]]) -> AsyncIterator[httpx.AsyncCli
 
 
 @pytest.fixture
-async def client(fake) -> AsyncIterator[httpx.AsyncClient]:
+async def client(gateway, fake) -> AsyncIterator[httpx.AsyncClient]:
     async with gateway({MODEL: [fake.address]}) as c:
         yield c
 
@@ -242,7 +255,7 @@ async def test_service_errors_keep_their_status_and_param(client, fake, code, pa
     assert error["message"] == "the service says no"
 
 
-async def test_unreachable_service_is_503(dead_address):
+async def test_unreachable_service_is_503(gateway, dead_address):
     async with gateway({MODEL: [dead_address()]}) as client:
         assert_error(await client.post(URL, json={"model": MODEL, "input": "x"}), 503, None)
 
@@ -250,7 +263,7 @@ async def test_unreachable_service_is_503(dead_address):
 async def test_a_dead_replica_is_skipped_then_tried_last(fake, dead_address):
     dead = dead_address()
     backends = EmbeddingsBackends({MODEL: [dead, fake.address]})
-    async with gateway(backends) as client:
+    async with router_only(backends) as client:
         for _ in range(3):
             resp = await client.post(URL, json={"model": MODEL, "input": "x"})
             assert resp.status_code == 200, resp.text
@@ -258,7 +271,7 @@ async def test_a_dead_replica_is_skipped_then_tried_last(fake, dead_address):
     assert set(backends._failed_at) == {dead}  # failed once, then not tried first again
 
 
-async def test_least_busy_replica_first(make_fake):
+async def test_least_busy_replica_first(gateway, make_fake):
     busy, idle = await make_fake(), await make_fake()
     busy.servicer.hang = True
     async with gateway({MODEL: [busy.address, idle.address]}) as client:
@@ -268,3 +281,38 @@ async def test_least_busy_replica_first(make_fake):
             assert (await client.post(URL, json={"model": MODEL, "input": "y"})).status_code == 200
         assert len(idle.servicer.requests) == 3 and len(busy.servicer.requests) == 1
         stuck.cancel()
+
+
+async def test_api_keys_apply(gateway, fake):
+    async with gateway({MODEL: [fake.address]}, api_keys=["sk-1"]) as client:
+        body = {"model": MODEL, "input": "x"}
+        assert (await client.post(URL, json=body)).status_code == 401
+        ok = await client.post(URL, json=body, headers={"Authorization": "Bearer sk-1"})
+        assert ok.status_code == 200
+    assert len(fake.servicer.requests) == 1
+
+
+async def test_body_limit_applies(gateway, fake):
+    async with gateway({MODEL: [fake.address]}, max_body_bytes=4096) as client:
+        resp = await client.post(URL, json={"model": MODEL, "input": ["word"] * 2000})
+        assert_error(resp, 413, None)
+    assert fake.servicer.requests == []
+
+
+async def test_client_disconnect_cancels_the_service_call(make_settings, serve, fake, dead_address):
+    fake.servicer.hang = True
+    settings = make_settings({"llm": [dead_address()]}, embeddings={MODEL: [fake.address]})
+    async with serve(settings) as url, httpx.AsyncClient() as http:
+        request = asyncio.create_task(http.post(f"{url}{URL}", json={"model": MODEL, "input": "x"}))
+        await asyncio.wait_for(fake.servicer.started.wait(), 5)
+        request.cancel()  # the client gives up: its connection closes
+        await asyncio.wait_for(fake.servicer.cancelled.wait(), 5)
+
+
+def test_settings_validate_embedding_endpoints(make_settings):
+    from jacana_gateway.config import GatewaySettings
+
+    assert make_settings(embeddings={MODEL: ["127.0.0.1:1"]}).embeddings == {MODEL: ["127.0.0.1:1"]}
+    for bad in ({MODEL: ["not an address"]}, {MODEL: []}, {"bad id": ["127.0.0.1:1"]}):
+        with pytest.raises(ValueError):
+            GatewaySettings(engines={"llm": ["127.0.0.1:1"]}, embeddings=bad)

@@ -6,10 +6,12 @@ thread, which receives a batch of token id lists and returns their vectors; it s
 no state with the loop. The loop stays free to accept and validate requests while a
 forward pass runs, and those requests form the next batches.
 
-One cycle: wait for work; when the worker is idle and the queue holds less than a full
-batch, wait up to ``max_wait_ms`` after the oldest arrival for more; take a window of
-the oldest inputs (FIFO, so long inputs cannot starve); sort it by length and cut it into
-batches whose padded size stays within ``max_batch_tokens``; run them one by one.
+One cycle: wait for work; when the queue holds less than a full batch and the previous
+cycle served several callers (a sign of concurrent traffic: a lone caller is not made to
+wait for company that never comes), wait up to ``max_wait_ms`` after the oldest arrival
+for more; take a window of the oldest inputs (FIFO, so long inputs cannot starve); sort
+it by length and cut it into batches whose padded size stays within ``max_batch_tokens``;
+run them one by one.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class DynamicBatcher:
         self._stats = BatcherStats()
         self._task: asyncio.Task | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._last_cycle_callers = 0
 
     def start(self) -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="embed-worker")
@@ -170,8 +173,10 @@ class DynamicBatcher:
             self._arrived.clear()
             if not self._pending:
                 continue
-            await self._linger(loop)
+            if self._last_cycle_callers > 1:
+                await self._linger(loop)
             window = self._take_window()
+            self._last_cycle_callers = len({id(item.job) for item in window})
             lengths = [len(item.ids) for item in window]
             plan = plan_batches(lengths, self.config.max_batch_tokens, self.config.max_batch_size)
             for batch in plan:
@@ -182,7 +187,7 @@ class DynamicBatcher:
                 self._arrived.set()
 
     async def _linger(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Hold a lone arrival up to ``max_wait_ms`` so concurrent ones can join it."""
+        """Hold the first arrivals up to ``max_wait_ms`` so concurrent ones can join them."""
         deadline = self._pending[0].arrival + self.config.max_wait_ms / 1000.0
         while self._pending_tokens < self.config.max_batch_tokens:
             remaining = deadline - loop.time()

@@ -47,6 +47,14 @@ class GatewaySettings(ServiceSettings):
             "Requests are routed to the replica with the fewest in-flight requests."
         ),
     )
+    embeddings: dict[str, EngineTargets] = Field(
+        default_factory=dict,
+        max_length=256,
+        description=(
+            "Embedding model id -> gRPC endpoints (host:port) of the embeddings services "
+            "serving it on /v1/embeddings; least in-flight first. Empty: none."
+        ),
+    )
     max_prompt_chars: int = Field(
         200_000,
         ge=1,
@@ -104,7 +112,7 @@ class GatewaySettings(ServiceSettings):
         description="On SIGTERM, how long in-flight requests (streams included) may finish.",
     )
 
-    @field_validator("engines")
+    @field_validator("engines", "embeddings")
     @classmethod
     def _check_engines(cls, engines: dict[str, list[str]]) -> dict[str, list[str]]:
         for model, targets in engines.items():
