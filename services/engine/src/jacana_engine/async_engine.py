@@ -216,8 +216,10 @@ class AsyncEngine:
         for _, fut in pending:
             fut.set_exception(error)
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, Any]]] = defaultdict(list)
-        for stream in self._streams.values():
+        for request_id, stream in self._streams.items():
             by_loop[stream.loop].append((stream, error))
+            with contextlib.suppress(Exception):  # best effort: give the blocks back
+                self.engine.abort_request(request_id)
         self._streams.clear()
         for loop, items in by_loop.items():
             with contextlib.suppress(RuntimeError):  # that loop is closed

@@ -49,8 +49,8 @@ def iter_gguf_weights(path: Path, config: ModelConfig) -> Iterator[tuple[str, to
     from gguf.quants import dequantize
 
     permuted = get_arch_spec(config.architecture).gguf_permuted_qk
-    heads_of = {"self_attn.q_proj": config.num_attention_heads}
-    heads_of["self_attn.k_proj"] = config.num_key_value_heads
+    # GGUF block tensor part -> heads whose rows llama.cpp permuted
+    qk_heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
     reader = GGUFReader(path)
     for t in reader.tensors:
         name = hf_name(t.name)
@@ -58,9 +58,9 @@ def iter_gguf_weights(path: Path, config: ModelConfig) -> Iterator[tuple[str, to
         if not array.flags.writeable:
             array = np.array(array)  # F32 tensors come back as read-only views of the file
         tensor = torch.from_numpy(array).reshape(tuple(int(d) for d in reversed(t.shape)))
-        module = name.split(".", 3)[-1].rsplit(".", 1)[0]  # e.g. "self_attn.q_proj"
-        if permuted and module in heads_of:
-            tensor = unpermute_qk(tensor, heads_of[module])
+        part = t.name.split(".")[2] if t.name.startswith("blk.") else None
+        if permuted and part in qk_heads:
+            tensor = unpermute_qk(tensor, qk_heads[part])
         yield name, tensor
 
 
