@@ -194,7 +194,7 @@ def test_engine_unreachable_is_503(engine):
     from stack import free_port, start_gateway
 
     dead = f"127.0.0.1:{free_port()}"
-    gw = start_gateway({MODEL_ID: [engine.address], "orphan": [dead]})
+    gw = start_gateway({MODEL_ID: [engine.address], "orphan": [dead]}, healthy=False)
     try:
         with openai.OpenAI(
             base_url=f"http://{gw.address}/v1", api_key="x", max_retries=0, timeout=30
@@ -205,5 +205,7 @@ def test_engine_unreachable_is_503(engine):
                 )
             assert info.value.status_code == 503
             assert info.value.body["type"] == "service_unavailable_error"
+        health = httpx.get(f"http://{gw.address}/health", timeout=10)
+        assert health.status_code == 503
     finally:
         gw.stop()

@@ -93,12 +93,13 @@ async def test_abort_rpc_ends_the_stream(engine):
             request_id="t-abort", prompt="Once upon a time", sampling=greedy(3000, ignore_eos=True)
         )
         call = stub.Generate(req, timeout=120)
-        got = 0
+        got, aborted = 0, False
         async for msg in call:
             got += len(msg.token_ids)
-            if got >= 3:
+            if got >= 3 and not aborted:
                 resp = await stub.Abort(engine_pb2.AbortRequest(request_id="t-abort"), timeout=5)
                 assert resp.found
+                aborted = True
             if msg.finish_reason:
                 assert msg.finish_reason == engine_pb2.FINISH_REASON_ABORT
                 break
@@ -126,7 +127,7 @@ async def test_cancelled_call_frees_the_engine(engine):
 
 
 async def test_sigterm_lets_in_flight_request_finish():
-    service = start_engine()
+    service = await asyncio.to_thread(start_engine)
     try:
         async with make_channel(service.address) as ch:
             stub = engine_pb2_grpc.EngineStub(ch)

@@ -128,3 +128,35 @@ def test_smollm2_metadata_and_config():
     assert cfg.eos_token_ids == (2,) and cfg.bos_token_id == 1
     # dummy weights can take their shapes from the GGUF
     assert get_model_config(path, "dummy") == cfg
+
+
+def test_load_weights_rejects_incomplete_or_foreign_checkpoints():
+    from jacana_engine.loader.hf_config import model_config_from_hf
+    from jacana_engine.models.registry import build_model
+
+    cfg = model_config_from_hf({**LLAMA_JSON, "tie_word_embeddings": False})
+    model = build_model(cfg, device="cpu", dtype=torch.float32)
+    full = {}
+    for name, p in model.named_parameters():
+        full[name] = torch.randn(p.shape)
+    # HF names of one layer's fused projections
+    hf = {n: t for n, t in full.items() if "qkv_proj" not in n and "gate_up_proj" not in n}
+    for i in range(cfg.num_hidden_layers):
+        attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        q, k, v = full[f"{attn}.qkv_proj.weight"].split([32, 16, 16])
+        hf |= {f"{attn}.q_proj.weight": q, f"{attn}.k_proj.weight": k}
+        hf |= {f"{attn}.v_proj.weight": v}
+        gate, up = full[f"{mlp}.gate_up_proj.weight"].chunk(2)
+        hf |= {f"{mlp}.gate_proj.weight": gate, f"{mlp}.up_proj.weight": up}
+    model.load_weights(hf.items())
+    for name, p in model.named_parameters():
+        assert torch.equal(p, full[name]), name
+
+    missing = {n: t for n, t in hf.items() if n != "model.layers.1.self_attn.k_proj.weight"}
+    with pytest.raises(ValueError, match=r"qkv_proj.weight\[k\]"):
+        model.load_weights(missing.items())
+    with pytest.raises(ValueError, match="matches no parameter"):
+        model.load_weights([*hf.items(), ("model.layers.0.mlp.w9.weight", torch.zeros(1))])
+    wrong = {**hf, "model.norm.weight": torch.ones(31)}
+    with pytest.raises(ValueError, match="shape"):
+        model.load_weights(wrong.items())

@@ -1,0 +1,1 @@
+"""Model families: one parameterized decoder and the registry of HF architectures."""
