@@ -298,8 +298,9 @@ def render(result: dict) -> str:
         f"{result['model']['name']} ({result['model']['weights']}, {result['model']['dtype']}); "
         f"one sentence (6–60 tokens) per request; median (min–max) of {s['reps']} interleaved "
         "reps. Jacana: C concurrent gRPC clients against `python -m jacana_embeddings` "
-        f"(max_wait_ms {s['jacana_max_wait_ms']}, torch threads {m['torch_threads']}). sentence-transformers: `encode` on the same "
-        f"sentences C at a time (batch_size {s['st_batch_size']}), in-process.",
+        f"(max_wait_ms {s['jacana_max_wait_ms']}, torch threads {m['torch_threads']}). "
+        "sentence-transformers: `encode` on the same sentences C at a time "
+        f"(batch_size {s['st_batch_size']}), in-process.",
         "",
         "| concurrency C | Jacana sentences/s | sentence-transformers sentences/s | ratio | "
         "Jacana median latency ms | sentence-transformers median latency ms |",

@@ -90,3 +90,16 @@ class PagedDriver:
 def paged_driver():
     """Factory: ``paged_driver(model, block_size=16, ...)`` -> ``PagedDriver``."""
     return PagedDriver
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """Run a module's torch work on one thread, then restore the previous count.
+
+    Small and decode-sized matmuls gain little from a second thread on a 2-core box, and
+    OpenMP spin-waits make them crawl when other processes share the cores.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

