@@ -2,7 +2,9 @@
 
 Both peers run in this one process on the same GGUF file (dequantized to float32), with the
 same prompt token ids, greedy decoding and the same number of new tokens, EOS ignored by
-both (Jacana: ``ignore_eos``; transformers: no EOS id), so both produce the same tokens.
+both (Jacana: ``ignore_eos``; transformers: an EOS id outside the vocabulary, which keeps
+the real EOS selectable where ``min_new_tokens`` would mask it), so both produce the same
+tokens.
 Each timed run records when every sequence of the batch has its first token (prefill plus
 one step) and when the last token arrives; decode throughput is
 ``batch * (N - 1) / (t_last - t_first)``. Peers alternate which goes first from rep to
@@ -105,7 +107,9 @@ def load_transformers(path: Path) -> Generate:
         str(path.parent), gguf_file=path.name, dtype=torch.float32
     ).eval()
     config = copy.deepcopy(model.generation_config)
-    config.eos_token_id = None  # like ignore_eos: an EOS token is just another token
+    # Like ignore_eos: an EOS token is just another token. None would fall back to the
+    # model's EOS, and min_new_tokens would mask EOS instead, so name an id that never occurs.
+    config.eos_token_id = model.config.vocab_size
     config.pad_token_id = 0
     config.do_sample = False
     config.temperature = config.top_p = config.top_k = None
@@ -119,6 +123,8 @@ def load_transformers(path: Path) -> Generate:
             return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     def generate(prompts: list[list[int]], new_tokens: int) -> Run:
+        run_config = copy.deepcopy(config)
+        run_config.max_new_tokens = new_tokens
         clock = Clock()
         start = time.perf_counter()
         # Prompts are of equal length, so the batch needs no padding.
@@ -127,9 +133,7 @@ def load_transformers(path: Path) -> Generate:
             out = model.generate(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
-                generation_config=config,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
+                generation_config=run_config,
                 stopping_criteria=StoppingCriteriaList([clock]),
             )
         outputs = out[:, ids.shape[1] :].tolist()
@@ -290,8 +294,8 @@ def render(result: dict) -> str:
         "",
         f"SmolLM2-135M-Instruct ({result['model']['file']}, {result['model']['weights']}, "
         f"{result['model']['dtype']}), {s['prompt_tokens']}-token prompts, "
-        f"{s['new_tokens']} new tokens, {s['decoding']}; median (min–max) of {s['reps']} "
-        "interleaved reps in one process.",
+        f"{s['new_tokens']} new tokens, {s['decoding']}, {m['torch_threads']} torch "
+        f"thread(s); median (min–max) of {s['reps']} interleaved reps in one process.",
         "",
         "| batch | Jacana decode tok/s | transformers decode tok/s | ratio | "
         "Jacana first token ms | transformers first token ms |",
@@ -343,7 +347,13 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (0: torch's default). 1 by default: on a small shared machine, "
+        "multi-threaded runs measure the scheduler more than the code",
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args()
     if args.reps < 3:

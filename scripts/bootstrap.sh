@@ -7,7 +7,7 @@
 #
 # Usage: bash scripts/bootstrap.sh [--force]
 # Environment: JACANA_VENV (default .venv), JACANA_PYTHON (interpreter to build it with),
-#              JACANA_TORCH_VERSION (default below).
+#              JACANA_TORCH_VERSION (default: TORCH_VERSION below).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,7 +30,7 @@ force=0
 for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $arg" ;;
     esac
 done

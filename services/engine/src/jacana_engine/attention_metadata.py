@@ -23,6 +23,12 @@ class AttentionMetadata:
     query_lens_cpu / seq_lens_cpu: host copies of the per-sequence lengths, for code
         that loops over sequences without a device sync.
     block_size: tokens per KV block.
+    max_query_len / max_seq_len: host-side upper bounds of the per-sequence query and KV
+        lengths (size kernel grids without reading device tensors); None derives them
+        from the host lists.
+    decode_num_splits: split-K factor for decode-only batches, fixed by the model runner
+        so that a captured CUDA graph and an eager step of the same padded size compute
+        the same sums; None lets the kernel choose.
     """
 
     query_start_loc: torch.Tensor
@@ -32,10 +38,25 @@ class AttentionMetadata:
     query_lens_cpu: list[int]
     seq_lens_cpu: list[int]
     block_size: int
+    max_query_len: int | None = None
+    max_seq_len: int | None = None
+    decode_num_splits: int | None = None
 
     @property
     def num_seqs(self) -> int:
         return len(self.seq_lens_cpu)
+
+    @property
+    def query_len_bound(self) -> int:
+        if self.max_query_len is not None:
+            return self.max_query_len
+        return max(self.query_lens_cpu, default=0)
+
+    @property
+    def seq_len_bound(self) -> int:
+        if self.max_seq_len is not None:
+            return self.max_seq_len
+        return max(self.seq_lens_cpu, default=0)
 
     def to(self, device: torch.device | str) -> AttentionMetadata:
         return AttentionMetadata(
@@ -46,4 +67,7 @@ class AttentionMetadata:
             query_lens_cpu=self.query_lens_cpu,
             seq_lens_cpu=self.seq_lens_cpu,
             block_size=self.block_size,
+            max_query_len=self.max_query_len,
+            max_seq_len=self.max_seq_len,
+            decode_num_splits=self.decode_num_splits,
         )

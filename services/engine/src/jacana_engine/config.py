@@ -21,12 +21,24 @@ class EngineConfig:
     dtype: compute dtype, "float32" | "bfloat16" | "float16".
     device: torch device string, "cpu" or "cuda[:N]".
     block_size: tokens per KV-cache block.
-    num_kv_blocks: size of the block pool; None derives it from ``kv_cache_memory_bytes``.
+    num_kv_blocks: size of the block pool; None sizes it from memory (below).
     kv_cache_memory_bytes: byte budget for the KV pool when ``num_kv_blocks`` is None.
+    kv_cache_fraction: instead of a byte budget, this fraction of the memory free after
+        the weights are loaded (CUDA: device memory; CPU: available RAM). With neither
+        set: 0.9 of free memory on CUDA, 512 MiB on CPU (see ``kv_cache/sizing.py``).
+    enable_prefix_caching: share the KV blocks of identical prompt prefixes between
+        requests (content-hashed full blocks, LRU eviction).
+    priority_aging_s: seconds of waiting that count as one priority level, so a waiting
+        request of any priority is eventually served; 0 makes priorities strict.
     max_model_len: prompt + completion limit; None uses the model's own.
     max_num_seqs: most sequences in one step (running batch size).
     max_num_batched_tokens: token budget of one step (prefill chunks + decodes).
     seed: seed for requests that bring none and for dummy weights.
+    attention_backend: a registered attention backend ("torch", "triton") or "auto"
+        (triton on CUDA, torch elsewhere); its namesake layer ops come with it.
+    enforce_eager: never capture or replay CUDA graphs.
+    cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
+        ``max_num_seqs``); larger decode batches run eagerly.
     """
 
     model: str
@@ -36,8 +48,14 @@ class EngineConfig:
     device: str = "cpu"
     block_size: int = 16
     num_kv_blocks: int | None = None
-    kv_cache_memory_bytes: int = 512 * 1024 * 1024
+    kv_cache_memory_bytes: int | None = None
+    kv_cache_fraction: float | None = None
+    enable_prefix_caching: bool = True
+    priority_aging_s: float = 10.0
     max_model_len: int | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     seed: int = 0
+    attention_backend: str = "auto"
+    enforce_eager: bool = False
+    cuda_graph_max_batch_size: int = 512

@@ -9,17 +9,20 @@ one thread drives it (``AsyncEngine`` runs it on a dedicated thread).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Literal
 
 from jacana_engine.config import EngineConfig
 from jacana_engine.detokenizer import Detokenizer
+from jacana_engine.engine_stats import EngineStats, ThroughputMeter
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.kv_cache.block_manager import BlockManager
+from jacana_engine.logits_processors import LogitsProcessors
 from jacana_engine.model_runner import ModelRunner
 from jacana_engine.models.base import CausalLM
-from jacana_engine.outputs import FinishReason, RequestOutput
+from jacana_engine.outputs import FinishReason, RequestOutput, TokenLogprob
 from jacana_engine.sampler import RequestRng, Sampler
 from jacana_engine.sampling_params import SamplingParams
 from jacana_engine.scheduler import Scheduler
@@ -45,21 +48,6 @@ class ModelInfo:
     @property
     def eos_token_id(self) -> int | None:
         return self.eos_token_ids[0] if self.eos_token_ids else None
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """A snapshot of the engine's queues, KV pool and lifetime counters."""
-
-    num_running: int
-    num_waiting: int
-    kv_blocks_total: int
-    kv_blocks_free: int
-    prompt_tokens_total: int
-    generation_tokens_total: int
-    requests_finished_total: int
-    steps_total: int
-    preemptions_total: int
 
 
 class LLMEngine:
@@ -98,11 +86,18 @@ class LLMEngine:
             eos |= set(self.tokenizer.eos_token_ids)
         self.eos_token_ids = frozenset(eos)
 
-        self.sampler = Sampler()
+        self.sampler = Sampler(processors=LogitsProcessors(self.vocab_size, self.eos_token_ids))
         self.runner = ModelRunner(model, config, self.sampler, self.max_model_len)
-        self.block_manager = BlockManager(self.runner.num_blocks, config.block_size)
+        self.block_manager = BlockManager(
+            self.runner.num_blocks,
+            config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+        )
         self.scheduler = Scheduler(
-            self.block_manager, config.max_num_seqs, config.max_num_batched_tokens
+            self.block_manager,
+            config.max_num_seqs,
+            config.max_num_batched_tokens,
+            priority_aging_s=config.priority_aging_s,
         )
         pool = self.block_manager.num_total_slots
         if pool < self.max_model_len:
@@ -119,6 +114,7 @@ class LLMEngine:
         self._requests_finished_total = 0
         self._steps_total = 0
         self._generate_calls = 0
+        self._throughput = ThroughputMeter()
 
         main_eos = sorted(cfg.eos_token_ids) or sorted(self.eos_token_ids)
         self.model_info = ModelInfo(
@@ -135,9 +131,21 @@ class LLMEngine:
     # ---- requests -----------------------------------------------------------------------
 
     def add_request(
-        self, request_id: str, prompt_token_ids: Seq[int], sampling_params: SamplingParams
+        self,
+        request_id: str,
+        prompt_token_ids: Seq[int],
+        sampling_params: SamplingParams,
+        *,
+        priority: int = 0,
+        cache_salt: str | None = None,
     ) -> None:
-        """Validate and queue a request; raises :class:`InvalidRequestError`."""
+        """Validate and queue a request; raises :class:`InvalidRequestError`.
+
+        priority: lower is served first (FCFS among equals); waiting ages it, see
+            :mod:`jacana_engine.scheduler`.
+        cache_salt: the request shares cached prefix blocks only with requests that bring
+            the same salt (None and "" are the same, shared, namespace).
+        """
         prompt = list(prompt_token_ids)
         if self.scheduler.get(request_id) is not None:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
@@ -165,7 +173,13 @@ class LLMEngine:
             max_tokens=max_tokens,
             generator=generator,
             detokenizer=detok,
+            priority=priority,
+            cache_salt=cache_salt or None,
         )
+        if sampling_params.prompt_logprobs is not None:
+            # Every prompt position needs its logits: a unique salt keeps the prefix cache
+            # from serving this prompt from another request's blocks.
+            seq.cache_salt = f"{seq.cache_salt or ''}/prompt-logprobs/{uuid.uuid4().hex}"
         self.scheduler.add(seq)
 
     def _resolve_max_tokens(self, n_prompt: int, max_tokens: int | None) -> int:
@@ -212,17 +226,30 @@ class LLMEngine:
         plan = self.scheduler.schedule()
         if plan.is_empty:
             return []
-        token_ids = self.runner.execute(plan.scheduled)
+        result = self.runner.execute(plan.scheduled)
         self.scheduler.update(plan.scheduled)
         self._steps_total += 1
-        sampled = (s.seq for s in plan.scheduled if s.samples)
-        return [self._append_token(seq, tok) for seq, tok in zip(sampled, token_ids, strict=True)]
+        self._throughput.record(
+            sum(
+                max(0, min(s.start + s.num_new_tokens, s.seq.num_prompt_tokens) - s.start)
+                for s in plan.scheduled
+            ),
+            len(result.token_ids),
+        )
+        sampled = [s.seq for s in plan.scheduled if s.samples]
+        return [
+            self._append_token(seq, tok, lp)
+            for seq, tok, lp in zip(sampled, result.token_ids, result.logprobs, strict=True)
+        ]
 
-    def _append_token(self, seq: Sequence, token_id: int) -> RequestOutput:
+    def _append_token(
+        self, seq: Sequence, token_id: int, logprob: TokenLogprob | None = None
+    ) -> RequestOutput:
         """Add a sampled token to ``seq``, apply the stop rules, release finished text."""
         self._generation_tokens_total += 1
-        if seq.num_output_tokens == 0:  # the prompt is done: count it once
-            self._prompt_tokens_total += seq.num_prompt_tokens
+        first = seq.num_output_tokens == 0
+        if first:  # the prompt is done: count what was computed of it, once
+            self._prompt_tokens_total += seq.num_prompt_tokens - seq.num_cached_tokens
         sp = seq.sampling_params
         detok = seq.detokenizer
         new_ids: list[int] = []
@@ -257,7 +284,12 @@ class LLMEngine:
             finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens,
             num_output_tokens=seq.num_output_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
             matched_stop=matched,
+            logprobs=None if sp.logprobs is None else [logprob] if new_ids and logprob else [],
+            prompt_logprobs=seq.prompt_logprobs
+            if first and sp.prompt_logprobs is not None
+            else None,
         )
 
     # ---- conveniences -------------------------------------------------------------------
@@ -299,6 +331,10 @@ class LLMEngine:
             requests_finished_total=self._requests_finished_total,
             steps_total=self._steps_total,
             preemptions_total=self.scheduler.num_preemptions_total,
+            kv_blocks_cached=self.block_manager.num_free_cached_blocks,
+            prefix_cache_queries_total=self.block_manager.prefix_queries_total,
+            prefix_cache_hits_total=self.block_manager.prefix_hits_total,
+            recent=self._throughput.snapshot(),
         )
 
 

@@ -5,24 +5,51 @@ device, one ``[2, num_blocks, block_size, n_kv_heads, head_dim]`` tensor per lay
 model dtype). Batch tensors are built on the host (:func:`build_batch`, a pure function),
 moved to the device once per step, and dropped after the step. Block ids come from the
 sequences' block tables (host state owned by the block manager).
+
+Sampling: the sampler gets the logits of each sequence's last scheduled token (processors,
+sampling, logprobs: :meth:`Sampler.forward`). Sequences that asked for prompt logprobs also
+get the logits of their prompt positions, in slices of ``PROMPT_LOGPROB_ROWS`` rows, and
+the runner appends the results to ``Sequence.prompt_logprobs`` (the one place it writes to
+a sequence). Those must compute every prompt position: a prompt served from a prefix cache
+has no logits to read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 import torch
 
+from jacana_engine import device_sampling
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.config import EngineConfig
+from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size
+from jacana_engine.device_sampling import DeviceSampler
+from jacana_engine.kv_cache import sizing
 from jacana_engine.loader import torch_dtype
 from jacana_engine.models.base import CausalLM, ModelConfig
-from jacana_engine.sampler import Sampler
+from jacana_engine.outputs import TokenLogprob
+from jacana_engine.sampler import Sampler, token_logprobs
 from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
+
+PROMPT_LOGPROB_ROWS = 256  # prompt positions per logits slice: [256, V] float32 at a time
+
+
+@dataclass
+class StepOutput:
+    """What one step sampled, in batch order of the sampling sequences.
+
+    token_ids: the sampled token of each.
+    logprobs: its :class:`TokenLogprob` when the sequence asked for logprobs, else None.
+    """
+
+    token_ids: list[int]
+    logprobs: list[TokenLogprob | None]
 
 
 @dataclass
@@ -91,22 +118,21 @@ def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
 
 def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     """Bytes one KV block takes across all layers (K and V)."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * elem
+    return sizing.kv_block_bytes(
+        cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, block_size, dtype
+    )
 
 
-def num_kv_blocks(config: EngineConfig, model_config: ModelConfig) -> int:
-    """Pool size: ``config.num_kv_blocks`` or as many blocks as the byte budget holds."""
-    if config.num_kv_blocks is not None:
-        n = config.num_kv_blocks
-    else:
-        per_block = kv_block_bytes(model_config, config.block_size, torch_dtype(config.dtype))
-        n = config.kv_cache_memory_bytes // per_block
-    if n < 1:
-        raise ValueError(
-            "the KV cache holds no block: raise kv_cache_memory_bytes or num_kv_blocks"
-        )
-    return n
+def plan_kv_cache(config: EngineConfig, model_config: ModelConfig) -> sizing.KVCachePlan:
+    """Pool size from ``config`` (block count, byte budget or memory fraction)."""
+    return sizing.plan_kv_cache(
+        block_bytes=kv_block_bytes(model_config, config.block_size, torch_dtype(config.dtype)),
+        block_size=config.block_size,
+        device=torch.device(config.device),
+        num_blocks=config.num_kv_blocks,
+        memory_bytes=config.kv_cache_memory_bytes,
+        fraction=config.kv_cache_fraction,
+    )
 
 
 class ModelRunner:
@@ -121,48 +147,158 @@ class ModelRunner:
         self.dtype = torch_dtype(config.dtype)
         self.block_size = config.block_size
         cfg = model.config
-        self.num_blocks = num_kv_blocks(config, cfg)
+        # Sized after the weights are on the device: a memory fraction sees what is left.
+        self.kv_plan = plan_kv_cache(config, cfg)
+        self.num_blocks = self.kv_plan.num_blocks
         shape = (2, self.num_blocks, self.block_size, cfg.num_key_value_heads, cfg.head_dim)
         # kv_caches[layer]: [2 (K, V), num_blocks, block_size, n_kv_heads, head_dim]
         self.kv_caches = [
             torch.zeros(shape, dtype=self.dtype, device=self.device)
             for _ in range(cfg.num_hidden_layers)
         ]
-        tokens = self.num_blocks * self.block_size
-        nbytes = sum(t.numel() * t.element_size() for t in self.kv_caches)
-        log.info(
-            "KV cache: %d blocks x %d tokens = %d tokens, %.1f MiB on %s; "
-            "max concurrency at max_model_len %d: %.2fx",
-            self.num_blocks,
-            self.block_size,
-            tokens,
-            nbytes / 2**20,
-            self.device,
-            max_model_len,
-            tokens / max_model_len,
+        log.info("%s", self.kv_plan.describe(max_model_len, str(self.device)))
+        self.max_model_len = max_model_len
+        self.graphs = self._capture_graphs(config)
+        self.device_sampler = (
+            DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
         )
 
     @torch.inference_mode()
-    def execute(self, scheduled: Seq[ScheduledSequence]) -> list[int]:
+    def execute(self, scheduled: Seq[ScheduledSequence]) -> StepOutput:
         """Run one step; returns the sampled token of each sampling sequence, in order."""
         if not scheduled:
-            return []
+            return StepOutput([], [])
         batch = build_batch(scheduled, self.block_size)
-        non_blocking = self.device.type == "cuda"
-        hidden = self.model.forward(  # [T, hidden]
-            batch.input_ids.to(self.device, non_blocking=non_blocking),
-            batch.positions.to(self.device, non_blocking=non_blocking),
-            self.kv_caches,
-            batch.meta.to(self.device),
-        )
+        hidden = self._forward(batch)  # [T, hidden]
+        self._prompt_logprobs(hidden, scheduled, batch.meta.query_start_loc.tolist())
         sampling = [s.seq for s in scheduled if s.samples]
         if not sampling:
-            return []
-        last = hidden[batch.logits_indices.to(self.device)]  # [N, hidden]
+            return StepOutput([], [])
+        if len(sampling) == hidden.shape[0]:  # every token samples (decode): no gather
+            last = hidden
+        else:
+            last = hidden[batch.logits_indices.to(self.device)]  # [N, hidden]
         logits = self.model.compute_logits(last)  # [N, vocab] float32
-        token_ids = self.sampler(  # [N]
-            logits,
-            [seq.sampling_params for seq in sampling],
-            [seq.generator for seq in sampling],
+        fast = self._sample_on_device(logits, sampling)
+        if fast is not None:
+            return fast
+        out = self.sampler.forward(logits, sampling, [seq.generator for seq in sampling])
+        return StepOutput(out.token_ids.tolist(), out.logprobs)
+
+    # ---- forward: CUDA graphs or eager ----------------------------------------------------
+
+    def _capture_graphs(self, config: EngineConfig) -> DecodeGraphs | None:
+        """Capture the decode graphs at start-up (CUDA, a graph-safe backend, not eager).
+
+        With a graph-safe backend on CUDA the decode split count is a function of the
+        padded batch size whether or not graphs are on (``_decode_splits``), so eager and
+        replayed decode steps compute the same attention sums."""
+        backend = getattr(self.model, "backend", None)
+        self._graph_sizes: list[int] = []
+        if self.device.type != "cuda" or not getattr(backend, "graph_safe", False):
+            return None
+        self._graph_sizes = capture_sizes(
+            min(config.max_num_seqs, config.cuda_graph_max_batch_size)
         )
-        return token_ids.tolist()
+        if config.enforce_eager:
+            log.info("CUDA graphs off (enforce_eager): decode steps run eagerly")
+            return None
+        graphs = DecodeGraphs(
+            self._run_model,
+            sizes=self._graph_sizes,
+            block_size=self.block_size,
+            max_blocks=-(-self.max_model_len // self.block_size),
+            max_model_len=self.max_model_len,
+            num_splits=self._decode_splits,
+            device=self.device,
+        )
+        graphs.capture()
+        return graphs
+
+    def _decode_splits(self, padded_batch: int) -> int:
+        from jacana_engine.kernels.decode_attention import choose_num_splits
+
+        n_kv = self.model.config.num_key_value_heads
+        return choose_num_splits(padded_batch, n_kv, self.max_model_len, self.device)
+
+    def _run_model(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:  # [T, hidden]
+        return self.model.forward(input_ids, positions, self.kv_caches, meta)
+
+    def _forward(self, batch: Batch) -> torch.Tensor:  # [T, hidden] on the device
+        """Replay a captured graph for a decode batch that fits one, else run eagerly.
+
+        Eager decode batches that a graph could hold use the graph's split count, so
+        graphs on and off compute the same attention sums."""
+        meta, num_tokens = batch.meta, batch.input_ids.shape[0]
+        graphs = self.graphs
+        if graphs is not None and graphs.can_run(meta, num_tokens):
+            return graphs.run(batch.input_ids, batch.positions, meta)
+        if num_tokens == meta.num_seqs and self._graph_sizes:
+            size = padded_size(self._graph_sizes, num_tokens)
+            if size is not None:
+                meta = dataclasses.replace(meta, decode_num_splits=self._decode_splits(size))
+        non_blocking = self.device.type == "cuda"
+        return self._run_model(
+            batch.input_ids.to(self.device, non_blocking=non_blocking),
+            batch.positions.to(self.device, non_blocking=non_blocking),
+            meta.to(self.device),
+        )
+
+    def _sample_on_device(self, logits: torch.Tensor, sampling: list) -> StepOutput | None:
+        """The CUDA fast path (``device_sampling``) when every row is plain; else None."""
+        if self.device_sampler is None:
+            return None
+        params = [seq.sampling_params for seq in sampling]
+        if not device_sampling.supported(params):
+            return None
+        token_ids = self.device_sampler.sample(
+            logits,
+            params,
+            [seq.generator for seq in sampling],
+            [seq.num_output_tokens for seq in sampling],
+        )
+        return StepOutput(token_ids.tolist(), [None] * len(sampling))
+
+    def _prompt_logprobs(
+        self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], query_start: list[int]
+    ) -> None:
+        """Append the logprobs of the prompt tokens this step's logits predict.
+
+        The logits at position p predict token p + 1, so a chunk ``[start, end)`` covers
+        prompt tokens ``start + 1 .. end`` (the prompt's own, not the first sampled one).
+        Positions already collected (a chunk recomputed after a preemption) are skipped.
+        """
+        rows: list[int] = []  # rows of ``hidden`` [T, hidden]
+        targets: list[int] = []
+        owners: list[tuple[list[TokenLogprob], int]] = []  # (destination, num_top) per row
+        for i, s in enumerate(scheduled):
+            seq = s.seq
+            num_top = seq.sampling_params.prompt_logprobs
+            if num_top is None:
+                continue
+            collected = seq.prompt_logprobs
+            if not collected:  # nothing predicts the first token
+                collected.append(TokenLogprob(seq.prompt_token_ids[0], None))
+            first = max(len(collected), s.start + 1)
+            last = min(s.start + s.num_new_tokens, seq.num_prompt_tokens - 1)
+            if first > last:
+                continue
+            if first != len(collected):
+                raise RuntimeError(
+                    f"prompt logprobs of {seq.request_id!r} skip positions "
+                    f"{len(collected)}..{first - 1}: they were not computed (prefix cache?)"
+                )
+            for target in range(first, last + 1):
+                rows.append(query_start[i] + target - 1 - s.start)
+                targets.append(seq.prompt_token_ids[target])
+                owners.append((collected, num_top))
+        for lo in range(0, len(rows), PROMPT_LOGPROB_ROWS):
+            hi = lo + PROMPT_LOGPROB_ROWS
+            index = torch.tensor(rows[lo:hi], dtype=torch.int64).to(self.device)
+            logits = self.model.compute_logits(hidden[index])  # [R, vocab]
+            ids = torch.tensor(targets[lo:hi], dtype=torch.int64).to(self.device)
+            found = token_logprobs(logits, ids, [k for _, k in owners[lo:hi]])
+            for (collected, _), entry in zip(owners[lo:hi], found, strict=True):
+                collected.append(entry)

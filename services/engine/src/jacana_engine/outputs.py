@@ -12,6 +12,21 @@ class FinishReason(StrEnum):
     ABORT = "abort"  # aborted by the caller
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One position's logprobs under the model's raw distribution (``log_softmax(logits)``).
+
+    token_id: the token at this position (sampled, or the prompt's own).
+    logprob: its log-probability; None only for a prompt's first token (nothing predicts it).
+    top: the most likely tokens at this position as ``(token id, logprob)``, most likely
+        first; as many as the request asked for (ties in any order).
+    """
+
+    token_id: int
+    logprob: float | None
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass
 class RequestOutput:
     """The delta of one request produced by one engine step.
@@ -23,6 +38,10 @@ class RequestOutput:
     num_prompt_tokens / num_output_tokens: running usage counts.
     num_cached_tokens: prompt tokens served from the prefix cache.
     matched_stop: the stop string or token id that ended generation, if any.
+    logprobs: with ``SamplingParams.logprobs`` set, one entry per ``new_token_ids`` item;
+        otherwise None.
+    prompt_logprobs: with ``SamplingParams.prompt_logprobs`` set, one entry per prompt token,
+        on the request's first output only; otherwise None.
     """
 
     request_id: str
@@ -34,3 +53,5 @@ class RequestOutput:
     num_output_tokens: int = 0
     num_cached_tokens: int = 0
     matched_stop: str | int | None = None
+    logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob] | None = None

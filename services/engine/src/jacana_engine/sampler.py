@@ -4,9 +4,11 @@ Runs on the logits' device (GPU in production, CPU in tests); holds no state bet
 The only state is each request's ``torch.Generator``, kept with the request by the engine
 (``RequestRng`` shows how to make them: the seed, or one drawn from an engine-level source).
 
-Order of operations per row (as Hugging Face ``generate``): temperature, top-k, top-p,
-min-p, then a draw from the renormalized distribution. Greedy rows (temperature 0) take the
-argmax of the raw logits and draw no randomness.
+Order of operations per row (:meth:`Sampler.forward`): raw logprobs are read first (the
+model's own distribution), then the logits processors edit the logits (penalties, bias,
+min_tokens; :mod:`jacana_engine.logits_processors`), then as Hugging Face ``generate``:
+temperature, top-k, top-p, min-p, and a draw from the renormalized distribution. Greedy
+rows (temperature 0) take the argmax of the processed logits and draw no randomness.
 
 Per-request seeds: a sampled row draws its randomness only from its own generator, one
 exponential variate per vocabulary entry per step, indexed by token id, and picks
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from jacana_engine.logits_processors import LogitsProcessors, TokenHistory
+from jacana_engine.outputs import TokenLogprob
 from jacana_engine.sampling_params import SamplingParams
 
 _MAX_SEED = 2**63 - 1
@@ -118,11 +122,49 @@ class SamplingBatch:
         )
 
 
-class Sampler:
-    """``sampler(logits, params, generators) -> token ids [N]`` (int64, logits' device)."""
+@dataclass
+class SamplerOutput:
+    """What :meth:`Sampler.forward` picked: token_ids [N] int64 on the logits' device, and
+    per row its :class:`TokenLogprob` (host) when the row asked for logprobs, else None."""
 
-    def __init__(self, default_generator: torch.Generator | None = None) -> None:
+    token_ids: torch.Tensor
+    logprobs: list[TokenLogprob | None]
+
+
+class Sampler:
+    """``sampler(logits, params, generators) -> token ids [N]`` (int64, logits' device);
+    :meth:`forward` adds the logits processors and logprobs around it."""
+
+    def __init__(
+        self,
+        default_generator: torch.Generator | None = None,
+        processors: LogitsProcessors | None = None,
+    ) -> None:
         self._default_generator = default_generator
+        self.processors = processors
+
+    def forward(
+        self,
+        logits: torch.Tensor,
+        history: Sequence[TokenHistory],
+        generators: Sequence[torch.Generator | None] | None = None,
+    ) -> SamplerOutput:
+        """Sample one token per row of ``logits`` [N, V] (edited in place by the processors);
+        row i belongs to ``history[i]``."""
+        params = [h.sampling_params for h in history]
+        wanted = [i for i, p in enumerate(params) if p.logprobs is not None]
+        rows = torch.tensor(wanted, dtype=torch.int64).to(logits.device) if wanted else None
+        raw = logits[rows] if rows is not None else None  # [M, V], a copy taken before edits
+        if self.processors is not None and self.processors.needed(params):
+            self.processors(logits, history)
+        token_ids = self(logits, params, generators)  # [N]
+        out: list[TokenLogprob | None] = [None] * len(params)
+        if rows is not None:
+            num_top = [params[i].logprobs or 0 for i in wanted]
+            found = token_logprobs(raw, token_ids[rows], num_top)
+            for i, entry in zip(wanted, found, strict=True):
+                out[i] = entry
+        return SamplerOutput(token_ids, out)
 
     @staticmethod
     def generator_device(device: torch.device | str) -> torch.device:
@@ -235,3 +277,20 @@ def logprobs(
         empty = torch.empty((logits.shape[0], 0), device=logits.device)
         return chosen, empty.long(), empty
     return chosen, top.indices, top.values
+
+
+def token_logprobs(
+    logits: torch.Tensor, token_ids: torch.Tensor, num_top: Sequence[int]
+) -> list[TokenLogprob]:
+    """:func:`logprobs` of rows with different top counts, as host ``TokenLogprob`` entries.
+
+    logits: [M, V] raw; token_ids: [M]; num_top: M counts (one ``topk`` of the largest).
+    """
+    chosen, top_ids, top_lp = logprobs(logits, token_ids, max(num_top, default=0))
+    ids, values = top_ids.tolist(), top_lp.tolist()
+    return [
+        TokenLogprob(token, lp, tuple(zip(ids[i][:k], values[i][:k], strict=True)))
+        for i, (token, lp, k) in enumerate(
+            zip(token_ids.tolist(), chosen.tolist(), num_top, strict=True)
+        )
+    ]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from jacana_engine.errors import InvalidRequestError
 
+MAX_LOGPROBS = 20  # most alternatives per position (OpenAI's top_logprobs bound)
+MAX_LOGIT_BIAS = 100.0  # |bias| bound, as OpenAI's
+MAX_PENALTY = 2.0  # |presence_penalty|, |frequency_penalty| bound, as OpenAI's
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick tokens and when to stop.
+    """How to pick tokens, what to report about them, and when to stop.
 
     temperature: 0 selects greedy (argmax); > 0 samples from softmax(logits / temperature).
     top_p: nucleus mass in (0, 1]; 1 disables.
@@ -22,6 +27,23 @@ class SamplingParams:
     stop: stop strings; the output text ends before the earliest match.
     stop_token_ids: extra token ids that end generation (not included in the text).
     ignore_eos: keep going past the model's EOS tokens.
+    presence_penalty: OpenAI semantics, in [-2, 2]: subtracted once from the logit of every
+        token that already occurs in the output.
+    frequency_penalty: OpenAI semantics, in [-2, 2]: subtracted from a token's logit once per
+        occurrence in the output.
+    repetition_penalty: Hugging Face semantics, > 0 (1 disables): the logit of every token of
+        the prompt or the output is divided by it when positive, multiplied when negative.
+    logit_bias: ``(token id, bias)`` pairs, bias in [-100, 100], added to the logits; a
+        mapping is accepted and stored sorted by token id.
+    min_tokens: until this many tokens are out, EOS (unless ``ignore_eos``) and
+        ``stop_token_ids`` cannot be sampled. Stop strings are not held back by it.
+    logprobs: None returns no logprobs; k in [0, 20] returns each output token's logprob
+        and the k most likely alternatives.
+    prompt_logprobs: the same for the prompt's tokens (the first one has none).
+
+    Logprobs are those of the model's raw distribution, ``log_softmax(logits)``, before
+    penalties, bias, temperature and top-k/top-p/min-p; penalties apply before bias, and
+    the min_tokens mask last.
     """
 
     temperature: float = 1.0
@@ -33,6 +55,18 @@ class SamplingParams:
     stop: tuple[str, ...] = field(default_factory=tuple)
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = field(default_factory=tuple)
+    min_tokens: int = 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.logit_bias, Mapping):
+            pairs = tuple(sorted((int(t), float(b)) for t, b in self.logit_bias.items()))
+            object.__setattr__(self, "logit_bias", pairs)
 
     @property
     def greedy(self) -> bool:
@@ -55,3 +89,35 @@ class SamplingParams:
         bad = [t for t in self.stop_token_ids if not (0 <= t < vocab_size)]
         if bad:
             raise InvalidRequestError(f"stop_token_ids out of vocabulary: {bad}", "stop_token_ids")
+        self._validate_processing(vocab_size)
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and not (0 <= value <= MAX_LOGPROBS):
+                raise InvalidRequestError(f"{name} must be in [0, {MAX_LOGPROBS}]", name)
+
+    def _validate_processing(self, vocab_size: int) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not (-MAX_PENALTY <= value <= MAX_PENALTY):  # NaN fails too
+                raise InvalidRequestError(f"{name} must be in [-2, 2]", name)
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise InvalidRequestError(
+                "repetition_penalty must be a finite number > 0", "repetition_penalty"
+            )
+        out_of_vocab = [t for t, _ in self.logit_bias if not (0 <= t < vocab_size)]
+        if out_of_vocab:
+            raise InvalidRequestError(
+                f"logit_bias token ids must be in [0, {vocab_size}): {out_of_vocab[:8]}",
+                "logit_bias",
+            )
+        if any(not (-MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS) for _, b in self.logit_bias):
+            raise InvalidRequestError("logit_bias values must be in [-100, 100]", "logit_bias")
+        if len({t for t, _ in self.logit_bias}) != len(self.logit_bias):
+            raise InvalidRequestError("logit_bias names a token id twice", "logit_bias")
+        if self.min_tokens < 0:
+            raise InvalidRequestError("min_tokens must be >= 0", "min_tokens")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise InvalidRequestError(
+                f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
+                "min_tokens",
+            )

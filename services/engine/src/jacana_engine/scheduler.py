@@ -1,33 +1,51 @@
 """Continuous batching: which sequences run in the next forward pass, and how many tokens.
 
-State ownership (host-side Python only): the scheduler owns the ``waiting`` queue (FCFS,
-sequences without KV blocks) and the ``running`` list (admission order, oldest first,
-sequences that own KV blocks). It asks the :class:`BlockManager` for blocks and advances
+State ownership (host-side Python only): the scheduler owns the ``waiting`` queue
+(sequences without KV blocks, best first) and the ``running`` list (sequences that own KV
+blocks, in admission order), plus each sequence's scheduling key. It asks the
+:class:`BlockManager` for blocks (and cached prefixes) and advances
 ``Sequence.num_computed_tokens`` once a step has run; it never touches tensors.
 
-One step, under ``max_num_batched_tokens`` tokens and ``max_num_seqs`` sequences:
-1. decodes of running sequences, oldest first, so streams keep flowing;
-2. unfinished prefills of running sequences (the next chunk of a long prompt);
-3. waiting sequences in arrival order, each with as much of its prompt as the budget
-   leaves (a chunk when it does not all fit). Admission stops at the first sequence that
-   does not fit, so nothing overtakes an older request.
+Order. Every sequence gets a key when it is added; smaller keys are served first. With
+aging (``priority_aging_s`` > 0) the key is ``arrival + priority * priority_aging_s``: a
+request's effective priority is ``priority - waited / priority_aging_s``, and since every
+request ages at the same rate that order never changes, so the key is fixed at arrival.
+Equal priorities give first-come-first-served; a lower priority value (served first, as
+in vLLM) is worth ``priority_aging_s`` seconds of head start, so a flood of favoured
+requests delays another one by a bounded time and cannot starve it. With
+``priority_aging_s == 0`` the key is ``(priority, arrival)``: strict priorities.
 
-When a running sequence needs a block and none is free, the most recently admitted
-running sequence not yet scheduled this step is preempted: its blocks are freed and it
-goes back to the front of ``waiting`` to be recomputed from its tokens later (its sampled
-tokens and RNG state are kept, so the output does not change). A step that preempted
-admits nothing new, so a victim is not readmitted just to be preempted again.
+One step, under ``max_num_batched_tokens`` tokens and ``max_num_seqs`` sequences:
+1. decodes of running sequences, best key first, so streams keep flowing;
+2. unfinished prefills of running sequences (the next chunk of a long prompt);
+3. waiting sequences in key order, each starting from its longest cached prefix and
+   taking as much of the rest as the budget leaves (a chunk when it does not all fit).
+   Admission stops at the first sequence that does not fit, so nothing overtakes it.
+
+Preemption (by recompute). When a running sequence needs a block and none is free, the
+running sequence with the worst key is preempted, even one already planned for this
+step (its tokens leave the plan and their budget comes back): its blocks are freed (full
+ones stay in the prefix cache and may be matched again at readmission) and it goes back
+to ``waiting`` to be recomputed from its tokens; its sampled tokens and RNG state are
+kept, so its output does not change. A step whose running sequences had to preempt admits
+nothing new. Admission also preempts: when the best waiting sequence does not fit (blocks
+or ``max_num_seqs``) and some running sequence has a worse key, that one makes room.
+Sequences preempted in a step are not readmitted in the same step.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
+import bisect
+import itertools
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from jacana_engine.kv_cache.block_manager import BlockManager
+from jacana_engine.kv_cache.block_manager import NO_MATCH, BlockManager, PrefixMatch
 from jacana_engine.outputs import FinishReason
 from jacana_engine.sequence import Sequence, SequenceStatus
+
+SortKey = tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -46,7 +64,10 @@ class ScheduledSequence:
 
 @dataclass
 class SchedulerOutput:
-    """The plan of one step, in batch order (decodes first, then prefill chunks)."""
+    """The plan of one step, in batch order (decodes first, then prefill chunks).
+
+    preempted: sequences that lost their blocks this step (now waiting).
+    """
 
     scheduled: list[ScheduledSequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
@@ -60,21 +81,46 @@ class SchedulerOutput:
         return not self.scheduled
 
 
+@dataclass
+class _Step:
+    """Working state of one ``schedule()`` call."""
+
+    out: SchedulerOutput
+    budget: int
+    planned: dict[Sequence, ScheduledSequence] = field(default_factory=dict)
+
+
 class Scheduler:
-    """FCFS admission, decode-first batching, recompute preemption."""
+    """Priority (FCFS by default) admission with aging, decode-first batching, chunked
+    prefill, prefix-cache-aware admission and recompute preemption.
+
+    clock: monotonic seconds, for arrival times (tests pass a fake one).
+    """
 
     def __init__(
-        self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int
+        self,
+        block_manager: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        *,
+        priority_aging_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if not priority_aging_s >= 0:
+            raise ValueError(f"priority_aging_s must be >= 0, got {priority_aging_s}")
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         # Every running sequence must be able to decode in the same step, so the batch
         # can hold at most as many sequences as the token budget has tokens.
         self.max_num_seqs = min(max_num_seqs, max_num_batched_tokens)
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.priority_aging_s = priority_aging_s
+        self._clock = clock
+        self._arrivals = itertools.count()
+        self.waiting: list[Sequence] = []  # sorted by key, best first
+        self.running: list[Sequence] = []  # admission order
+        self._keys: dict[Sequence, SortKey] = {}
         self._by_id: dict[str, Sequence] = {}
         self.num_preemptions_total = 0
 
@@ -95,12 +141,22 @@ class Scheduler:
         """The unfinished sequence with this id, if any."""
         return self._by_id.get(request_id)
 
+    def key(self, seq: Sequence) -> SortKey:
+        """``seq``'s scheduling key (smaller is served first); see the module docstring."""
+        return self._keys[seq]
+
     def add(self, seq: Sequence) -> None:
-        """Queue a new sequence behind every waiting one. Its id must be unused."""
+        """Queue a new sequence by its priority and arrival. Its id must be unused."""
         if seq.request_id in self._by_id:
             raise ValueError(f"request {seq.request_id!r} is already queued or running")
+        now = self._clock()
+        order = next(self._arrivals)
+        if self.priority_aging_s > 0:
+            self._keys[seq] = (now + seq.priority * self.priority_aging_s, order)
+        else:
+            self._keys[seq] = (seq.priority, now, order)
         seq.status = SequenceStatus.WAITING
-        self.waiting.append(seq)
+        self._enqueue(seq)
         self._by_id[seq.request_id] = seq
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
@@ -115,6 +171,7 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         del self._by_id[seq.request_id]
+        del self._keys[seq]
 
     def abort(self, request_id: str) -> Sequence | None:
         """Finish ``request_id`` with ABORT; returns it, or None if it is not unfinished."""
@@ -127,75 +184,113 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """Plan the next step and reserve its KV slots. Empty when nothing can run."""
-        out = SchedulerOutput()
-        planned: set[Sequence] = set()
-        budget = self.max_num_batched_tokens
-
-        decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
-        prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        step = _Step(SchedulerOutput(), self.max_num_batched_tokens)
+        key = self._keys.__getitem__
+        decodes = sorted((s for s in self.running if s.num_uncomputed_tokens == 1), key=key)
+        prefills = sorted((s for s in self.running if s.num_uncomputed_tokens > 1), key=key)
         for seq in decodes + prefills:
-            if budget == 0:
+            if step.budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this step
                 continue
-            n = min(seq.num_uncomputed_tokens, budget)
-            if self._reserve(seq, n, planned, out.preempted):
-                self._plan(out, planned, seq, n)
-                budget -= n
-
-        while (
-            not out.preempted
-            and self.waiting
-            and budget > 0
-            and len(self.running) < self.max_num_seqs
-        ):
-            seq = self.waiting[0]
-            n = min(seq.num_uncomputed_tokens, budget)
-            if not self.block_manager.can_allocate(seq, n):
-                break
-            self.waiting.popleft()
-            self.block_manager.allocate(seq, n)
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            self._plan(out, planned, seq, n)
-            budget -= n
-        return out
+            n = min(seq.num_uncomputed_tokens, step.budget)
+            if self._reserve(seq, n, step):
+                self._plan(step, seq, n)
+        if not step.out.preempted:
+            self._admit(step)
+        return step.out
 
     def update(self, scheduled: Iterable[ScheduledSequence]) -> None:
-        """Record that a step's tokens now have their K/V in the cache."""
+        """Record that a step's tokens now have their K/V in the cache, and offer the
+        blocks they filled to the prefix cache."""
         for s in scheduled:
             if s.seq.status is SequenceStatus.RUNNING:
                 s.seq.num_computed_tokens = s.start + s.num_new_tokens
+                self.block_manager.commit(s.seq)
 
     # ---- helpers ------------------------------------------------------------------------
 
-    @staticmethod
-    def _plan(out: SchedulerOutput, planned: set[Sequence], seq: Sequence, n: int) -> None:
-        start = seq.num_computed_tokens
-        out.scheduled.append(ScheduledSequence(seq, start, n, start + n == seq.num_tokens))
-        planned.add(seq)
+    def _admit(self, step: _Step) -> None:
+        """Move waiting sequences into the step, best key first, while they fit."""
+        bm = self.block_manager
+        while self.waiting and step.budget > 0:
+            seq = self.waiting[0]
+            if seq in step.out.preempted:
+                break
+            match = NO_MATCH if _needs_prompt_logits(seq) else bm.match_prefix(seq)
+            n = min(seq.num_tokens - match.num_tokens, step.budget)
+            if len(self.running) < self.max_num_seqs and bm.can_allocate(seq, n, match):
+                self._start(seq, n, match, step)
+                continue
+            victim = self._worst_running()
+            if victim is None or self._keys[victim] <= self._keys[seq]:
+                break
+            if not self._room_after_preempting_worse(seq, n, match):
+                break  # preempting could not make it fit: keep the others' work
+            self._preempt(victim, step)
 
-    def _reserve(
-        self, seq: Sequence, n: int, planned: set[Sequence], preempted: list[Sequence]
-    ) -> bool:
-        """Allocate slots for ``n`` tokens of ``seq``, preempting younger sequences as
-        needed. False if ``seq`` itself had to be preempted."""
+    def _room_after_preempting_worse(self, seq: Sequence, n: int, match: PrefixMatch) -> bool:
+        """Whether preempting every running sequence with a worse key than ``seq`` would
+        let it start (counting only blocks that those sequences alone hold)."""
+        worse = [r for r in self.running if self._keys[r] > self._keys[seq]]
+        if len(self.running) - len(worse) >= self.max_num_seqs:
+            return False
+        bm = self.block_manager
+        freed = {b for r in worse for b in r.block_table if bm.blocks[b].ref_count == 1}
+        freed -= set(match.block_ids)  # those are counted as in use by ``seq`` already
+        return bm.can_allocate(seq, n, match, extra_free=len(freed))
+
+    def _start(self, seq: Sequence, n: int, match: PrefixMatch, step: _Step) -> None:
+        self.waiting.pop(0)
+        self.block_manager.allocate(seq, n, match)
+        if seq.num_preemptions == 0:
+            seq.num_cached_tokens = match.num_tokens
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        self._plan(step, seq, n)
+
+    def _plan(self, step: _Step, seq: Sequence, n: int) -> None:
+        start = seq.num_computed_tokens
+        scheduled = ScheduledSequence(seq, start, n, start + n == seq.num_tokens)
+        step.out.scheduled.append(scheduled)
+        step.planned[seq] = scheduled
+        step.budget -= n
+
+    def _reserve(self, seq: Sequence, n: int, step: _Step) -> bool:
+        """Allocate slots for ``n`` tokens of ``seq``, preempting the worst running
+        sequences as needed. False if ``seq`` itself had to be preempted."""
         while not self.block_manager.can_allocate(seq, n):
-            # Running is in admission order and everything older than ``seq`` that is
-            # unplanned sits before it, so the victim is ``seq`` or younger.
-            victim = next(s for s in reversed(self.running) if s not in planned)
-            self._preempt(victim)
-            preempted.append(victim)
+            victim = self._worst_running()
+            if victim is None:  # unreachable: seq itself is running
+                return False
+            self._preempt(victim, step)
             if victim is seq:
                 return False
         self.block_manager.allocate(seq, n)
         return True
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _worst_running(self) -> Sequence | None:
+        return max(self.running, key=self._keys.__getitem__, default=None)
+
+    def _preempt(self, seq: Sequence, step: _Step) -> None:
+        planned = step.planned.pop(seq, None)
+        if planned is not None:  # give its share of this step back
+            step.out.scheduled.remove(planned)
+            step.budget += planned.num_new_tokens
         self.running.remove(seq)
         self.block_manager.deallocate(seq)
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        self._enqueue(seq)
+        step.out.preempted.append(seq)
         self.num_preemptions_total += 1
+
+    def _enqueue(self, seq: Sequence) -> None:
+        bisect.insort(self.waiting, seq, key=self._keys.__getitem__)
+
+
+def _needs_prompt_logits(seq: Sequence) -> bool:
+    """Prompt logprobs need the logits of every prompt position, so no prefix may be
+    skipped."""
+    return getattr(seq.sampling_params, "prompt_logprobs", None) is not None

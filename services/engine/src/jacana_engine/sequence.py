@@ -9,7 +9,8 @@ Who owns what (all host-side; only ``generator`` may live on the device):
 One counter drives everything: ``num_computed_tokens`` is how many of ``token_ids`` have
 their K/V in the cache. The tokens in ``[num_computed_tokens, num_tokens)`` still need a
 forward pass, whatever they are: a prompt (prefill, maybe in chunks), the last sampled
-token (decode), or prompt + outputs again after a preemption (recompute).
+token (decode), or prompt + outputs again after a preemption (recompute). A prefix-cache
+hit at admission starts ``num_computed_tokens`` past the shared blocks.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from jacana_engine.outputs import FinishReason
+from jacana_engine.outputs import FinishReason, TokenLogprob
 from jacana_engine.sampling_params import SamplingParams
 
 
@@ -60,6 +61,16 @@ class Sequence:
     num_preemptions: int = 0
     finish_reason: FinishReason | None = None
     matched_stop: str | int | None = None
+    # Logprobs of the prompt's tokens, appended by the model runner while the prompt is
+    # computed (only with ``sampling_params.prompt_logprobs``); entry 0 has no logprob.
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    # Scheduling and prefix caching (see scheduler.py and kv_cache/block_manager.py).
+    priority: int = 0  # lower is served first; waiting time ages it (scheduler)
+    cache_salt: str | None = None  # requests share cached KV blocks only with equal salts
+    block_hashes: list[int] = field(default_factory=list)  # content hash memo of full blocks
+    num_committed_blocks: int = 0  # leading blocks of block_table already offered to the cache
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at admission
 
     # ---- token views --------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from jacana_common.settings import ServiceSettings
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from jacana_engine.config import EngineConfig
@@ -54,8 +54,29 @@ class EngineSettings(ServiceSettings):
     num_kv_blocks: int | None = Field(
         None, ge=1, description="KV blocks in the pool; unset sizes it from kv_cache_memory."
     )
-    kv_cache_memory: int = Field(
-        512 * 1024 * 1024, ge=1 << 20, description="Byte budget for the KV pool."
+    kv_cache_memory: int | None = Field(
+        None,
+        ge=1 << 20,
+        description="Byte budget for the KV pool; unset uses kv_cache_fraction or the default "
+        "(0.9 of free GPU memory on CUDA, 512 MiB on CPU).",
+    )
+    kv_cache_fraction: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="KV pool size as a fraction of the memory free after loading the weights "
+        "(CUDA: device memory; CPU: available RAM, cgroup limit included). Exclusive with "
+        "kv_cache_memory.",
+    )
+    enable_prefix_caching: bool = Field(
+        True, description="Reuse the KV blocks of repeated prompt prefixes across requests."
+    )
+    priority_aging_s: float = Field(
+        10.0,
+        ge=0.0,
+        le=86400.0,
+        description="Seconds of waiting worth one priority level (so no request starves); "
+        "0 makes priorities strict.",
     )
     max_model_len: int | None = Field(
         None, ge=16, description="Prompt + completion limit; unset uses the model's own."
@@ -68,6 +89,24 @@ class EngineSettings(ServiceSettings):
     num_threads: int = Field(
         0, ge=0, le=1024, description="CPU threads for torch's kernels; 0 keeps torch's default."
     )
+    attention_backend: Literal["auto", "torch", "triton"] = Field(
+        "auto", description="Attention kernels: auto is triton on CUDA and torch on CPU."
+    )
+    enforce_eager: bool = Field(
+        False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
+    )
+    cuda_graph_max_batch_size: int = Field(
+        512, ge=1, le=4096, description="Largest decode batch captured in a CUDA graph."
+    )
+
+    @model_validator(mode="after")
+    def _one_kv_budget(self) -> EngineSettings:
+        if self.kv_cache_memory is not None and self.kv_cache_fraction is not None:
+            raise ValueError(
+                "set either JACANA_ENGINE_KV_CACHE_MEMORY or JACANA_ENGINE_KV_CACHE_FRACTION, "
+                "not both"
+            )
+        return self
 
     @field_validator("model")
     @classmethod
@@ -92,8 +131,14 @@ class EngineSettings(ServiceSettings):
             block_size=self.block_size,
             num_kv_blocks=self.num_kv_blocks,
             kv_cache_memory_bytes=self.kv_cache_memory,
+            kv_cache_fraction=self.kv_cache_fraction,
+            enable_prefix_caching=self.enable_prefix_caching,
+            priority_aging_s=self.priority_aging_s,
             max_model_len=self.max_model_len,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             seed=self.seed,
+            attention_backend=self.attention_backend,
+            enforce_eager=self.enforce_eager,
+            cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
         )

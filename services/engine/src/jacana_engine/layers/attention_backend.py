@@ -20,6 +20,10 @@ class AttentionBackend(ABC):
     """Paged causal attention for a flattened batch (prefill chunks and decodes mixed)."""
 
     name: str
+    # True when ``forward`` reads only device tensors and host bounds from the metadata
+    # (no per-sequence Python loop, no host sync), so a decode step can be captured in a
+    # CUDA graph and replayed with new contents in the same buffers.
+    graph_safe: bool = False
 
     @abstractmethod
     def forward(
@@ -37,6 +41,7 @@ class AttentionBackend(ABC):
 # name -> "module:attribute" of an AttentionBackend subclass
 _BACKENDS: dict[str, str] = {
     "torch": "jacana_engine.layers.paged_attention:TorchAttentionBackend",
+    "triton": "jacana_engine.layers.triton_attention:TritonAttentionBackend",
 }
 
 
@@ -50,6 +55,13 @@ def register_attention_backend(name: str, target: str) -> None:
 def attention_backends() -> list[str]:
     """Names of the registered backends."""
     return sorted(_BACKENDS)
+
+
+def resolve_attention_backend(name: str, device: torch.device | str) -> str:
+    """The concrete backend for a setting: ``"auto"`` is "triton" on CUDA, "torch" elsewhere."""
+    if name != "auto":
+        return name
+    return "triton" if torch.device(device).type == "cuda" else "torch"
 
 
 def get_attention_backend(name: str) -> AttentionBackend:

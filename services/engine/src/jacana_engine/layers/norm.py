@@ -5,22 +5,29 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from jacana_engine.layers.ops import LayerOps, TorchOps
+
 
 class RMSNorm(nn.Module):
     """``y = weight * (x / sqrt(mean(x²) + eps))`` over the last dimension.
 
     The statistics and the scaling run in float32; the result is cast back to the input
     dtype *before* the multiplication by ``weight`` (HF Llama/Qwen order), so bf16 results
-    round exactly like the reference.
+    round exactly like the reference. ``ops`` picks the implementation once, at build time.
     """
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, ops: LayerOps | None = None) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.ops = ops or TorchOps()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: [..., dim]
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        # x: [T, dim] -> [T, dim]
+        return self.ops.rms_norm(x, self.weight, self.eps)
+
+    def add_forward(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual), both [T, dim]; may reuse the inputs' buffers."""
+        return self.ops.add_rms_norm(x, residual, self.weight, self.eps)

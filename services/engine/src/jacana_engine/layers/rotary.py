@@ -105,16 +105,36 @@ class RotaryEmbedding(nn.Module):
 
     inv_freq: torch.Tensor
 
-    def __init__(self, head_dim: int, theta: float, scaling: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        head_dim: int,
+        theta: float,
+        scaling: dict[str, Any] | None,
+        max_positions: int | None = None,
+    ) -> None:
         super().__init__()
         self.head_dim = head_dim
         self.theta = theta
         self.scaling = dict(scaling) if scaling else None
+        self.max_positions = max_positions
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta, scaling), persistent=False)
+        self._cos_sin_cache: torch.Tensor | None = None
 
     def reset_buffers(self, device: torch.device | str) -> None:
         """Recompute ``inv_freq`` in float32 on ``device`` (after ``to_empty``/dtype casts)."""
         self.inv_freq = rope_inv_freq(self.head_dim, self.theta, self.scaling).to(device)
+        self._cos_sin_cache = None
+
+    def cos_sin_cache(self) -> torch.Tensor:
+        """[max_positions, head_dim] float32, ``cat(cos, sin)`` of HF's float32 angles for
+        every position, on ``inv_freq``'s device; built on first use, then kept."""
+        if self._cos_sin_cache is None:
+            if self.max_positions is None:
+                raise ValueError("this rotary embedding was built without max_positions")
+            positions = torch.arange(self.max_positions, device=self.inv_freq.device).float()
+            freqs = positions[:, None] * self.inv_freq.float()[None, :]
+            self._cos_sin_cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+        return self._cos_sin_cache
 
     def forward(
         self, positions: torch.Tensor, dtype: torch.dtype

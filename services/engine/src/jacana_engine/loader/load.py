@@ -31,15 +31,21 @@ def get_model_config(path: str | Path, load_format: str = "auto") -> ModelConfig
     return resolve_format(path, load_format).model_config(Path(path))
 
 
-def load_model(config: EngineConfig, *, attention_backend: str = "torch") -> DecoderForCausalLM:
+def load_model(
+    config: EngineConfig, *, attention_backend: str | None = None
+) -> DecoderForCausalLM:
     """Build the model of ``config.model`` on ``config.device`` in ``config.dtype`` and fill
-    its weights; returned in eval mode with gradients off."""
+    its weights; returned in eval mode with gradients off. ``attention_backend`` overrides
+    ``config.attention_backend`` ("auto": triton on CUDA, torch elsewhere)."""
     dtype = torch_dtype(config.dtype)
     fmt = resolve_format(config.model, config.load_format)
     path = Path(config.model)
     model_config = fmt.model_config(path)
     model = build_model(
-        model_config, device=config.device, dtype=dtype, attention_backend=attention_backend
+        model_config,
+        device=config.device,
+        dtype=dtype,
+        attention_backend=attention_backend or config.attention_backend,
     )
     with torch.no_grad():
         fmt.load_into(model, path, seed=config.seed)

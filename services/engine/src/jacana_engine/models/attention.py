@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -9,7 +11,7 @@ from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import AttentionBackend
 from jacana_engine.layers.linear import MergedLinear
 from jacana_engine.layers.norm import RMSNorm
-from jacana_engine.layers.rotary import apply_rotary
+from jacana_engine.layers.ops import LayerOps, TorchOps
 from jacana_engine.models.base import ModelConfig
 
 
@@ -21,8 +23,13 @@ class DecoderAttention(nn.Module):
     q and k before RoPE. All three differ only in the flags of ``ModelConfig``.
     """
 
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    def __init__(
+        self, config: ModelConfig, backend: AttentionBackend, ops: LayerOps | None = None
+    ) -> None:
         super().__init__()
+        self.ops = ops or TorchOps()
+        self.eps = config.rms_norm_eps
+        self.qk_norm = config.qk_norm
         self.n_heads = config.num_attention_heads
         self.n_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -43,17 +50,17 @@ class DecoderAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # [T, hidden]
-        cos: torch.Tensor,  # [T, head_dim]
-        sin: torch.Tensor,  # [T, head_dim]
+        rope_tables: Any,  # from ``ops.rope_tables`` for this step's positions
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv, head_dim]
         meta: AttentionMetadata,
     ) -> torch.Tensor:  # [T, hidden]
         t = x.shape[0]
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))
-        q = self.q_norm(q.view(t, self.n_heads, self.head_dim))  # [T, n_heads, head_dim]
-        k = self.k_norm(k.view(t, self.n_kv_heads, self.head_dim))  # [T, n_kv, head_dim]
+        q = q.view(t, self.n_heads, self.head_dim)  # [T, n_heads, head_dim]
+        k = k.view(t, self.n_kv_heads, self.head_dim)  # [T, n_kv, head_dim]
         v = v.view(t, self.n_kv_heads, self.head_dim)
-        q = apply_rotary(q, cos, sin)
-        k = apply_rotary(k, cos, sin)
+        q_w = self.q_norm.weight if self.qk_norm else None
+        k_w = self.k_norm.weight if self.qk_norm else None
+        q, k = self.ops.rotate(q, k, rope_tables, q_w, k_w, self.eps)
         out = self.backend.forward(q, k, v, kv_cache, meta, self.scale)  # [T, n_heads, hd]
         return self.o_proj(out.reshape(t, self.n_heads * self.head_dim))

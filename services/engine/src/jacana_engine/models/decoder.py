@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,7 @@ from jacana_engine.layers.attention_backend import AttentionBackend
 from jacana_engine.layers.linear import MergedLinear
 from jacana_engine.layers.mlp import GatedMLP
 from jacana_engine.layers.norm import RMSNorm
+from jacana_engine.layers.ops import LayerOps, TorchOps
 from jacana_engine.layers.rotary import RotaryEmbedding
 from jacana_engine.models.attention import DecoderAttention
 from jacana_engine.models.base import ModelConfig
@@ -36,51 +38,77 @@ _IGNORED = re.compile(r".*\.rotary_emb\.inv_freq$")
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
 
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    The residual stream is carried separately (vLLM style) so each residual add fuses
+    into the next norm: ``forward`` returns the block's output *before* its last add,
+    with the residual it belongs to.
+    """
+
+    def __init__(
+        self, config: ModelConfig, backend: AttentionBackend, ops: LayerOps | None = None
+    ) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = DecoderAttention(config, backend)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size)
+        ops = ops or TorchOps()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.self_attn = DecoderAttention(config, backend, ops)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, ops)
 
     def forward(
         self,
-        x: torch.Tensor,  # [T, hidden]
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        x: torch.Tensor,  # [T, hidden]: previous block's output, or the embeddings
+        residual: torch.Tensor | None,  # [T, hidden]; None for the first layer
+        rope_tables: Any,
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
-    ) -> torch.Tensor:  # [T, hidden]
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (mlp output, residual), both [T, hidden]
+        if residual is None:
+            residual = x
+            h = self.input_layernorm(x)
+        else:
+            h, residual = self.input_layernorm.add_forward(x, residual)
+        h = self.self_attn(h, rope_tables, kv_cache, meta)
+        h, residual = self.post_attention_layernorm.add_forward(h, residual)
+        return self.mlp(h), residual
 
 
 class DecoderModel(nn.Module):
     """Embedding, the layer stack and the final norm (HF's ``model.*``)."""
 
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    def __init__(
+        self, config: ModelConfig, backend: AttentionBackend, ops: LayerOps | None = None
+    ) -> None:
         super().__init__()
+        self.ops = ops or TorchOps()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            DecoderLayer(config, backend) for _ in range(config.num_hidden_layers)
+            DecoderLayer(config, backend, self.ops) for _ in range(config.num_hidden_layers)
         )
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, self.ops)
+        self.rotary_emb = RotaryEmbedding(
+            config.head_dim,
+            config.rope_theta,
+            config.rope_scaling,
+            max_positions=config.max_position_embeddings,
+        )
 
 
 class DecoderForCausalLM(nn.Module):
     """Implements ``CausalLM`` for every registered architecture.
 
     With tied embeddings there is no ``lm_head`` module: logits use the embedding matrix
-    directly, so the tie survives ``to_empty`` and dtype casts.
+    directly, so the tie survives ``to_empty`` and dtype casts. ``ops`` (default torch)
+    picks the norm/RoPE/activation implementation for every layer at build time.
     """
 
-    def __init__(self, config: ModelConfig, backend: AttentionBackend) -> None:
+    def __init__(
+        self, config: ModelConfig, backend: AttentionBackend, ops: LayerOps | None = None
+    ) -> None:
         super().__init__()
         self.config = config
-        self.model = DecoderModel(config, backend)
+        self.backend = backend
+        self.model = DecoderModel(config, backend, ops)
         self.lm_head = (
             None
             if config.tie_word_embeddings
@@ -97,10 +125,13 @@ class DecoderForCausalLM(nn.Module):
         if len(kv_caches) != len(self.model.layers):
             raise ValueError(f"got {len(kv_caches)} KV caches for {len(self.model.layers)} layers")
         x = self.model.embed_tokens(input_ids)  # [T, hidden]
-        cos, sin = self.model.rotary_emb(positions, x.dtype)  # [T, head_dim] each
+        tables = self.model.ops.rope_tables(self.model.rotary_emb, positions, x.dtype)
+        residual = None
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, cos, sin, kv_cache, meta)
-        return self.model.norm(x)
+            x, residual = layer(x, residual, tables, kv_cache, meta)
+        if residual is None:
+            return self.model.norm(x)
+        return self.model.norm.add_forward(x, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [N, hidden] -> [N, vocab] float32

@@ -10,7 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
-from jacana_engine.layers.attention_backend import get_attention_backend
+from jacana_engine.layers.attention_backend import (
+    get_attention_backend,
+    resolve_attention_backend,
+)
+from jacana_engine.layers.ops import get_layer_ops, layer_ops_for_backend
 from jacana_engine.layers.rotary import check_rope_scaling
 from jacana_engine.models.base import ModelConfig
 from jacana_engine.models.decoder import DecoderForCausalLM
@@ -99,17 +103,22 @@ def build_model(
     device: torch.device | str,
     dtype: torch.dtype,
     attention_backend: str = "torch",
+    layer_ops: str | None = None,
 ) -> DecoderForCausalLM:
     """An uninitialized model with its parameters allocated on ``device`` in ``dtype``.
 
     Built on the meta device first, so no host copy and no random init happen; the caller
-    fills every parameter (``load_weights`` or a dummy initializer).
+    fills every parameter (``load_weights`` or a dummy initializer). ``attention_backend``
+    may be "auto" (triton on CUDA, torch elsewhere); ``layer_ops`` defaults to the ops that
+    go with the backend (``layers.ops.layer_ops_for_backend``).
     """
     check_model_config(config)
     spec = get_arch_spec(config.architecture)
+    attention_backend = resolve_attention_backend(attention_backend, device)
     backend = get_attention_backend(attention_backend)
+    ops = get_layer_ops(layer_ops or layer_ops_for_backend(attention_backend))
     with torch.device("meta"):
-        model = spec.model_cls(config, backend)
+        model = spec.model_cls(config, backend, ops)
     model = model.to(dtype=dtype).to_empty(device=device)
     model.reset_buffers()
     return model

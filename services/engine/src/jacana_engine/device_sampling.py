@@ -1,0 +1,96 @@
+"""The CUDA fast path of sampling: greedy and plain temperature/top-k/top-p/min-p draws
+in one Triton kernel, with no host work beyond six small parameter copies.
+
+The model runner uses it only on CUDA and only when every sampling row asks for nothing
+else (no penalties, bias, min_tokens or logprobs: ``supported`` compares every other
+``SamplingParams`` field with its default, so fields added later fall back to the full
+``Sampler`` automatically). Randomness is Philox keyed by (request seed, output position):
+a request's draws do not depend on its batch neighbours, but they differ from the
+``Sampler``'s generator stream, so a seeded request is reproducible per path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+
+from jacana_engine.sampling_params import SamplingParams
+
+# Fields the kernel implements or that do not touch the logits.
+_HANDLED = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "max_tokens",
+        "stop",
+        "stop_token_ids",
+        "ignore_eos",
+    }
+)
+_DEFAULTS = SamplingParams()
+_OTHER_FIELDS = tuple(
+    f.name for f in dataclasses.fields(SamplingParams) if f.name not in _HANDLED
+)
+
+
+def supported(params: Sequence[SamplingParams]) -> bool:
+    """Whether every row leaves all fields but the handled ones at their defaults."""
+    return all(
+        getattr(p, name) == getattr(_DEFAULTS, name) for p in params for name in _OTHER_FIELDS
+    )
+
+
+def request_seed(params: SamplingParams, generator: torch.Generator | None) -> int:
+    """The Philox key of a request: its seed, else its generator's seed (drawn by the
+    engine's reproducible source), else 0 (greedy rows draw nothing)."""
+    if params.seed is not None:
+        return params.seed % (2**63 - 1)
+    if generator is not None:
+        return generator.initial_seed() % (2**63 - 1)
+    return 0
+
+
+class DeviceSampler:
+    """``sample(logits, params, generators, steps) -> token ids [N]`` on the logits' device."""
+
+    def __init__(self, vocab_size: int) -> None:
+        from jacana_engine.kernels import sampling, sampling_filters
+
+        self._sample = sampling.sample
+        self._plan = sampling_filters.plan_filters
+        self.vocab_size = vocab_size
+
+    def sample(
+        self,
+        logits: torch.Tensor,  # [N, V] float32
+        params: Sequence[SamplingParams],
+        generators: Sequence[torch.Generator | None],
+        steps: Sequence[int],  # per row: tokens the request has generated so far
+    ) -> torch.Tensor:  # [N] int64
+        if all(p.greedy for p in params):
+            return logits.argmax(dim=-1)
+        device = logits.device
+        temperature = [p.temperature for p in params]
+        top_k = [p.top_k for p in params]
+        top_p = [p.top_p for p in params]
+        min_p = [p.min_p for p in params]
+        seeds = [request_seed(p, g) for p, g in zip(params, generators, strict=True)]
+        plan = self._plan(temperature, top_k, top_p, min_p, self.vocab_size)
+        floats = torch.tensor([temperature, top_p, min_p], dtype=torch.float32)
+        ints = torch.tensor([top_k, seeds, list(steps)], dtype=torch.int64)
+        floats, ints = floats.to(device, non_blocking=True), ints.to(device, non_blocking=True)
+        return self._sample(
+            logits.float(),
+            floats[0],
+            ints[0],
+            floats[1],
+            floats[2],
+            ints[1],
+            ints[2],
+            plan=plan,
+        )

@@ -1,0 +1,69 @@
+"""Paged attention through the Triton kernels: the GPU path, and graph-capturable.
+
+Per layer and step: ``kv_cache_write`` stores the new tokens' K/V, then one launch
+attends every sequence. A decode-only batch (every query length 1) takes the split-K
+decode kernel; anything else (prefill chunks, prefix-cache hits, mixed batches) takes the
+variable-length prefill kernel, which also serves decode rows. Grids are sized from host
+bounds carried by the metadata, never from device tensors, so nothing syncs and a
+decode step of a fixed padded size launches the same grids every time (CUDA graphs).
+
+Stateless: the cache tensors belong to the model runner, the metadata to the step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.layers.attention_backend import AttentionBackend
+
+
+class TritonAttentionBackend(AttentionBackend):
+    """KV write + paged prefill/decode attention kernels (``jacana_engine.kernels``)."""
+
+    name = "triton"
+    graph_safe = True
+
+    def __init__(self) -> None:
+        # Imported here so that choosing the torch backend never loads Triton code.
+        from jacana_engine.kernels.decode_attention import paged_decode_attention
+        from jacana_engine.kernels.kv_cache_write import kv_cache_write
+        from jacana_engine.kernels.prefill_attention import paged_prefill_attention
+
+        self._write = kv_cache_write
+        self._decode = paged_decode_attention
+        self._prefill = paged_prefill_attention
+
+    def forward(
+        self,
+        q: torch.Tensor,  # [T, n_heads, head_dim], may be a strided view of a fused QKV
+        k: torch.Tensor,  # [T, n_kv_heads, head_dim]
+        v: torch.Tensor,  # [T, n_kv_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv_heads, head_dim]
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # [T, n_heads, head_dim], contiguous, in q's dtype
+        self._write(k, v, kv_cache, meta.slot_mapping)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        max_query_len = meta.query_len_bound
+        if max_query_len == 1 and q.shape[0] == meta.seq_lens.shape[0]:
+            return self._decode(
+                q,
+                kv_cache,
+                meta.seq_lens,
+                meta.block_tables,
+                scale,
+                num_splits=meta.decode_num_splits,
+                max_seq_len=meta.seq_len_bound,
+                out=out,
+            )
+        return self._prefill(
+            q,
+            kv_cache,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.block_tables,
+            scale,
+            max_query_len=max_query_len,
+            out=out,
+        )

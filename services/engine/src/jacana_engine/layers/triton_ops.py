@@ -1,0 +1,50 @@
+"""``LayerOps`` through the fused Triton kernels (the CUDA path).
+
+RoPE reads a float32 cos/sin table indexed by position, built once per model on its
+device with HF's float32 angles (``RotaryEmbedding.cos_sin_cache``); building it lazily
+on the first forward keeps it out of any CUDA-graph capture (the runner warms up first).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from jacana_engine.layers.ops import LayerOps
+from jacana_engine.layers.rotary import RotaryEmbedding
+
+
+class TritonOps(LayerOps):
+    name = "triton"
+
+    def __init__(self) -> None:
+        from jacana_engine.kernels import activation, rmsnorm, rope
+
+        self._rms_norm = rmsnorm.rms_norm
+        self._fused_add_rms_norm = rmsnorm.fused_add_rms_norm
+        self._silu_and_mul = activation.silu_and_mul
+        self._rope = rope.rope
+        self._qk_norm_rope = rope.qk_norm_rope
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return self._rms_norm(x, weight, eps)
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # In place: x's buffer takes the normed rows, residual's the sum (both are the
+        # layer's own temporaries).
+        return self._fused_add_rms_norm(x, residual, weight, eps, out=x, residual_out=residual)
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        return self._silu_and_mul(x)
+
+    def rope_tables(
+        self, rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return positions, rotary.cos_sin_cache()  # [T], [max_positions, head_dim] float32
+
+    def rotate(self, q, k, tables, q_norm, k_norm, eps):
+        positions, cache = tables
+        if q_norm is not None:
+            return self._qk_norm_rope(positions, q, k, q_norm, k_norm, eps, cache)
+        return self._rope(positions, q, k, cache)

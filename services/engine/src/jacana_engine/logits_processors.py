@@ -1,0 +1,237 @@
+"""Logits processors: per-row edits of the logits between the model and the sampler.
+
+One interface (:class:`LogitsProcessor`), a registry of variants (:func:`register`), and a
+pipeline (:class:`LogitsProcessors`) that runs every registered variant, in registration
+order, on the rows that ask for it:
+
+1. ``repetition_penalty``: Hugging Face semantics over prompt + output tokens;
+2. ``frequency_presence_penalty``: OpenAI semantics over output tokens;
+3. ``logit_bias``: additive per-token bias;
+4. ``min_tokens``: EOS / stop token ids masked to -inf until enough tokens are out.
+
+State: none between steps. Each step a processor reads what it needs from the rows'
+histories (host lists: prompt and output token ids, sampling params) and edits the
+``[N, V]`` logits in place on their device, for its active rows only, in one batched
+operation (no per-row loop over the vocabulary). Rows never influence each other, so a
+seeded request samples the same tokens whatever else shares the batch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar, Protocol
+
+import torch
+
+from jacana_engine.sampling_params import SamplingParams
+
+
+class TokenHistory(Protocol):
+    """What a processor may read about one row (``Sequence`` satisfies it)."""
+
+    @property
+    def sampling_params(self) -> SamplingParams: ...
+
+    @property
+    def prompt_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def output_token_ids(self) -> Sequence[int]: ...
+
+
+class LogitsProcessor(ABC):
+    """One kind of edit. Built once per engine; ``apply`` runs once per step."""
+
+    name: ClassVar[str]
+
+    def __init__(self, vocab_size: int, eos_token_ids: Iterable[int]) -> None:
+        self.vocab_size = vocab_size
+        self.eos_token_ids = tuple(sorted(eos_token_ids))
+
+    @abstractmethod
+    def is_active(self, params: SamplingParams) -> bool:
+        """Whether a row with these parameters needs this processor at all."""
+
+    @abstractmethod
+    def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
+        """Edit ``logits`` [N, V] in place at ``rows`` (the active rows, ascending), whose
+        histories are ``history`` (same order)."""
+
+
+_REGISTRY: dict[str, type[LogitsProcessor]] = {}
+
+
+def register(cls: type[LogitsProcessor]) -> type[LogitsProcessor]:
+    """Class decorator: add a processor variant; the pipeline runs them in this order."""
+    if cls.name in _REGISTRY:
+        raise ValueError(f"logits processor {cls.name!r} is already registered")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def registered() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+class LogitsProcessors:
+    """Every registered processor (or the ``names`` given), applied in registry order."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        eos_token_ids: Iterable[int] = (),
+        names: Iterable[str] | None = None,
+    ) -> None:
+        eos = tuple(eos_token_ids)
+        chosen = registered() if names is None else tuple(names)
+        unknown = [n for n in chosen if n not in _REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown logits processors {unknown}; known: {registered()}")
+        order = [n for n in registered() if n in chosen]
+        self._processors = [_REGISTRY[n](vocab_size, eos) for n in order]
+
+    def needed(self, params: Iterable[SamplingParams]) -> bool:
+        """Whether any row with these parameters is edited at all (skip the pipeline if not)."""
+        return any(p.is_active(sp) for sp in params for p in self._processors)
+
+    def __call__(self, logits: torch.Tensor, history: Sequence[TokenHistory]) -> torch.Tensor:
+        """Apply the pipeline in place to ``logits`` [N, V] (row i is ``history[i]``)."""
+        if len(history) != logits.shape[0]:
+            raise ValueError(f"{logits.shape[0]} logit rows but {len(history)} histories")
+        for processor in self._processors:
+            rows = [i for i, h in enumerate(history) if processor.is_active(h.sampling_params)]
+            if rows:
+                processor.apply(logits, rows, [history[i] for i in rows])
+        return logits
+
+
+# ---- batched building blocks ------------------------------------------------------------
+
+
+def token_counts(
+    token_lists: Sequence[Sequence[int]], vocab_size: int, device: torch.device
+) -> torch.Tensor:
+    """Occurrences of each token id per row: [M, V] float32, by one ``scatter_add_``.
+
+    Rows are padded with an extra id ``V`` (a scratch column dropped at the end), so rows of
+    any length go through a single scatter.
+    """
+    width = max((len(t) for t in token_lists), default=0)
+    padded = torch.full((len(token_lists), width), vocab_size, dtype=torch.int64)  # [M, L]
+    for i, tokens in enumerate(token_lists):
+        if tokens:
+            padded[i, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.int64)
+    padded = padded.to(device, non_blocking=True)
+    counts = torch.zeros((len(token_lists), vocab_size + 1), dtype=torch.float32, device=device)
+    counts.scatter_add_(1, padded, torch.ones_like(padded, dtype=torch.float32))
+    return counts[:, :vocab_size]  # [M, V]
+
+
+def _column(
+    history: list[TokenHistory], get: Callable[[SamplingParams], float], device
+) -> torch.Tensor:
+    """One parameter of every active row as a [M, 1] float32 column on ``device``."""
+    values = [get(h.sampling_params) for h in history]
+    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True).unsqueeze(1)
+
+
+def _scatter(
+    logits: torch.Tensor, rows: list[int], tokens: list[int], values: list[float], add: bool
+) -> None:
+    """``logits[rows[j], tokens[j]] (+)= values[j]`` for all j, in one ``index_put_``."""
+    device = logits.device
+    index = (
+        torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True),
+        torch.tensor(tokens, dtype=torch.int64).to(device, non_blocking=True),
+    )
+    source = torch.tensor(values, dtype=logits.dtype).to(device, non_blocking=True)
+    logits.index_put_(index, source, accumulate=add)
+
+
+# ---- the variants -----------------------------------------------------------------------
+
+
+@register
+class RepetitionPenalty(LogitsProcessor):
+    """HF ``RepetitionPenaltyLogitsProcessor`` per row: every token seen in the prompt or
+    the output has its logit divided by the penalty when positive, multiplied when not."""
+
+    name = "repetition_penalty"
+
+    def is_active(self, params: SamplingParams) -> bool:
+        return params.repetition_penalty != 1.0
+
+    def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
+        index = torch.tensor(rows, dtype=torch.int64).to(logits.device, non_blocking=True)
+        seen_lists = [[*h.prompt_token_ids, *h.output_token_ids] for h in history]
+        seen = token_counts(seen_lists, self.vocab_size, logits.device) > 0  # [M, V]
+        penalty = _column(history, lambda p: p.repetition_penalty, logits.device)  # [M, 1]
+        sub = logits[index]  # [M, V]
+        penalized = torch.where(sub > 0, sub / penalty, sub * penalty)
+        logits[index] = torch.where(seen, penalized, sub)
+
+
+@register
+class FrequencyPresencePenalty(LogitsProcessor):
+    """OpenAI's penalties per row over the output so far (``c`` = a token's count):
+    ``logit -= c * frequency_penalty + (c > 0) * presence_penalty``."""
+
+    name = "frequency_presence_penalty"
+
+    def is_active(self, params: SamplingParams) -> bool:
+        return params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+
+    def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
+        device = logits.device
+        index = torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True)
+        counts = token_counts([h.output_token_ids for h in history], self.vocab_size, device)
+        frequency = _column(history, lambda p: p.frequency_penalty, device)  # [M, 1]
+        presence = _column(history, lambda p: p.presence_penalty, device)  # [M, 1]
+        delta = counts * frequency + (counts > 0).float() * presence  # [M, V]
+        logits[index] = logits[index] - delta.to(logits.dtype)
+
+
+@register
+class LogitBias(LogitsProcessor):
+    """Adds each row's ``logit_bias`` to the named tokens."""
+
+    name = "logit_bias"
+
+    def is_active(self, params: SamplingParams) -> bool:
+        return bool(params.logit_bias)
+
+    def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
+        flat_rows, tokens, biases = [], [], []
+        for row, h in zip(rows, history, strict=True):
+            for token, bias in h.sampling_params.logit_bias:
+                flat_rows.append(row)
+                tokens.append(token)
+                biases.append(bias)
+        _scatter(logits, flat_rows, tokens, biases, add=True)
+
+
+@register
+class MinTokens(LogitsProcessor):
+    """Until a row has ``min_tokens`` outputs, its stop token ids and (unless it ignores
+    EOS) the model's EOS ids get -inf, so generation cannot end on a token."""
+
+    name = "min_tokens"
+
+    def is_active(self, params: SamplingParams) -> bool:
+        return params.min_tokens > 0
+
+    def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
+        flat_rows, tokens = [], []
+        for row, h in zip(rows, history, strict=True):
+            sp = h.sampling_params
+            if len(h.output_token_ids) >= sp.min_tokens:
+                continue
+            banned = set(sp.stop_token_ids)
+            if not sp.ignore_eos:
+                banned.update(self.eos_token_ids)
+            banned = {t for t in banned if t < logits.shape[1]}
+            flat_rows.extend([row] * len(banned))
+            tokens.extend(sorted(banned))
+        if flat_rows:
+            _scatter(logits, flat_rows, tokens, [float("-inf")] * len(tokens), add=False)
