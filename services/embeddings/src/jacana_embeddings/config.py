@@ -35,7 +35,7 @@ class BatcherConfig:
     ``max_queued_inputs`` bounds inputs waiting (beyond it new requests are refused).
     """
 
-    max_batch_tokens: int = 16384
+    max_batch_tokens: int = 2048
     max_batch_size: int = 256
     max_wait_ms: float = 2.0
     max_queued_inputs: int = 65536

@@ -73,9 +73,17 @@ class AsyncEngine:
     # ---- caller side (any event loop) ---------------------------------------------------
 
     async def generate(
-        self, request_id: str, prompt_token_ids: Sequence[int], sampling_params: SamplingParams
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        sampling_params: SamplingParams,
+        *,
+        priority: int = 0,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Stream a request's outputs; the last one has ``finished=True``.
+
+        ``priority`` and ``cache_salt`` are passed to :meth:`LLMEngine.add_request`.
 
         Raises :class:`InvalidRequestError` (at the first iteration) for a request the
         engine rejects. Closing the iterator early, or cancelling its consumer, aborts
@@ -86,7 +94,11 @@ class AsyncEngine:
         finished = False
         try:
             await asyncio.wrap_future(
-                self._submit(lambda: self._add(request_id, prompt, sampling_params, stream))
+                self._submit(
+                    lambda: self._add(
+                        request_id, prompt, sampling_params, stream, priority, cache_salt
+                    )
+                )
             )
             while not finished:
                 item = await stream.queue.get()
@@ -154,16 +166,28 @@ class AsyncEngine:
                     self._stats = self.engine.stats()
                     return
                 if self.engine.has_unfinished_requests():
-                    self._dispatch(self.engine.step())
+                    outputs = self.engine.step()
+                    # Before the outputs go out: whoever reads a final output and then
+                    # asks for stats sees that request counted.
+                    self._stats = self.engine.stats()
+                    self._dispatch(outputs)
                 self._stats = self.engine.stats()
         except BaseException as exc:
             log.exception("engine step failed; the engine is stopping")
             self._die(exc)
 
-    def _add(self, request_id: str, prompt: list[int], sp: SamplingParams, stream: _Stream) -> None:
+    def _add(
+        self,
+        request_id: str,
+        prompt: list[int],
+        sp: SamplingParams,
+        stream: _Stream,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> None:
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
-        self.engine.add_request(request_id, prompt, sp)
+        self.engine.add_request(request_id, prompt, sp, priority=priority, cache_salt=cache_salt)
         self._streams[request_id] = stream
 
     def _abort(self, request_id: str, stream: _Stream | None) -> bool:

@@ -105,6 +105,7 @@ class DecodeGraphs:
         self._last_batch = 0
         self._copied: torch.cuda.Event | None = None  # the last step's H2D copies
         self.capture_seconds = 0.0
+        self.replays = 0
 
     # -- static views ------------------------------------------------------------------
 
@@ -205,4 +206,5 @@ class DecodeGraphs:
         self._copied = torch.cuda.Event()
         self._copied.record()
         self._graphs[bs].replay()
+        self.replays += 1
         return self._outputs[bs][:batch]

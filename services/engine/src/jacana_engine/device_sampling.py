@@ -33,9 +33,7 @@ _HANDLED = frozenset(
     }
 )
 _DEFAULTS = SamplingParams()
-_OTHER_FIELDS = tuple(
-    f.name for f in dataclasses.fields(SamplingParams) if f.name not in _HANDLED
-)
+_OTHER_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name not in _HANDLED)
 
 
 def supported(params: Sequence[SamplingParams]) -> bool:

@@ -182,10 +182,16 @@ class LLMEngine:
             seq.cache_salt = f"{seq.cache_salt or ''}/prompt-logprobs/{uuid.uuid4().hex}"
         self.scheduler.add(seq)
 
+    @property
+    def max_request_tokens(self) -> int:
+        """Most prompt + output tokens one request may have: the context window, or the
+        KV pool when that is smaller (a request must fit the pool alone)."""
+        return min(self.max_model_len, self.block_manager.num_total_slots)
+
     def _resolve_max_tokens(self, n_prompt: int, max_tokens: int | None) -> int:
         """The request's output limit, or the reason it can never run."""
         # The KV pool must hold the whole request at once; preemption cannot help there.
-        limit = min(self.max_model_len, self.block_manager.num_total_slots)
+        limit = self.max_request_tokens
         what = (
             f"maximum context length is {self.max_model_len} tokens"
             if limit == self.max_model_len

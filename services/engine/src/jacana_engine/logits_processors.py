@@ -4,10 +4,13 @@ One interface (:class:`LogitsProcessor`), a registry of variants (:func:`registe
 pipeline (:class:`LogitsProcessors`) that runs every registered variant, in registration
 order, on the rows that ask for it:
 
-1. ``repetition_penalty``: Hugging Face semantics over prompt + output tokens;
-2. ``frequency_presence_penalty``: OpenAI semantics over output tokens;
-3. ``logit_bias``: additive per-token bias;
+1. ``logit_bias``: additive per-token bias;
+2. ``repetition_penalty``: Hugging Face semantics over prompt + output tokens;
+3. ``frequency_presence_penalty``: OpenAI semantics over output tokens;
 4. ``min_tokens``: EOS / stop token ids masked to -inf until enough tokens are out.
+
+Bias before penalties is the order of HF ``generate`` and vLLM; the mask comes last so
+nothing can lift a banned token back.
 
 State: none between steps. Each step a processor reads what it needs from the rows'
 histories (host lists: prompt and output token ids, sampling params) and edits the
@@ -153,6 +156,25 @@ def _scatter(
 
 
 @register
+class LogitBias(LogitsProcessor):
+    """Adds each row's ``logit_bias`` to the named tokens."""
+
+    name = "logit_bias"
+
+    def is_active(self, params: SamplingParams) -> bool:
+        return bool(params.logit_bias)
+
+    def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
+        flat_rows, tokens, biases = [], [], []
+        for row, h in zip(rows, history, strict=True):
+            for token, bias in h.sampling_params.logit_bias:
+                flat_rows.append(row)
+                tokens.append(token)
+                biases.append(bias)
+        _scatter(logits, flat_rows, tokens, biases, add=True)
+
+
+@register
 class RepetitionPenalty(LogitsProcessor):
     """HF ``RepetitionPenaltyLogitsProcessor`` per row: every token seen in the prompt or
     the output has its logit divided by the penalty when positive, multiplied when not."""
@@ -190,25 +212,6 @@ class FrequencyPresencePenalty(LogitsProcessor):
         presence = _column(history, lambda p: p.presence_penalty, device)  # [M, 1]
         delta = counts * frequency + (counts > 0).float() * presence  # [M, V]
         logits[index] = logits[index] - delta.to(logits.dtype)
-
-
-@register
-class LogitBias(LogitsProcessor):
-    """Adds each row's ``logit_bias`` to the named tokens."""
-
-    name = "logit_bias"
-
-    def is_active(self, params: SamplingParams) -> bool:
-        return bool(params.logit_bias)
-
-    def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
-        flat_rows, tokens, biases = [], [], []
-        for row, h in zip(rows, history, strict=True):
-            for token, bias in h.sampling_params.logit_bias:
-                flat_rows.append(row)
-                tokens.append(token)
-                biases.append(bias)
-        _scatter(logits, flat_rows, tokens, biases, add=True)
 
 
 @register

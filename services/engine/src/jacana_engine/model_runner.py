@@ -159,9 +159,7 @@ class ModelRunner:
         log.info("%s", self.kv_plan.describe(max_model_len, str(self.device)))
         self.max_model_len = max_model_len
         self.graphs = self._capture_graphs(config)
-        self.device_sampler = (
-            DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
-        )
+        self.device_sampler = DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
 
     @torch.inference_mode()
     def execute(self, scheduled: Seq[ScheduledSequence]) -> StepOutput:
@@ -285,10 +283,15 @@ class ModelRunner:
             last = min(s.start + s.num_new_tokens, seq.num_prompt_tokens - 1)
             if first > last:
                 continue
-            if first != len(collected):
-                raise RuntimeError(
-                    f"prompt logprobs of {seq.request_id!r} skip positions "
-                    f"{len(collected)}..{first - 1}: they were not computed (prefix cache?)"
+            if first != len(collected):  # positions never computed here (a cache hit)
+                log.error(
+                    "%s: prompt logprobs lack positions %d..%d",
+                    seq.request_id,
+                    len(collected),
+                    first - 1,
+                )
+                collected.extend(
+                    TokenLogprob(t, None) for t in seq.prompt_token_ids[len(collected) : first]
                 )
             for target in range(first, last + 1):
                 rows.append(query_start[i] + target - 1 - s.start)

@@ -42,8 +42,9 @@ class SamplingParams:
     prompt_logprobs: the same for the prompt's tokens (the first one has none).
 
     Logprobs are those of the model's raw distribution, ``log_softmax(logits)``, before
-    penalties, bias, temperature and top-k/top-p/min-p; penalties apply before bias, and
-    the min_tokens mask last.
+    bias, penalties, temperature and top-k/top-p/min-p. Processing order: bias, repetition
+    penalty, frequency/presence penalties, the min_tokens mask (HF and vLLM apply bias
+    before penalties too).
     """
 
     temperature: float = 1.0

@@ -4,6 +4,8 @@ Owns no model state: tokenization and chat-template rendering happen here (on a 
 thread, so a 200k-character prompt does not stall the event loop); everything else is
 the engine's. A cancelled ``Generate`` call (client gone, deadline passed) closes the
 output iterator, which aborts the request inside the engine and frees its KV blocks.
+``n`` > 1 runs as ``n`` engine requests (:mod:`jacana_engine.choices`) on one call; the
+servicer remembers each call's ``n`` so ``Abort`` reaches every choice.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 import uuid
 
 import grpc
+
 from jacana_common.errors import grpc_details
 from jacana_common.pb.jacana.engine.v1 import engine_pb2, engine_pb2_grpc
-
+from jacana_engine.choices import choice_request_id, generate_choices
 from jacana_engine.errors import InvalidRequestError
+from jacana_engine.logprob_messages import TokenBytes, to_pb
 from jacana_engine.outputs import FinishReason
 from jacana_engine.sampling_params import SamplingParams
 
@@ -43,6 +48,13 @@ def sampling_from_pb(pb: engine_pb2.SamplingParams) -> SamplingParams:
         stop=tuple(pb.stop),
         stop_token_ids=tuple(pb.stop_token_ids),
         ignore_eos=pb.ignore_eos,
+        presence_penalty=pb.presence_penalty,
+        frequency_penalty=pb.frequency_penalty,
+        repetition_penalty=pb.repetition_penalty or 1.0,
+        logit_bias=dict(pb.logit_bias),
+        min_tokens=pb.min_tokens,
+        logprobs=pb.logprobs if pb.HasField("logprobs") else None,
+        prompt_logprobs=pb.prompt_logprobs if pb.HasField("prompt_logprobs") else None,
     )
 
 
@@ -53,6 +65,9 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.info = engine.model_info
+        self.token_bytes = TokenBytes(self.tokenizer)
+        self._num_choices: dict[str, int] = {}  # request id -> n, while its call runs
+        self.max_request_tokens = engine.engine.max_request_tokens
 
     def _prompt_token_ids(self, request: engine_pb2.GenerateRequest) -> list[int]:
         """Tokenize whichever input the request carries; raises InvalidRequestError."""
@@ -83,49 +98,85 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         raise InvalidRequestError("request has no input (prompt, chat or token ids)", "prompt")
 
     def _clamped(self, sampling: SamplingParams, prompt_len: int) -> SamplingParams:
-        """Lower max_tokens to what the context window leaves after the prompt."""
-        room = self.info.max_model_len - prompt_len
+        """Lower max_tokens to what the engine leaves after the prompt (the context window,
+        or the KV pool when that is smaller). A prompt that leaves nothing is passed on
+        unchanged, for the engine to reject with the limit in its message."""
+        room = self.max_request_tokens - prompt_len
         if room < 1:
-            raise InvalidRequestError(
-                f"the prompt has {prompt_len} tokens; this model's context length is "
-                f"{self.info.max_model_len} tokens",
-                "prompt",
-            )
+            return sampling
         limit = room if sampling.max_tokens is None else min(sampling.max_tokens, room)
         return dataclasses.replace(sampling, max_tokens=limit)
 
     async def Generate(self, request, context):
         request_id = request.request_id or uuid.uuid4().hex
+        n = max(request.sampling.n, 1)
+        registered = False
         try:
+            if request_id in self._num_choices:
+                raise InvalidRequestError(f"request id {request_id!r} is in use", "request_id")
             prompt_ids = await asyncio.to_thread(self._prompt_token_ids, request)
             sampling = sampling_from_pb(request.sampling)
             if request.sampling.clamp_max_tokens:
                 sampling = self._clamped(sampling, len(prompt_ids))
-            outputs = self.engine.generate(request_id, prompt_ids, sampling)
-            async for out in outputs:
-                msg = engine_pb2.GenerateResponse(
-                    token_ids=out.new_token_ids,
-                    text=out.new_text,
-                    finish_reason=_FINISH_TO_PB[out.finish_reason],
-                )
-                if out.finished:
-                    msg.usage.CopyFrom(
-                        engine_pb2.Usage(
-                            prompt_tokens=out.num_prompt_tokens,
-                            completion_tokens=out.num_output_tokens,
-                            cached_prompt_tokens=out.num_cached_tokens,
-                        )
-                    )
-                    if out.matched_stop is not None:
-                        msg.matched_stop = str(out.matched_stop)
+            echo = None
+            if request.sampling.echo and self.tokenizer is not None:
+                echo = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+            self._num_choices[request_id] = n
+            registered = True
+            started: set[int] = set()
+            async for index, out in generate_choices(
+                self.engine,
+                request_id,
+                prompt_ids,
+                sampling,
+                n,
+                priority=request.priority,
+                cache_salt=request.cache_salt or None,
+            ):
+                msg = self._message(index, out)
+                if index not in started:
+                    started.add(index)
+                    if echo is not None:
+                        msg.prompt_text = echo
                 yield msg
         except InvalidRequestError as exc:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, grpc_details(exc.message, exc.param)
             )
+        finally:
+            if registered:
+                del self._num_choices[request_id]
+
+    def _message(self, index: int, out) -> engine_pb2.GenerateResponse:
+        """One engine output (of choice ``index``) as a stream message."""
+        msg = engine_pb2.GenerateResponse(
+            token_ids=out.new_token_ids,
+            text=out.new_text,
+            finish_reason=_FINISH_TO_PB[out.finish_reason],
+            index=index,
+        )
+        if out.logprobs:
+            msg.logprobs.extend(to_pb(out.logprobs, self.token_bytes))
+        if out.prompt_logprobs:
+            msg.prompt_logprobs.extend(to_pb(out.prompt_logprobs, self.token_bytes))
+        if out.finished:
+            msg.usage.CopyFrom(
+                engine_pb2.Usage(
+                    prompt_tokens=out.num_prompt_tokens,
+                    completion_tokens=out.num_output_tokens,
+                    cached_prompt_tokens=out.num_cached_tokens,
+                )
+            )
+            if out.matched_stop is not None:
+                msg.matched_stop = str(out.matched_stop)
+        return msg
 
     async def Abort(self, request, context):
-        found = await self.engine.abort(request.request_id)
+        n = self._num_choices.get(request.request_id, 1)
+        found = False
+        for i in range(n):
+            rid = choice_request_id(request.request_id, i, n)
+            found = await self.engine.abort(rid) or found
         return engine_pb2.AbortResponse(found=found)
 
     async def GetModelInfo(self, request, context):
@@ -143,6 +194,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
 
     async def GetStats(self, request, context):
         s = self.engine.stats()
+        now = time.monotonic()  # rates are evaluated now, not when the snapshot was taken
         return engine_pb2.EngineStats(
             num_running=s.num_running,
             num_waiting=s.num_waiting,
@@ -152,4 +204,12 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             generation_tokens_total=s.generation_tokens_total,
             requests_finished_total=s.requests_finished_total,
             steps_total=s.steps_total,
+            preemptions_total=s.preemptions_total,
+            kv_blocks_used=s.kv_blocks_used,
+            kv_blocks_cached=s.kv_blocks_cached,
+            prefix_cache_queries_total=s.prefix_cache_queries_total,
+            prefix_cache_hits_total=s.prefix_cache_hits_total,
+            prefix_cache_hit_rate=s.prefix_cache_hit_rate,
+            prompt_tokens_per_s=s.prompt_tokens_per_s(now),
+            generation_tokens_per_s=s.generation_tokens_per_s(now),
         )

@@ -9,10 +9,10 @@ import importlib.util
 from pathlib import Path
 from typing import Literal
 
-from jacana_common.settings import ServiceSettings
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from jacana_common.settings import ServiceSettings
 from jacana_engine.config import EngineConfig
 
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"

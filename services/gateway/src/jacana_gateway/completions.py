@@ -9,6 +9,12 @@ Lifecycle of a request (all on the event loop):
    ``data: [DONE]\\n\\n``. A failure after the first byte is sent as one
    ``data: {"error": {...}}`` event before ``[DONE]``.
 The engine call is cancelled and the slot released on every path.
+
+Choices: one engine call carries all of a request's choices (its messages say which
+``index`` they belong to); the response is complete once every choice has finished. For
+``best_of`` the engine runs ``best_of`` choices and :func:`collect` keeps the ``keep``
+with the highest mean token logprob, renumbered from 0 (never streamed); usage counts
+every choice that ran.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
 from jacana_gateway.disconnect import EventStreamResponse, cancel_on_disconnect
 from jacana_gateway.engine_client import EngineStream, open_stream
-from jacana_gateway.formats import Envelope, Format, finish_reason, usage, usage_chunk
+from jacana_gateway.formats import Choice, Envelope, Format, usage_chunk, usage_of
+from jacana_gateway.logprobs import mean_logprob
 from jacana_gateway.state import GatewayState
 
 DONE = b"data: [DONE]\n\n"
@@ -35,31 +42,43 @@ def sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _finished(message: pb.GenerateResponse) -> str | None:
-    if message.finish_reason == pb.FINISH_REASON_UNSPECIFIED:
-        return None
-    return finish_reason(message.finish_reason)
-
-
 def _ended_early() -> ApiError:
     return ApiError(503, "The engine ended the stream without finishing.", None, "engine_error")
 
 
-async def collect(stream: EngineStream, fmt: Format, env: Envelope) -> dict[str, Any]:
-    """Read the whole stream into one response object."""
-    parts: list[str] = []
-    reason, used = None, None
-    async for message in stream.messages():
-        parts.append(message.text)
-        if (done := _finished(message)) is not None:
-            reason, used = done, usage(message.usage)
-    if reason is None or used is None:
+def _choice_of(choices: dict[int, Choice], message: pb.GenerateResponse) -> Choice:
+    choice = choices.get(message.index)
+    if choice is None:
+        raise ApiError(503, "The engine sent an unknown choice index.", None, "engine_error")
+    return choice
+
+
+def _usage(choices: dict[int, Choice]) -> dict[str, Any]:
+    if any(c.usage is None for c in choices.values()):
         raise _ended_early()
-    return fmt.response(env, "".join(parts), reason, used)
+    return usage_of([c.usage for c in choices.values()])
+
+
+async def collect(
+    stream: EngineStream, fmt: Format, env: Envelope, n: int = 1, keep: int | None = None
+) -> dict[str, Any]:
+    """Read all ``n`` choices of the stream into one response object; with ``keep`` < n,
+    only the ``keep`` best (by mean token logprob) are answered."""
+    choices = {i: Choice(i) for i in range(n)}
+    async for message in stream.messages():
+        _choice_of(choices, message).add(message)
+    used = _usage(choices)
+    answered = list(choices.values())
+    if keep is not None and keep < n:
+        answered.sort(key=lambda c: mean_logprob(c.logprobs), reverse=True)
+        answered = answered[:keep]
+        for i, choice in enumerate(answered):
+            choice.index = i
+    return fmt.response(env, answered, used)
 
 
 async def events(
-    stream: EngineStream, fmt: Format, env: Envelope, include_usage: bool
+    stream: EngineStream, fmt: Format, env: Envelope, include_usage: bool, n: int = 1
 ) -> AsyncIterator[bytes]:
     """The SSE body of a streaming response; closes ``stream`` however it ends."""
 
@@ -67,17 +86,19 @@ async def events(
         return sse({**obj, "usage": None} if include_usage else obj)
 
     try:
-        for opening in fmt.opening_chunks(env):
-            yield chunk(opening)
-        reason, used = None, None
+        choices = {i: Choice(i) for i in range(n)}
+        for i in range(n):
+            for opening in fmt.opening_chunks(env, i):
+                yield chunk(opening)
         async for message in stream.messages():
-            if message.text:
-                yield chunk(fmt.text_chunk(env, message.text))
-            if (done := _finished(message)) is not None:
-                reason, used = done, usage(message.usage)
-        if reason is None or used is None:
-            raise _ended_early()
-        yield chunk(fmt.finish_chunk(env, reason))
+            choice = _choice_of(choices, message)
+            first = not choice.started
+            choice.add(message)
+            for delta in fmt.delta_chunks(env, choice, message, first):
+                yield chunk(delta)
+            if choice.reason is not None:
+                yield chunk(fmt.finish_chunk(env, choice.index, choice.reason))
+        used = _usage(choices)
         if include_usage:
             yield sse(usage_chunk(fmt, env, used))
     except ApiError as error:
@@ -96,8 +117,11 @@ async def serve(
     *,
     stream: bool,
     include_usage: bool,
+    keep: int | None = None,
 ) -> Response:
-    """Run ``engine_request`` on ``env.model``'s engines and answer the HTTP request."""
+    """Run ``engine_request`` on ``env.model``'s engines and answer the HTTP request
+    (``keep``: answer only the best ``keep`` of its choices; never with ``stream``)."""
+    n = max(engine_request.sampling.n, 1)
     slot = state.admission.admit()
     headers = {"X-Request-Id": env.id}
     handed_off = False  # True once the streaming response owns the slot and the call
@@ -107,13 +131,14 @@ async def serve(
                 state.pool, env.model, engine_request, state.settings.request_timeout_s
             )
             if stream:
-                body = events(engine, fmt, env, include_usage)
+                body = events(engine, fmt, env, include_usage, n)
                 handed_off = True
                 return EventStreamResponse(
                     body, on_close=[engine.close, slot.release], headers=headers
                 )
             try:
-                return JSONResponse(await collect(engine, fmt, env), headers=headers)
+                answer = await collect(engine, fmt, env, n, keep)
+                return JSONResponse(answer, headers=headers)
             finally:
                 engine.close()
     except BaseException:

@@ -2,18 +2,20 @@
 
 One interface (:class:`Format`), two variants: :class:`ChatFormat` produces
 ``chat.completion`` / ``chat.completion.chunk`` objects, :class:`TextFormat` produces
-``text_completion`` objects (OpenAI uses the same object name for its chunks). Only one
-choice (index 0) exists while ``n`` is limited to 1.
+``text_completion`` objects (OpenAI uses the same object name for its chunks). A format
+instance is made per request and carries what that request asked to see (logprobs,
+echo). Every choice has its ``index``; streamed chunks carry one choice each.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
+from jacana_gateway import logprobs as lp
 
 _FINISH = {pb.FINISH_REASON_STOP: "stop", pb.FINISH_REASON_LENGTH: "length"}
 
@@ -37,6 +39,38 @@ class Envelope:
         }
 
 
+@dataclass
+class Choice:
+    """One choice as the engine streams it: what has arrived so far, and how it ended.
+
+    ``offset`` counts the characters of token strings already reported (completions'
+    ``text_offset``); ``started`` is False until the first message arrived.
+    """
+
+    index: int
+    text: list[str] = field(default_factory=list)
+    logprobs: list[pb.TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[pb.TokenLogprob] = field(default_factory=list)
+    prompt_text: str | None = None
+    reason: str | None = None
+    usage: pb.Usage | None = None
+    started: bool = False
+    offset: int = 0
+
+    def add(self, message: pb.GenerateResponse) -> None:
+        """Record one engine message of this choice."""
+        if not self.started:
+            self.started = True
+            self.prompt_logprobs.extend(message.prompt_logprobs)
+            if message.HasField("prompt_text"):
+                self.prompt_text = message.prompt_text
+        self.text.append(message.text)
+        self.logprobs.extend(message.logprobs)
+        if message.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+            self.reason = finish_reason(message.finish_reason)
+            self.usage = message.usage
+
+
 def finish_reason(reason: int) -> str:
     """OpenAI's finish_reason for an engine FinishReason; an abort is an error."""
     if reason == pb.FINISH_REASON_ABORT:
@@ -45,11 +79,21 @@ def finish_reason(reason: int) -> str:
 
 
 def usage(u: pb.Usage) -> dict[str, Any]:
+    return usage_of([u])
+
+
+def usage_of(parts: list[pb.Usage]) -> dict[str, Any]:
+    """One usage object for several choices of one prompt: the prompt counted once, the
+    completions summed, cached tokens as the least any choice had."""
+    prompt = parts[0].prompt_tokens if parts else 0
+    completion = sum(u.completion_tokens for u in parts)
     return {
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens},
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {
+            "cached_tokens": min((u.cached_prompt_tokens for u in parts), default=0)
+        },
     }
 
 
@@ -60,14 +104,20 @@ class Format(Protocol):
 
     def new_id(self) -> str: ...
 
-    def opening_chunks(self, env: Envelope) -> list[dict[str, Any]]: ...
+    def opening_chunks(self, env: Envelope, index: int) -> list[dict[str, Any]]:
+        """Chunks that open choice ``index`` before any text."""
+        ...
 
-    def text_chunk(self, env: Envelope, text: str) -> dict[str, Any]: ...
+    def delta_chunks(
+        self, env: Envelope, choice: Choice, message: pb.GenerateResponse, first: bool
+    ) -> list[dict[str, Any]]:
+        """Chunks for one engine ``message`` of ``choice`` (``first``: its first one)."""
+        ...
 
-    def finish_chunk(self, env: Envelope, reason: str) -> dict[str, Any]: ...
+    def finish_chunk(self, env: Envelope, index: int, reason: str) -> dict[str, Any]: ...
 
     def response(
-        self, env: Envelope, text: str, reason: str, used: dict[str, Any]
+        self, env: Envelope, choices: list[Choice], used: dict[str, Any]
     ) -> dict[str, Any]: ...
 
 
@@ -77,56 +127,120 @@ def usage_chunk(fmt: Format, env: Envelope, used: dict[str, Any]) -> dict[str, A
 
 
 class ChatFormat:
+    """``top_logprobs``: None without logprobs, else the alternatives shown per token."""
+
     chunk_object = "chat.completion.chunk"
+
+    def __init__(self, top_logprobs: int | None = None) -> None:
+        self.top_logprobs = top_logprobs
 
     def new_id(self) -> str:
         return f"chatcmpl-{uuid.uuid4().hex}"
 
-    def _chunk(self, env: Envelope, delta: dict, reason: str | None) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+    def _logprobs(self, entries: list[pb.TokenLogprob]) -> dict[str, Any] | None:
+        if self.top_logprobs is None:
+            return None
+        return {"content": lp.chat_content(entries, self.top_logprobs), "refusal": None}
+
+    def _chunk(
+        self, env: Envelope, index: int, delta: dict, reason: str | None, logprobs=None
+    ) -> dict[str, Any]:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
         return {**env.fields(self.chunk_object), "choices": [choice]}
 
-    def opening_chunks(self, env: Envelope) -> list[dict[str, Any]]:
-        return [self._chunk(env, {"role": "assistant"}, None)]
+    def opening_chunks(self, env: Envelope, index: int) -> list[dict[str, Any]]:
+        return [self._chunk(env, index, {"role": "assistant"}, None)]
 
-    def text_chunk(self, env: Envelope, text: str) -> dict[str, Any]:
-        return self._chunk(env, {"content": text}, None)
+    def delta_chunks(
+        self, env: Envelope, choice: Choice, message: pb.GenerateResponse, first: bool
+    ) -> list[dict[str, Any]]:
+        logprobs = self._logprobs(list(message.logprobs)) if message.logprobs else None
+        if not message.text and logprobs is None:
+            return []
+        return [self._chunk(env, choice.index, {"content": message.text}, None, logprobs)]
 
-    def finish_chunk(self, env: Envelope, reason: str) -> dict[str, Any]:
-        return self._chunk(env, {}, reason)
+    def finish_chunk(self, env: Envelope, index: int, reason: str) -> dict[str, Any]:
+        return self._chunk(env, index, {}, reason)
 
     def response(
-        self, env: Envelope, text: str, reason: str, used: dict[str, Any]
+        self, env: Envelope, choices: list[Choice], used: dict[str, Any]
     ) -> dict[str, Any]:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": None,
-            "finish_reason": reason,
-        }
-        return {**env.fields("chat.completion"), "choices": [choice], "usage": used}
+        out = [
+            {
+                "index": c.index,
+                "message": {"role": "assistant", "content": "".join(c.text)},
+                "logprobs": self._logprobs(c.logprobs),
+                "finish_reason": c.reason,
+            }
+            for c in choices
+        ]
+        return {**env.fields("chat.completion"), "choices": out, "usage": used}
 
 
 class TextFormat:
+    """``logprobs``: None without logprobs. ``echo``: prepend the prompt to each choice,
+    the client's ``prompt`` string when it sent one, else the engine's text of the ids."""
+
     chunk_object = "text_completion"
+
+    def __init__(
+        self, logprobs: int | None = None, echo: bool = False, prompt: str | None = None
+    ) -> None:
+        self.logprobs = logprobs
+        self.echo = echo
+        self.prompt = prompt
 
     def new_id(self) -> str:
         return f"cmpl-{uuid.uuid4().hex}"
 
-    def _choice(self, text: str, reason: str | None) -> dict[str, Any]:
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+    def _echo_text(self, choice: Choice) -> str:
+        return self.prompt if self.prompt is not None else choice.prompt_text or ""
 
-    def opening_chunks(self, env: Envelope) -> list[dict[str, Any]]:
+    def _logprobs(self, entries: list[pb.TokenLogprob], choice: Choice) -> dict[str, Any]:
+        """Logprobs of ``entries``, the next tokens of ``choice``; advances its offset."""
+        shaped = lp.completion_logprobs(entries, choice.offset)
+        choice.offset += lp.text_length(entries)
+        return shaped
+
+    def _chunk(self, env: Envelope, index: int, text: str, reason, logprobs=None):
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
+        return {**env.fields(self.chunk_object), "choices": [choice]}
+
+    def opening_chunks(self, env: Envelope, index: int) -> list[dict[str, Any]]:
         return []
 
-    def text_chunk(self, env: Envelope, text: str) -> dict[str, Any]:
-        return {**env.fields(self.chunk_object), "choices": [self._choice(text, None)]}
+    def delta_chunks(
+        self, env: Envelope, choice: Choice, message: pb.GenerateResponse, first: bool
+    ) -> list[dict[str, Any]]:
+        chunks = []
+        if first and self.echo:
+            prompt_lp = None
+            if self.logprobs is not None:
+                prompt_lp = self._logprobs(list(message.prompt_logprobs), choice)
+            chunks.append(self._chunk(env, choice.index, self._echo_text(choice), None, prompt_lp))
+        logprobs = None
+        if self.logprobs is not None and message.logprobs:
+            logprobs = self._logprobs(list(message.logprobs), choice)
+        if message.text or logprobs is not None:
+            chunks.append(self._chunk(env, choice.index, message.text, None, logprobs))
+        return chunks
 
-    def finish_chunk(self, env: Envelope, reason: str) -> dict[str, Any]:
-        return {**env.fields(self.chunk_object), "choices": [self._choice("", reason)]}
+    def finish_chunk(self, env: Envelope, index: int, reason: str) -> dict[str, Any]:
+        return self._chunk(env, index, "", reason)
 
     def response(
-        self, env: Envelope, text: str, reason: str, used: dict[str, Any]
+        self, env: Envelope, choices: list[Choice], used: dict[str, Any]
     ) -> dict[str, Any]:
-        choices = [self._choice(text, reason)]
-        return {**env.fields("text_completion"), "choices": choices, "usage": used}
+        out = []
+        for c in choices:
+            text = "".join(c.text)
+            logprobs = None
+            if self.echo:
+                text = self._echo_text(c) + text
+            if self.logprobs is not None:
+                entries = (c.prompt_logprobs if self.echo else []) + c.logprobs
+                logprobs = lp.completion_logprobs(entries, 0)
+            out.append(
+                {"index": c.index, "text": text, "logprobs": logprobs, "finish_reason": c.reason}
+            )
+        return {**env.fields("text_completion"), "choices": out, "usage": used}

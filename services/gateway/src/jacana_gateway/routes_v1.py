@@ -19,9 +19,9 @@ from pydantic import BaseModel
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
-from jacana_gateway import translate, unsupported
+from jacana_gateway import sampling_surface, translate, unsupported
 from jacana_gateway.completions import serve
-from jacana_gateway.formats import ChatFormat, Envelope, Format, TextFormat
+from jacana_gateway.formats import Envelope
 from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest
 from jacana_gateway.state import GatewayState
 
@@ -69,7 +69,6 @@ def _model_card(state: GatewayState, model: str) -> dict[str, Any]:
 async def _generate(
     request: Request,
     body: Any,
-    fmt: Format,
     check: Callable[[Any], None],
     build: Callable[..., pb.GenerateRequest],
 ) -> Response:
@@ -77,6 +76,7 @@ async def _generate(
     if body.model not in state.pool:
         raise _model_not_found(body.model)
     check(body)
+    fmt = sampling_surface.response_format(body)
     env = _envelope(state, fmt.new_id(), body.model)
     engine_request = build(
         body,
@@ -86,7 +86,14 @@ async def _generate(
     )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return await serve(
-        request, state, fmt, env, engine_request, stream=body.stream, include_usage=include_usage
+        request,
+        state,
+        fmt,
+        env,
+        engine_request,
+        stream=body.stream,
+        include_usage=include_usage,
+        keep=sampling_surface.kept_choices(body),
     )
 
 
@@ -96,15 +103,13 @@ def build_router() -> APIRouter:
     @router.post("/chat/completions", response_model=None, responses={**_GENERATION_OK, **_ERRORS})
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         """Chat completion; the engine applies the model's chat template."""
-        return await _generate(
-            request, body, ChatFormat(), unsupported.check_chat, translate.chat_request
-        )
+        return await _generate(request, body, unsupported.check_chat, translate.chat_request)
 
     @router.post("/completions", response_model=None, responses={**_GENERATION_OK, **_ERRORS})
     async def completions(body: CompletionRequest, request: Request) -> Response:
         """Text completion of a prompt (text or token ids)."""
         return await _generate(
-            request, body, TextFormat(), unsupported.check_completion, translate.completion_request
+            request, body, unsupported.check_completion, translate.completion_request
         )
 
     @router.get("/models", responses=_ERRORS)

@@ -15,7 +15,12 @@ Decisions:
   ``safety_identifier``, ``parallel_tool_calls``) are accepted and ignored.
 - vLLM-style sampling extensions that the engine implements are accepted: ``top_k``
   (0 or -1 disables), ``min_p``, ``stop_token_ids``, ``ignore_eos`` and, for chat,
-  ``add_generation_prompt``.
+  ``add_generation_prompt``, ``repetition_penalty`` (HF semantics, in (0, 10]) and
+  ``min_tokens``. So are the scheduling extensions ``priority`` (int32, lower
+  is served first) and ``cache_salt`` (prefix-cache namespace).
+- ``logit_bias`` keys are token ids as decimal strings (at most ``MAX_LOGIT_BIAS``
+  entries), values in [-100, 100]; whether an id is in the vocabulary is the engine's
+  call. Logprobs: chat ``top_logprobs`` and completions ``logprobs`` go up to 20.
 - Message ``content`` is a string or a list of ``{"type": "text", "text": ...}`` parts;
   parts are joined with newlines. The ``developer`` role is sent to the engine as ``system``.
 """
@@ -33,7 +38,10 @@ from pydantic import StrictStr as Str
 MAX_STOP_SEQUENCES = 16
 MAX_STOP_CHARS = 1024
 MAX_STOP_TOKEN_IDS = 1024
+MAX_LOGIT_BIAS = 1024
+MAX_LOGPROBS = 20
 UINT32_MAX = 2**32 - 1
+MAX_CACHE_SALT_CHARS = 1024
 
 CHAT_ROLES = ("system", "developer", "user", "assistant")
 
@@ -76,6 +84,19 @@ _PROMPT_SCHEMA = {
 }
 
 TokenId = Annotated[Int, Field(ge=0, le=UINT32_MAX)]
+
+
+def _check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
+    if value is None:
+        return None
+    if len(value) > MAX_LOGIT_BIAS:
+        raise ValueError(f"at most {MAX_LOGIT_BIAS} token ids can be biased")
+    for key, bias in value.items():
+        if not (key.isascii() and key.isdigit() and int(key) <= UINT32_MAX):
+            raise ValueError(f"keys must be token ids (decimal integers), got {key!r}")
+        if not -100.0 <= bias <= 100.0:
+            raise ValueError(f"bias values must be in [-100, 100], got {bias} for {key}")
+    return value
 
 
 def _check_stop(value: Any) -> list[str]:
@@ -133,16 +154,34 @@ class GenerationRequest(BaseModel):
         None, max_length=MAX_STOP_TOKEN_IDS, description="Token ids that end generation."
     )
     ignore_eos: Bool = Field(False, description="Keep generating past end-of-sequence.")
+    priority: Annotated[Int, Field(ge=-(2**31), le=2**31 - 1)] | None = Field(
+        None,
+        description="Scheduling priority: lower values are served first; equal ones in "
+        "arrival order. Waiting raises it, so no request starves. Default 0.",
+    )
+    cache_salt: Annotated[Str, Field(min_length=1, max_length=MAX_CACHE_SALT_CHARS)] | None = Field(
+        None,
+        description="Prefix-cache namespace: cached prompt blocks are shared only with "
+        "requests that send the same salt.",
+    )
     n: Annotated[Int, Field(ge=1, le=128)] | None = Field(
-        None, description="Choices per prompt; only 1 is supported yet."
+        None, description="Choices per prompt (each with its own index). Default 1."
     )
     presence_penalty: Annotated[Float, Field(ge=-2.0, le=2.0)] | None = Field(
-        None, description="Only 0 is supported yet."
+        None, description="Subtracted once from the logit of every token already generated."
     )
     frequency_penalty: Annotated[Float, Field(ge=-2.0, le=2.0)] | None = Field(
-        None, description="Only 0 is supported yet."
+        None, description="Subtracted from a token's logit once per time it was generated."
     )
-    logit_bias: dict[str, Float] | None = Field(None, description="Only {} is supported yet.")
+    repetition_penalty: Annotated[Float, Field(gt=0.0, le=10.0)] | None = Field(
+        None, description="HF repetition penalty over prompt and output tokens; 1 is off."
+    )
+    logit_bias: dict[str, Float] | None = Field(
+        None, description="Token id (as a string) -> bias in [-100, 100] added to its logit."
+    )
+    min_tokens: Annotated[Int, Field(ge=0, le=UINT32_MAX)] | None = Field(
+        None, description="End-of-sequence and stop token ids cannot end the output earlier."
+    )
     user: Str | None = Field(None, description="Accepted and ignored.")
     metadata: dict[str, Any] | None = Field(None, description="Accepted and ignored.")
     store: Bool | None = Field(None, description="Accepted and ignored.")
@@ -154,6 +193,11 @@ class GenerationRequest(BaseModel):
     @classmethod
     def _stop(cls, value: Any) -> list[str]:
         return _check_stop(value)
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        return _check_logit_bias(value)
 
 
 class ChatMessage(BaseModel):
@@ -205,8 +249,10 @@ class ChatCompletionRequest(GenerationRequest):
     add_generation_prompt: Bool = Field(
         True, description="Open an assistant turn after the last message."
     )
-    logprobs: Bool | None = Field(None, description="Only false is supported yet.")
-    top_logprobs: Annotated[Int, Field(ge=0, le=20)] | None = None
+    logprobs: Bool | None = Field(None, description="Return each output token's logprob.")
+    top_logprobs: Annotated[Int, Field(ge=0, le=MAX_LOGPROBS)] | None = Field(
+        None, description="Most likely alternatives per token (needs logprobs: true)."
+    )
     tools: list[Any] | None = Field(None, description="Must be empty: no tools yet.")
     tool_choice: Any = Field(None, description="Only 'none'/'auto' without tools.")
     parallel_tool_calls: Bool | None = Field(None, description="Accepted and ignored.")
@@ -232,10 +278,16 @@ class CompletionRequest(GenerationRequest):
     max_tokens: Annotated[Int, Field(ge=1)] | None = Field(
         16, description="Most tokens to generate (OpenAI's default for completions: 16)."
     )
-    echo: Bool | None = Field(None, description="Only false is supported yet.")
-    best_of: Annotated[Int, Field(ge=1, le=128)] | None = Field(None, description="Only 1.")
-    logprobs: Annotated[Int, Field(ge=0, le=20)] | None = Field(
-        None, description="Not supported yet."
+    echo: Bool | None = Field(None, description="Prepend the prompt to each choice's text.")
+    best_of: Annotated[Int, Field(ge=1, le=128)] | None = Field(
+        None,
+        description="Run this many choices and answer the n with the highest mean token "
+        "logprob (not with stream).",
+    )
+    logprobs: Annotated[Int, Field(ge=0, le=MAX_LOGPROBS)] | None = Field(
+        None,
+        description="Each token's logprob and this many alternatives (with echo: the "
+        "prompt's too).",
     )
     suffix: Str | None = Field(None, description="Only empty is supported yet.")
 

@@ -8,13 +8,15 @@ Pure functions: no I/O. The gateway's own limits are enforced here (400s):
   ``clamp_max_tokens`` set, so it is lowered to fit the context rather than rejected;
   completions default to 16 like OpenAI's.
 Sampling defaults follow OpenAI: temperature 1, top_p 1; ``top_k`` -1 becomes 0 (off);
-negative seeds are taken modulo 2^64 (the engine's seed is unsigned).
+negative seeds are taken modulo 2^64 (the engine's seed is unsigned). Penalties, bias,
+choices, logprobs and echo: :mod:`jacana_gateway.sampling_surface`.
 """
 
 from __future__ import annotations
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
+from jacana_gateway import sampling_surface
 from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
 _ENGINE_ROLE = {"developer": "system"}
@@ -60,6 +62,7 @@ def _check_prompt_size(body: ChatCompletionRequest | CompletionRequest, limit: i
 def sampling_params(body: GenerationRequest, max_new_tokens: int) -> pb.SamplingParams:
     """The engine's sampling parameters for ``body`` (raises 400 on limit violations)."""
     max_tokens = _max_tokens(body, max_new_tokens)
+    sampling_surface.check(body, max_tokens)
     params = pb.SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
@@ -73,7 +76,13 @@ def sampling_params(body: GenerationRequest, max_new_tokens: int) -> pb.Sampling
     )
     if body.seed is not None:
         params.seed = body.seed % 2**64
+    sampling_surface.apply(params, body)
     return params
+
+
+def _scheduling(body: GenerationRequest) -> dict[str, int | str]:
+    """The engine's scheduling fields: ``priority`` and ``cache_salt`` (unset: 0 and "")."""
+    return {"priority": body.priority or 0, "cache_salt": body.cache_salt or ""}
 
 
 def chat_request(
@@ -89,6 +98,7 @@ def chat_request(
         request_id=request_id,
         chat=pb.ChatInput(messages=messages, add_generation_prompt=body.add_generation_prompt),
         sampling=sampling_params(body, max_new_tokens),
+        **_scheduling(body),
     )
 
 
@@ -98,7 +108,7 @@ def completion_request(
     """The engine request for a text completion (text or token-id prompt)."""
     _check_prompt_size(body, max_prompt_chars)
     request = pb.GenerateRequest(
-        request_id=request_id, sampling=sampling_params(body, max_new_tokens)
+        request_id=request_id, sampling=sampling_params(body, max_new_tokens), **_scheduling(body)
     )
     if isinstance(body.prompt, str):
         request.prompt = body.prompt

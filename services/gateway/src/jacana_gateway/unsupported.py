@@ -6,13 +6,14 @@ refusal is a 400 with ``param`` = the field and ``code`` = ``"unsupported_parame
 silently ignoring these fields would change what the client gets.
 
 Refused when set to anything but their "off" value:
-- both endpoints: ``n`` > 1, ``presence_penalty`` / ``frequency_penalty`` != 0,
-  non-empty ``logit_bias``, ``stream_options`` without ``stream: true``;
-- chat: ``logprobs: true``, ``top_logprobs`` > 0, ``tools``/``functions`` non-empty,
-  ``tool_choice``/``function_call`` other than "none"/"auto", ``response_format`` other than
-  text, ``modalities`` other than ["text"], ``audio``, ``prediction``, ``reasoning_effort``,
-  ``web_search_options``, messages carrying ``tool_calls`` or ``tool_call_id``;
-- completions: ``logprobs`` (any number), ``echo: true``, ``best_of`` > 1, non-empty ``suffix``.
+- both endpoints: ``stream_options`` without ``stream: true``;
+- chat: ``tools``/``functions`` non-empty, ``tool_choice``/``function_call`` other than
+  "none"/"auto", ``response_format`` other than text, ``modalities`` other than ["text"],
+  ``audio``, ``prediction``, ``reasoning_effort``, ``web_search_options``, messages
+  carrying ``tool_calls`` or ``tool_call_id``;
+- completions: non-empty ``suffix``.
+(``n``, penalties, ``logit_bias``, logprobs, ``echo`` and ``best_of`` are supported; their
+combinations are checked in :mod:`jacana_gateway.sampling_surface`.)
 """
 
 from __future__ import annotations
@@ -42,16 +43,9 @@ def _empty(value: Any) -> bool:
     return not value
 
 
-_COMMON = (
-    Rule("n", _unset_or(1), "only n=1 is supported yet"),
-    Rule("presence_penalty", _unset_or(0), "presence_penalty is not supported yet"),
-    Rule("frequency_penalty", _unset_or(0), "frequency_penalty is not supported yet"),
-    Rule("logit_bias", _empty, "logit_bias is not supported yet"),
-)
+_COMMON: tuple[Rule, ...] = ()
 
 _CHAT = (
-    Rule("logprobs", _unset_or(False), "logprobs are not supported yet"),
-    Rule("top_logprobs", _unset_or(0), "logprobs are not supported yet"),
     Rule("tools", _empty, "tool calling is not supported yet"),
     Rule("tool_choice", _unset_or("none", "auto"), "tool calling is not supported yet"),
     Rule("functions", _empty, "function calling is not supported yet"),
@@ -68,12 +62,7 @@ _CHAT = (
     Rule("web_search_options", _unset_or(), "web search is not supported"),
 )
 
-_COMPLETION = (
-    Rule("logprobs", _unset_or(), "logprobs are not supported yet"),
-    Rule("echo", _unset_or(False), "echo is not supported yet"),
-    Rule("best_of", _unset_or(1), "best_of > 1 is not supported yet"),
-    Rule("suffix", _unset_or(""), "suffix (insertion) is not supported yet"),
-)
+_COMPLETION = (Rule("suffix", _unset_or(""), "suffix (insertion) is not supported yet"),)
 
 
 def _refuse(param: str, why: str) -> ApiError:

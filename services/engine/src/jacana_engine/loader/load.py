@@ -31,9 +31,7 @@ def get_model_config(path: str | Path, load_format: str = "auto") -> ModelConfig
     return resolve_format(path, load_format).model_config(Path(path))
 
 
-def load_model(
-    config: EngineConfig, *, attention_backend: str | None = None
-) -> DecoderForCausalLM:
+def load_model(config: EngineConfig, *, attention_backend: str | None = None) -> DecoderForCausalLM:
     """Build the model of ``config.model`` on ``config.device`` in ``config.dtype`` and fill
     its weights; returned in eval mode with gradients off. ``attention_backend`` overrides
     ``config.attention_backend`` ("auto": triton on CUDA, torch elsewhere)."""

@@ -1,0 +1,355 @@
+"""Offline GPU benchmark: Jacana's engine in-process vs HF transformers ``generate``.
+
+Both peers run in this one process on the same GPU, with random bf16 weights of the real
+architecture (``bench/configs/<model>/config.json``; dummy weights: speed only, no
+quality), the same random prompt ids, greedy decoding, EOS ignored; each repetition runs
+Jacana then transformers on fresh prompts (so no run hits Jacana's prefix cache).
+
+Workloads (per model):
+- ``b1``: one request, 128 prompt / 256 new tokens: TTFT, TPOT = (t_last - t_first) / 255.
+- ``ttft1024``: one 1024-token prompt, one new token: TTFT.
+- ``c64``: closed loop at 64 in flight, 1024 / 128, ``2 * 64`` requests: output tok/s
+  (all output tokens / wall time), median TTFT and TPOT per request. Transformers runs
+  the same shapes as one static batch of 64 (its ``generate`` has no continuous batching).
+
+Also recorded: start-up (weights, KV pool, CUDA-graph capture), peak host RSS after
+loading, GPU memory, the GPU time of one replayed decode graph, and a torch.profiler
+kernel table of Jacana's steps for each workload.
+
+Usage: python bench/offline_gpu.py --model qwen3-8b [--reps 3] [--no-hf] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import resource
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from gpu_common import (
+    CONFIGS_DIR,
+    RESULTS_DIR,
+    environment,
+    fmt_spread,
+    random_prompts,
+    spread,
+)
+
+from jacana_engine.config import EngineConfig
+from jacana_engine.engine import LLMEngine
+from jacana_engine.sampling_params import SamplingParams
+
+WORKLOADS = {
+    "b1": {"concurrency": 1, "requests": 1, "prompt": 128, "new": 256},
+    "ttft1024": {"concurrency": 1, "requests": 1, "prompt": 1024, "new": 1},
+    "c64": {"concurrency": 64, "requests": 128, "prompt": 1024, "new": 128},
+}
+
+
+# ---- Jacana -------------------------------------------------------------------------------
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def config_dir(model: str) -> Path:
+    """``bench/configs/<model>``, or ``model`` itself when it is a directory."""
+    return Path(model) if Path(model).is_dir() else CONFIGS_DIR / model
+
+
+def _gib(fn_name: str) -> float:
+    return getattr(torch.cuda, fn_name)() / 2**30 if torch.cuda.is_available() else 0.0
+
+
+def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[str, Any]]:
+    config = EngineConfig(
+        model=str(config_dir(model) / "config.json"),
+        load_format="dummy",
+        dtype="bfloat16",
+        device=args.device,
+        kv_cache_memory_bytes=int(args.kv_gib * 2**30),
+        max_model_len=2048,
+        max_num_seqs=64,
+        max_num_batched_tokens=args.max_batched_tokens,
+        enforce_eager=args.eager,
+        seed=1,
+    )
+    _sync()
+    t0 = time.perf_counter()
+    engine = LLMEngine(config, tokenizer=None)
+    _sync()
+    startup = time.perf_counter() - t0
+    graphs = engine.runner.graphs
+    info = {
+        "startup_s": startup,
+        "cuda_graph_capture_s": graphs.capture_seconds if graphs else 0.0,
+        "cuda_graph_sizes": graphs.sizes if graphs else [],
+        "kv_cache_gib": engine.runner.kv_plan.num_bytes / 2**30,
+        "peak_host_rss_gib_after_load": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "gpu_allocated_gib_after_start": _gib("memory_allocated"),
+        "weights_gib": sum(p.numel() * p.element_size() for p in engine.model.parameters()) / 2**30,
+    }
+    return engine, info
+
+
+def run_closed_loop(
+    engine: LLMEngine, prompts: list[list[int]], concurrency: int, new_tokens: int
+) -> dict[str, Any]:
+    """Keep ``concurrency`` requests in flight until every prompt has run; per-request
+    TTFT/TPOT and total output tokens over wall time."""
+    sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+    pending = list(enumerate(prompts))
+    submitted: dict[str, float] = {}
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    count: dict[str, int] = {}
+    _sync()
+    start = time.perf_counter()
+
+    def submit() -> None:
+        i, p = pending.pop(0)
+        rid = f"r{i}"
+        submitted[rid] = time.perf_counter()
+        count[rid] = 0
+        engine.add_request(rid, p, sp)
+
+    for _ in range(min(concurrency, len(pending))):
+        submit()
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        now = time.perf_counter()
+        for out in outs:
+            if out.new_token_ids:
+                first.setdefault(out.request_id, now)
+                last[out.request_id] = now
+                count[out.request_id] += len(out.new_token_ids)
+            if out.finished and pending:
+                submit()
+    wall = time.perf_counter() - start
+    total = sum(count.values())
+    ttft = [first[r] - submitted[r] for r in first]
+    tpot = [(last[r] - first[r]) / (count[r] - 1) for r in first if count[r] > 1]
+    return {
+        "wall_s": wall,
+        "output_tokens": total,
+        "output_tok_s": total / wall,
+        "ttft_ms": 1e3 * statistics.median(ttft),
+        "tpot_ms": 1e3 * statistics.median(tpot) if tpot else None,
+    }
+
+
+def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
+    """GPU time of one decode-graph replay at ``batch`` (padded size), CUDA events."""
+    graphs = engine.runner.graphs
+    if graphs is None or graphs.padded_size(batch) is None:
+        return None
+    graph = graphs._graphs[graphs.padded_size(batch)]
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        graph.replay()
+    end.record()
+    _sync()
+    return start.elapsed_time(end) / 20
+
+
+def profile_table(engine: LLMEngine, prompts, wl: dict[str, Any], rows: int = 25) -> str:
+    """torch.profiler's CUDA-time table over one run of a workload (at most 32 steps of
+    decode for the long ones)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    new = min(wl["new"], 32)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run_closed_loop(engine, prompts, wl["concurrency"], new)
+        _sync()
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows)
+
+
+# ---- transformers -------------------------------------------------------------------------
+
+
+def build_hf(model: str, device: str):
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(config_dir(model))
+    with torch.device(device):
+        hf = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    hf.eval()
+    hf.generation_config.eos_token_id = None
+    hf.generation_config.pad_token_id = 0
+    return hf
+
+
+def hf_generate_s(hf, prompts: list[list[int]], new_tokens: int) -> float:
+    ids = torch.tensor(prompts, device=hf.device)
+    _sync()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+        )
+    _sync()
+    return time.perf_counter() - t0
+
+
+def hf_workload(hf, prompts, wl: dict[str, Any]) -> dict[str, Any]:
+    if wl["concurrency"] == 1:
+        ttft = hf_generate_s(hf, prompts[:1], 1)
+        res: dict[str, Any] = {"ttft_ms": 1e3 * ttft}
+        if wl["new"] > 1:
+            total = hf_generate_s(hf, prompts[:1], wl["new"])
+            res["tpot_ms"] = 1e3 * (total - ttft) / (wl["new"] - 1)
+            res["output_tok_s"] = wl["new"] / total
+        return res
+    batch = prompts[: wl["concurrency"]]
+    ttft = hf_generate_s(hf, batch, 1)
+    total = hf_generate_s(hf, batch, wl["new"])
+    return {
+        "ttft_ms": 1e3 * ttft,
+        "tpot_ms": 1e3 * (total - ttft) / (wl["new"] - 1),
+        "output_tok_s": len(batch) * wl["new"] / total,
+    }
+
+
+# ---- driver -------------------------------------------------------------------------------
+
+
+def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    engine, info = build_engine(model, args)
+    vocab = engine.vocab_size
+    # warm-up: every workload once (kernel compilation, allocator growth)
+    for i, wl in enumerate(WORKLOADS.values()):
+        prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=500 + i)
+        run_closed_loop(engine, prompts, wl["concurrency"], min(wl["new"], 8))
+    info["gpu_peak_gib_jacana"] = _gib("max_memory_allocated")
+    info["decode_graph_gpu_ms"] = {b: graph_replay_ms(engine, b) for b in (1, 64)}
+    hf = None
+    if not args.no_hf:
+        base = _gib("memory_allocated")
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        hf = build_hf(model, args.device)
+        hf_generate_s(hf, random_prompts(1, 16, vocab, seed=5), 4)  # warm-up
+        info["gpu_peak_gib_hf_warmup"] = _gib("max_memory_allocated") - base
+    results: dict[str, Any] = {}
+    for name, wl in WORKLOADS.items():
+        ours: dict[str, list[float]] = {}
+        theirs: dict[str, list[float]] = {}
+        for rep in range(args.reps):
+            prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=1000 * rep + 7)
+            r = run_closed_loop(engine, prompts, wl["concurrency"], wl["new"])
+            for k in ("ttft_ms", "tpot_ms", "output_tok_s"):
+                if r.get(k) is not None:
+                    ours.setdefault(k, []).append(r[k])
+            if hf is not None:
+                for k, v in hf_workload(hf, prompts, wl).items():
+                    theirs.setdefault(k, []).append(v)
+        results[name] = {
+            "workload": wl,
+            "jacana": {k: spread(v) for k, v in ours.items()},
+            "transformers": {k: spread(v) for k, v in theirs.items()},
+        }
+        print(name, json.dumps({k: round(v["median"], 3) for k, v in results[name]["jacana"].items()}),
+              json.dumps({k: round(v["median"], 3) for k, v in results[name]["transformers"].items()}),
+              flush=True)  # fmt: skip
+    if hf is not None:
+        del hf
+        gc.collect()
+    profiles = {}
+    if args.profile:
+        for name, wl in WORKLOADS.items():
+            prompts = random_prompts(wl["concurrency"], wl["prompt"], vocab, seed=99)
+            profiles[name] = profile_table(engine, prompts, wl)
+    del engine
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return {"info": info, "results": results, "profiles": profiles}
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = [
+        "# Offline GPU benchmark: Jacana engine vs HF transformers (same process, same GPU)",
+        "",
+        f"Environment: `{json.dumps(doc['environment'])}`. Random bf16 weights with the real "
+        "shapes (speed only). Median (min–max) of "
+        f"{doc['reps']} reps.",
+        "",
+        "| model | workload | metric | Jacana | transformers | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, m in doc["models"].items():
+        for name, r in m["results"].items():
+            for metric in ("ttft_ms", "tpot_ms", "output_tok_s"):
+                ours, theirs = r["jacana"].get(metric), r["transformers"].get(metric)
+                if ours is None:
+                    continue
+                ratio = "-"
+                if theirs:
+                    big_is_good = metric == "output_tok_s"
+                    q = ours["median"] / theirs["median"]
+                    ratio = f"{q if big_is_good else 1 / q:.1f}x"
+                lines.append(
+                    f"| {model} | {name} | {metric} | {fmt_spread(ours)} | "
+                    f"{fmt_spread(theirs)} | {ratio} |"
+                )
+    lines += ["", "| model | start-up s | graph capture s | KV GiB | host RSS GiB | "
+              "GPU peak GiB | decode graph GPU ms (b1 / b64) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for model, m in doc["models"].items():
+        i = m["info"]
+        g = i["decode_graph_gpu_ms"]
+        gs = " / ".join(f"{g[b]:.3f}" if g.get(b) else "-" for b in g)
+        lines.append(
+            f"| {model} | {i['startup_s']:.1f} | {i['cuda_graph_capture_s']:.1f} | "
+            f"{i['kv_cache_gib']:.1f} | {i['peak_host_rss_gib_after_load']:.2f} | "
+            f"{i['gpu_peak_gib_jacana']:.1f} | {gs} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", required=True)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--no-hf", action="store_true")
+    parser.add_argument("--eager", action="store_true", help="Jacana without CUDA graphs")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--kv-gib", type=float, default=24.0)
+    parser.add_argument("--max-batched-tokens", type=int, default=8192)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    parser.add_argument("--name", default="offline_gpu")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for name in list(WORKLOADS):
+        if name not in args.workloads:
+            del WORKLOADS[name]
+    doc: dict[str, Any] = {"environment": environment(), "reps": args.reps, "models": {}}
+    for model in args.model:
+        doc["models"][model] = bench_model(model, args)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    table = render(doc)
+    (args.out / f"{args.name}.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

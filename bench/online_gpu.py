@@ -1,0 +1,247 @@
+"""Online GPU benchmark: OpenAI-style streaming load through the gateway and gRPC.
+
+Starts the real engine (``python -m jacana_engine``, random bf16 weights of the real
+shapes) and the gateway as processes on loopback ports, then keeps ``--concurrency``
+streaming ``/v1/completions`` requests in flight (closed loop: each client sends its
+next request when the previous one ends) until ``--requests`` have run. Prompts are
+random token ids (1024 by default), 128 new tokens, greedy, EOS ignored.
+
+Dummy checkpoints ship no tokenizer, and the gateway streams text, so the model
+directory gets a synthetic word-level ``tokenizer.json`` ("w0", "w1", ...) covering the
+whole vocabulary: every token is one word of text, one SSE chunk.
+
+Per rep: output tok/s (usage.completion_tokens over wall time), median TTFT (request
+sent -> first text chunk) and median TPOT ((last chunk - first chunk) / (tokens - 1)).
+Compare with ``offline_gpu.py --workloads c64`` (same shapes, engine in-process).
+
+Usage: python bench/online_gpu.py --model qwen3-8b [--reps 3] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpu_common import CONFIGS_DIR, RESULTS_DIR, environment, fmt_spread, random_prompts, spread
+
+MODEL_ID = "bench"
+
+
+def synthetic_model_dir(model: str) -> Path:
+    """A temp dir with the model's config.json and a word-level tokenizer over its vocab."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    src = (Path(model) if Path(model).is_dir() else CONFIGS_DIR / model) / "config.json"
+    vocab = json.loads(src.read_text())["vocab_size"]
+    out = Path(tempfile.mkdtemp(prefix=f"{model}-"))
+    shutil.copy(src, out / "config.json")
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 40960}))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(module: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", module],
+        env={**os.environ, **env},
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+async def _wait_http(client, url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"a service exited:\n{log.read_text()[-3000:]}")
+        try:
+            if (await client.get(url, timeout=1.0)).status_code == 200:
+                return
+        except Exception:
+            pass
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"{url} not healthy after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+async def one_request(client, url: str, prompt: list[int], new_tokens: int) -> dict[str, Any]:
+    body = {
+        "model": MODEL_ID,
+        "prompt": prompt,
+        "max_tokens": new_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    sent = time.perf_counter()
+    first = last = None
+    tokens = 0
+    async with client.stream("POST", url, json=body, timeout=600.0) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}: {await resp.aread()!r}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(f"stream error: {chunk['error']}")
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            choices = chunk.get("choices") or []
+            if choices and choices[0].get("text"):
+                now = time.perf_counter()
+                first = first or now
+                last = now
+    return {"sent": sent, "first": first, "last": last, "tokens": tokens}
+
+
+async def closed_loop(client, url, prompts, concurrency, new_tokens) -> dict[str, Any]:
+    queue = list(prompts)
+    results: list[dict[str, Any]] = []
+
+    async def worker() -> None:
+        while queue:
+            results.append(await one_request(client, url, queue.pop(), new_tokens))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - start
+    total = sum(r["tokens"] for r in results)
+    ttft = [r["first"] - r["sent"] for r in results if r["first"]]
+    tpot = [(r["last"] - r["first"]) / (r["tokens"] - 1) for r in results
+            if r["first"] and r["tokens"] > 1]  # fmt: skip
+    return {
+        "output_tok_s": total / wall,
+        "ttft_ms": 1e3 * statistics.median(ttft),
+        "tpot_ms": 1e3 * statistics.median(tpot),
+        "output_tokens": total,
+        "wall_s": wall,
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import httpx
+
+    model_dir = synthetic_model_dir(args.model)
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    engine_port, gateway_port = _free_port(), _free_port()
+    logs = Path(tempfile.mkdtemp(prefix="online-logs-"))
+    engine = _start(
+        "jacana_engine",
+        {
+            "JACANA_ENGINE_HOST": "127.0.0.1",
+            "JACANA_ENGINE_PORT": str(engine_port),
+            "JACANA_ENGINE_MODEL": str(model_dir),
+            "JACANA_ENGINE_MODEL_ID": MODEL_ID,
+            "JACANA_ENGINE_LOAD_FORMAT": "dummy",
+            "JACANA_ENGINE_DTYPE": "bfloat16",
+            "JACANA_ENGINE_DEVICE": args.device,
+            "JACANA_ENGINE_KV_CACHE_MEMORY": str(int(args.kv_gib * 2**30)),
+            "JACANA_ENGINE_MAX_MODEL_LEN": "2048",
+            "JACANA_ENGINE_MAX_NUM_SEQS": str(args.concurrency),
+            "JACANA_ENGINE_MAX_NUM_BATCHED_TOKENS": str(args.max_batched_tokens),
+        },
+        logs / "engine.log",
+    )
+    gateway = _start(
+        "jacana_gateway",
+        {
+            "JACANA_GATEWAY_HOST": "127.0.0.1",
+            "JACANA_GATEWAY_PORT": str(gateway_port),
+            "JACANA_GATEWAY_ENGINES": json.dumps({MODEL_ID: [f"127.0.0.1:{engine_port}"]}),
+            "JACANA_GATEWAY_MAX_IN_FLIGHT": str(4 * args.concurrency),
+            "JACANA_GATEWAY_MAX_PROMPT_CHARS": str(1 << 20),
+        },
+        logs / "gateway.log",
+    )
+    base = f"http://127.0.0.1:{gateway_port}"
+    limits = httpx.Limits(max_connections=2 * args.concurrency)
+    try:
+        async with httpx.AsyncClient(limits=limits) as client:
+            await _wait_http(client, f"{base}/health", engine, logs / "engine.log", 300)
+            await _wait_http(client, f"{base}/health", gateway, logs / "gateway.log", 60)
+            url = f"{base}/v1/completions"
+            warm = random_prompts(args.concurrency, args.prompt, vocab, seed=3)
+            await closed_loop(client, url, warm, args.concurrency, 8)
+            reps = []
+            for rep in range(args.reps):
+                prompts = random_prompts(args.requests, args.prompt, vocab, seed=2000 + rep)
+                r = await closed_loop(client, url, prompts, args.concurrency, args.new_tokens)
+                print(f"rep {rep}: {json.dumps(r)}", flush=True)
+                reps.append(r)
+    finally:
+        for proc in (gateway, engine):
+            proc.terminate()
+        for proc in (gateway, engine):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            for name in ("engine.log", "gateway.log"):
+                shutil.copy(logs / name, args.out / f"online_{name}")
+    return {k: spread([r[k] for r in reps]) for k in ("output_tok_s", "ttft_ms", "tpot_ms")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-8b")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=1024)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--kv-gib", type=float, default=24.0)
+    parser.add_argument("--max-batched-tokens", type=int, default=8192)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    doc = {
+        "environment": environment(),
+        "model": args.model,
+        "shape": {k: getattr(args, k) for k in ("concurrency", "requests", "prompt", "new_tokens")},
+        "gateway_streaming": result,
+    }
+    (args.out / "online_gpu.json").write_text(json.dumps(doc, indent=2) + "\n")
+    table = "\n".join(
+        [
+            "# Online GPU benchmark: streaming /v1/completions through gateway + gRPC",
+            "",
+            f"{args.model}, random bf16 weights; {args.concurrency} concurrent streams, "
+            f"{args.requests} requests of {args.prompt} prompt / {args.new_tokens} new tokens "
+            f"per rep; median (min–max) of {args.reps} reps.",
+            "",
+            "| output tok/s | TTFT ms | TPOT ms |",
+            "|---|---|---|",
+            f"| {fmt_spread(result['output_tok_s'], 0)} | {fmt_spread(result['ttft_ms'], 1)} | "
+            f"{fmt_spread(result['tpot_ms'], 2)} |",
+        ]
+    )
+    (args.out / "online_gpu.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
