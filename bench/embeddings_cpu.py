@@ -337,6 +337,20 @@ def render(result: dict) -> str:
         "CPU with the service.",
         f"Worst cosine between the two peers' vectors: {result['worst_cosine_jacana_vs_st']:.7f}.",
         "",
+    ]
+    noisy = [
+        f"{r['peer']} at C={r['concurrency']}"
+        for r in result["results"]
+        if r["sentences_per_s"]["max"] > 2 * r["sentences_per_s"]["min"]
+    ]
+    if noisy:
+        lines += [
+            f"**Noisy run**: throughput varied more than 2x between reps for {', '.join(noisy)}. "
+            "On a shared machine, torch's multi-threaded kernels stall when another process "
+            "takes a core; compare with a `--threads 1` run before reading the ratio.",
+            "",
+        ]
+    lines += [
         f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, torch threads "
         f"{m['torch_threads']}, load average {m['load_avg_start'][0]:.2f} at start and "
         f"{m['load_avg_end'][0]:.2f} at end. Python {v['python']}, torch {v['torch']}, "

@@ -124,3 +124,64 @@ def test_settings_take_one_budget_and_bound_the_fraction(monkeypatch, tmp_path):
     cfg = EngineSettings.load().engine_config()
     assert not cfg.enable_prefix_caching and cfg.priority_aging_s == 0.0
     assert cfg.kv_cache_memory_bytes is None and cfg.kv_cache_fraction is None
+
+
+# ------------------------------------------------------------------------------------------
+# CUDA: the pool is a fraction of the device memory left free by the weights
+# ------------------------------------------------------------------------------------------
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 4096,
+    "hidden_size": 512,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("fraction", [0.05, None])
+def test_cuda_pool_is_a_fraction_of_the_memory_free_after_the_weights(tmp_path, caplog, fraction):
+    import json
+
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    caplog.set_level(logging.INFO, logger="jacana_engine.model_runner")
+    torch.cuda.empty_cache()
+    free_before = torch.cuda.mem_get_info()[0]
+    engine = LLMEngine(
+        EngineConfig(
+            model=str(tmp_path / "config.json"),
+            load_format="dummy",
+            device="cuda",
+            dtype="bfloat16",
+            kv_cache_fraction=fraction,
+        )
+    )
+    try:
+        plan = engine.runner.kv_plan
+        share = sizing.DEFAULT_CUDA_FRACTION if fraction is None else fraction
+        weights = sum(p.numel() * p.element_size() for p in engine.model.parameters())
+        allocated = sum(t.numel() * t.element_size() for t in engine.runner.kv_caches)
+        assert allocated == plan.num_bytes
+        # Sized from what was free once the weights were on the device (minus allocator
+        # slack), never from what was free before.
+        assert plan.num_bytes <= share * (free_before - weights)
+        assert plan.num_bytes >= share * (free_before - weights) - share * 2**30 - plan.block_bytes
+        line = next(r.getMessage() for r in caplog.records if "KV cache:" in r.getMessage())
+        assert f"{plan.num_blocks} blocks x 16 tokens" in line and "free" in line
+        assert "max concurrency at max_model_len 4096" in line
+        sp = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+        assert len(engine.generate([[1, 2, 3]], sp)[0]) == 8
+    finally:
+        del engine
+        torch.cuda.empty_cache()

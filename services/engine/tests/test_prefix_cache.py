@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from jacana_engine.kv_cache.block_hash import block_hash, extend_block_hashes, root_hash
 from jacana_engine.kv_cache.block_manager import NO_MATCH, BlockManager
@@ -317,3 +318,66 @@ def test_real_model_cache_hit_gives_identical_tokens(smol):
     computed = after.prompt_tokens_total - before.prompt_tokens_total
     assert computed == sum(len(p) for p in prompts) - cached
     assert after.prefix_cache_hits_total - before.prefix_cache_hits_total == cached
+
+
+# ------------------------------------------------------------------------------------------
+# CUDA: cache hits and preemption keep greedy tokens (Triton attention, CUDA graphs)
+# ------------------------------------------------------------------------------------------
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 4096,
+    "hidden_size": 512,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_cache_hits_and_preemption_keep_greedy_tokens(tmp_path):
+    """fp32 random weights with logits sharpened 30x, so that a reordered floating-point
+    sum cannot flip a greedy choice: any difference is a wrong block, slot or position."""
+    import json
+
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+
+    def engine(model=None, **kw) -> LLMEngine:
+        cfg = dict(
+            model=str(tmp_path / "config.json"),
+            load_format="dummy",
+            device="cuda",
+            dtype="float32",
+            block_size=16,
+            max_model_len=1024,
+        )
+        return LLMEngine(EngineConfig(**{**cfg, **kw}), model=model, tokenizer=None)
+
+    ref = engine(num_kv_blocks=256, enable_prefix_caching=False)
+    with torch.no_grad():
+        ref.model.model.norm.weight.mul_(30.0)
+    rng = random.Random(0)
+    stem = [rng.randrange(4000) for _ in range(150)]
+    prompts = [stem + [rng.randrange(4000) for _ in range(rng.randint(1, 20))] for _ in range(6)]
+    sp = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    reference = [ref.generate([p], sp)[0] for p in prompts]
+    assert len({tuple(r) for r in reference}) > 1
+
+    cached = engine(ref.model, num_kv_blocks=256)
+    assert [cached.generate([p], sp)[0] for p in prompts] == reference
+    assert cached.stats().prefix_cache_hits_total >= 5 * 144
+
+    tight = engine(ref.model, num_kv_blocks=24, max_num_batched_tokens=128)
+    assert tight.generate(prompts, sp) == reference
+    stats = tight.stats()
+    assert stats.preemptions_total > 0 and stats.prefix_cache_hits_total > 0
+    assert stats.kv_blocks_free == stats.kv_blocks_total == 24
