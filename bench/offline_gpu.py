@@ -265,9 +265,11 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
             "jacana": {k: spread(v) for k, v in ours.items()},
             "transformers": {k: spread(v) for k, v in theirs.items()},
         }
-        print(name, json.dumps({k: round(v["median"], 3) for k, v in results[name]["jacana"].items()}),
-              json.dumps({k: round(v["median"], 3) for k, v in results[name]["transformers"].items()}),
-              flush=True)  # fmt: skip
+        medians = {
+            peer: {k: round(v["median"], 3) for k, v in results[name][peer].items()}
+            for peer in ("jacana", "transformers")
+        }
+        print(name, json.dumps(medians), flush=True)
     if hf is not None:
         del hf
         gc.collect()
@@ -309,8 +311,12 @@ def render(doc: dict[str, Any]) -> str:
                     f"| {model} | {name} | {metric} | {fmt_spread(ours)} | "
                     f"{fmt_spread(theirs)} | {ratio} |"
                 )
-    lines += ["", "| model | start-up s | graph capture s | KV GiB | host RSS GiB | "
-              "GPU peak GiB | decode graph GPU ms (b1 / b64) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "| model | start-up s | graph capture s | KV GiB | host RSS GiB | GPU peak GiB | "
+        "decode graph GPU ms (b1 / b64) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for model, m in doc["models"].items():
         i = m["info"]
         g = i["decode_graph_gpu_ms"]

@@ -69,18 +69,23 @@ def _start(module: str, env: dict[str, str], log: Path) -> subprocess.Popen:
     )
 
 
-async def _wait_http(client, url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+async def _wait_healthy(
+    client, url: str, procs: dict[str, tuple[subprocess.Popen, Path]], timeout: float
+) -> None:
+    """Poll ``url`` until it answers 200; fail early (with the log) if a process exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"a service exited:\n{log.read_text()[-3000:]}")
+        for name, (proc, log) in procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
         try:
-            if (await client.get(url, timeout=1.0)).status_code == 200:
+            if (await client.get(url, timeout=2.0)).status_code == 200:
                 return
-        except Exception:
+        except Exception:  # not up yet
             pass
         await asyncio.sleep(0.5)
-    raise RuntimeError(f"{url} not healthy after {timeout}s:\n{log.read_text()[-3000:]}")
+    tails = "\n".join(f"--- {n}:\n{log.read_text()[-2000:]}" for n, (_, log) in procs.items())
+    raise RuntimeError(f"{url} not healthy after {timeout}s\n{tails}")
 
 
 async def one_request(client, url: str, prompt: list[int], new_tokens: int) -> dict[str, Any]:
@@ -145,7 +150,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     model_dir = synthetic_model_dir(args.model)
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     engine_port, gateway_port = _free_port(), _free_port()
-    logs = Path(tempfile.mkdtemp(prefix="online-logs-"))
+    logs = args.out if args.out else Path(tempfile.mkdtemp(prefix="online-logs-"))
+    logs.mkdir(parents=True, exist_ok=True)
     engine = _start(
         "jacana_engine",
         {
@@ -161,7 +167,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "JACANA_ENGINE_MAX_NUM_SEQS": str(args.concurrency),
             "JACANA_ENGINE_MAX_NUM_BATCHED_TOKENS": str(args.max_batched_tokens),
         },
-        logs / "engine.log",
+        logs / "online_engine.log",
     )
     gateway = _start(
         "jacana_gateway",
@@ -172,17 +178,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "JACANA_GATEWAY_MAX_IN_FLIGHT": str(4 * args.concurrency),
             "JACANA_GATEWAY_MAX_PROMPT_CHARS": str(1 << 20),
         },
-        logs / "gateway.log",
+        logs / "online_gateway.log",
     )
     base = f"http://127.0.0.1:{gateway_port}"
+    t_start = time.monotonic()
     limits = httpx.Limits(max_connections=2 * args.concurrency)
     try:
         async with httpx.AsyncClient(limits=limits) as client:
-            await _wait_http(client, f"{base}/health", engine, logs / "engine.log", 300)
-            await _wait_http(client, f"{base}/health", gateway, logs / "gateway.log", 60)
+            procs = {
+                "engine": (engine, logs / "online_engine.log"),
+                "gateway": (gateway, logs / "online_gateway.log"),
+            }
+            await _wait_healthy(client, f"{base}/health", procs, args.start_timeout)
+            print(f"healthy after {time.monotonic() - t_start:.1f}s", flush=True)
             url = f"{base}/v1/completions"
             warm = random_prompts(args.concurrency, args.prompt, vocab, seed=3)
-            await closed_loop(client, url, warm, args.concurrency, 8)
+            r = await asyncio.wait_for(closed_loop(client, url, warm, args.concurrency, 8), 120)
+            print(f"warm-up: {json.dumps(r)}", flush=True)
             reps = []
             for rep in range(args.reps):
                 prompts = random_prompts(args.requests, args.prompt, vocab, seed=2000 + rep)
@@ -197,10 +209,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            for name in ("engine.log", "gateway.log"):
-                shutil.copy(logs / name, args.out / f"online_{name}")
     return {k: spread([r[k] for r in reps]) for k in ("output_tok_s", "ttft_ms", "tpot_ms")}
 
 
@@ -216,6 +224,7 @@ def main() -> None:
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--start-timeout", type=float, default=150.0)
     args = parser.parse_args()
     result = asyncio.run(run(args))
     doc = {

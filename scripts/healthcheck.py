@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Container health probe: exit 0 when the local service is healthy, 1 otherwise.
 
-jacana-healthcheck engine    gRPC health of 127.0.0.1:$JACANA_ENGINE_PORT (default 50051)
-jacana-healthcheck gateway   HTTP GET http://127.0.0.1:$JACANA_GATEWAY_PORT/health (8000)
+jacana-healthcheck engine      gRPC health of 127.0.0.1:$JACANA_ENGINE_PORT (default 50051)
+jacana-healthcheck embeddings  gRPC health of 127.0.0.1:$JACANA_EMBEDDINGS_PORT (default 50061)
+jacana-healthcheck gateway     HTTP GET http://127.0.0.1:$JACANA_GATEWAY_PORT/health (8000)
 jacana-healthcheck grpc HOST:PORT | http URL
 """
 
@@ -32,6 +33,8 @@ def main(argv: list[str]) -> int:
     match argv:
         case ["engine"]:
             ok = grpc_ok(f"127.0.0.1:{os.environ.get('JACANA_ENGINE_PORT', '50051')}")
+        case ["embeddings"]:
+            ok = grpc_ok(f"127.0.0.1:{os.environ.get('JACANA_EMBEDDINGS_PORT', '50061')}")
         case ["gateway"]:
             ok = http_ok(f"http://127.0.0.1:{os.environ.get('JACANA_GATEWAY_PORT', '8000')}/health")
         case ["grpc", target]:

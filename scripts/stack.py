@@ -1,16 +1,18 @@
-"""Run the Jacana stack (engine + gateway) as child processes on this machine: ``make up``.
+"""Run the Jacana stack (engine, embeddings, gateway) as child processes: ``make up``.
 
 The supervisor owns the children: each runs in its own session (so a Ctrl-C in the
 terminal reaches only the supervisor, which then stops them in order), its output is
 echoed with a ``[name]`` prefix and written to ``.run/logs/<name>.log``, and readiness is
-read from the services' own health endpoints (gRPC health for the engine, HTTP /health for
-the gateway). SIGINT/SIGTERM stop every child (SIGTERM, then SIGKILL after a grace period);
-a child that dies takes the others down and the supervisor exits non-zero, showing the last
-lines the child wrote.
+read from the services' own health endpoints (gRPC health for the engine and the
+embeddings service, HTTP /health for the gateway). SIGINT/SIGTERM stop every child
+(SIGTERM, then SIGKILL after a grace period); a child that dies takes the others down and
+the supervisor exits non-zero, showing the last lines the child wrote.
 
-Configuration is the services' own environment (``JACANA_ENGINE_*``, ``JACANA_GATEWAY_*``),
-passed through unchanged; the supervisor only fills in what joins them: the engine's port
-and the gateway's ``ENGINES`` map.
+Configuration is the services' own environment (``JACANA_ENGINE_*``,
+``JACANA_EMBEDDINGS_*``, ``JACANA_GATEWAY_*``), passed through unchanged; the supervisor
+only fills in what joins them: the engine's and the embeddings service's ports and the
+gateway's ``ENGINES`` and ``EMBEDDINGS`` maps (each unless set explicitly).
+``JACANA_STACK_EMBEDDINGS=0`` leaves the embeddings service out.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
+DEFAULT_EMBEDDINGS_MODEL_ID = "all-minilm-l6-v2"
 DEFAULT_ENGINE_PORT = 50051
+DEFAULT_EMBEDDINGS_PORT = 50061
 DEFAULT_GATEWAY_PORT = 8000
 PROGRESS_EVERY_S = 5.0
 TAIL_LINES = 40
@@ -271,22 +275,50 @@ def _local(host: str) -> str:
     return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
+def _enabled(env: dict[str, str], name: str) -> bool:
+    raw = env.get(name, "1").strip().lower()
+    if raw in ("1", "true", "yes", "on", ""):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SystemExit(f"[stack] {name} must be 1 or 0, got {raw!r}")
+
+
 @dataclass(frozen=True)
 class StackPlan:
+    """The children in start order, and what the banner shows.
+
+    ``embeddings`` is None when ``JACANA_STACK_EMBEDDINGS=0`` leaves the service out.
+    """
+
     engine: Service
     gateway: Service
     base_url: str
     model_id: str
+    embeddings: Service | None = None
+    embeddings_model_id: str | None = None
+
+    @property
+    def services(self) -> list[Service]:
+        """Start order; the gateway last, since its /health needs the others serving."""
+        return [s for s in (self.engine, self.embeddings, self.gateway) if s is not None]
 
 
 def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
-    """Decide ports and the gateway's engine map from ``env``; build the two services."""
+    """Decide ports and the gateway's model maps from ``env``; build the services."""
     env = {**env, "PYTHONUNBUFFERED": "1"}
+    with_embeddings = _enabled(env, "JACANA_STACK_EMBEDDINGS")
     engine_host = env.get("JACANA_ENGINE_HOST", "127.0.0.1")
+    embeddings_host = env.get("JACANA_EMBEDDINGS_HOST", "127.0.0.1")
     gateway_host = env.get("JACANA_GATEWAY_HOST", "127.0.0.1")
     engine_port = _port(env, "JACANA_ENGINE_PORT", DEFAULT_ENGINE_PORT)
+    embeddings_port = (
+        _port(env, "JACANA_EMBEDDINGS_PORT", DEFAULT_EMBEDDINGS_PORT) if with_embeddings else 0
+    )
     gateway_port = _port(env, "JACANA_GATEWAY_PORT", DEFAULT_GATEWAY_PORT)
     _check_free(engine_host, engine_port, "JACANA_ENGINE_PORT")
+    if with_embeddings:
+        _check_free(embeddings_host, embeddings_port, "JACANA_EMBEDDINGS_PORT")
     _check_free(gateway_host, gateway_port, "JACANA_GATEWAY_PORT")
     model_id = env.get("JACANA_ENGINE_MODEL_ID") or DEFAULT_MODEL_ID
     engine_target = f"{_local(engine_host)}:{engine_port}"
@@ -300,28 +332,66 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         probe=grpc_probe(engine_target),
         log_path=log_dir / "engine.log",
     )
+    gateway_env = {
+        **env,
+        "JACANA_GATEWAY_HOST": gateway_host,
+        "JACANA_GATEWAY_PORT": str(gateway_port),
+        "JACANA_GATEWAY_ENGINES": engines,
+    }
+    embeddings = embeddings_model_id = None
+    if with_embeddings:
+        embeddings_model_id = env.get("JACANA_EMBEDDINGS_MODEL_ID") or DEFAULT_EMBEDDINGS_MODEL_ID
+        embeddings_target = f"{_local(embeddings_host)}:{embeddings_port}"
+        embeddings = Service(
+            name="embeddings",
+            argv=[python, "-m", "jacana_embeddings"],
+            env={
+                **env,
+                "JACANA_EMBEDDINGS_HOST": embeddings_host,
+                "JACANA_EMBEDDINGS_PORT": str(embeddings_port),
+            },
+            probe=grpc_probe(embeddings_target),
+            log_path=log_dir / "embeddings.log",
+        )
+        gateway_env["JACANA_GATEWAY_EMBEDDINGS"] = env.get(
+            "JACANA_GATEWAY_EMBEDDINGS"
+        ) or json.dumps({embeddings_model_id: [embeddings_target]})
     base_url = f"http://{_local(gateway_host)}:{gateway_port}"
     gateway = Service(
         name="gateway",
         argv=[python, "-m", "jacana_gateway"],
-        env={
-            **env,
-            "JACANA_GATEWAY_HOST": gateway_host,
-            "JACANA_GATEWAY_PORT": str(gateway_port),
-            "JACANA_GATEWAY_ENGINES": engines,
-        },
+        env=gateway_env,
         probe=http_probe(f"{base_url}/health"),
         log_path=log_dir / "gateway.log",
     )
-    return StackPlan(engine=engine, gateway=gateway, base_url=base_url, model_id=model_id)
+    return StackPlan(
+        engine=engine,
+        gateway=gateway,
+        base_url=base_url,
+        model_id=model_id,
+        embeddings=embeddings,
+        embeddings_model_id=embeddings_model_id,
+    )
 
 
-def banner(base_url: str, model_id: str, log_dir: Path) -> str:
+def banner(
+    base_url: str, model_id: str, log_dir: Path, embeddings_model_id: str | None = None
+) -> str:
     question = "What is the capital of France?"
     messages = [{"role": "user", "content": question}]
     body = json.dumps({"model": model_id, "messages": messages, "temperature": 0})
+    embeddings = ""
+    if embeddings_model_id:
+        embeddings = f"""
+  vectors = client.embeddings.create(
+      model="{embeddings_model_id}",
+      input=["A heron waits in the shallows.", "Herons hunt fish."],
+  )
+  print(len(vectors.data[0].embedding))
+"""
+    served = model_id + (f", {embeddings_model_id}" if embeddings_model_id else "")
     return f"""
-Jacana is up: {base_url}   (model: {model_id})
+Jacana is up: {base_url}   (models: {served})
 
 Try it with curl:
 
@@ -338,7 +408,7 @@ or with the OpenAI SDK (.venv/bin/python):
       temperature=0,
   )
   print(reply.choices[0].message.content)
-
+{embeddings}
 Logs: {log_dir}/   Ctrl-C stops everything.
 """
 
@@ -362,11 +432,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args.log_dir.mkdir(parents=True, exist_ok=True)
     stack = plan(dict(os.environ), args.log_dir)
-    say(f"engine on {stack.engine.env['JACANA_ENGINE_PORT']}, gateway on {stack.base_url}")
-    ready_text = banner(stack.base_url, stack.model_id, args.log_dir)
+    where = [f"engine on {stack.engine.env['JACANA_ENGINE_PORT']}"]
+    if stack.embeddings is not None:
+        where.append(f"embeddings on {stack.embeddings.env['JACANA_EMBEDDINGS_PORT']}")
+    say(", ".join([*where, f"gateway on {stack.base_url}"]))
+    ready_text = banner(stack.base_url, stack.model_id, args.log_dir, stack.embeddings_model_id)
     return asyncio.run(
         supervise(
-            [stack.engine, stack.gateway],
+            stack.services,
             start_timeout_s=args.start_timeout,
             grace_s=args.grace,
             on_ready=lambda: print(ready_text, flush=True),

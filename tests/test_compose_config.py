@@ -7,6 +7,7 @@ file as PyYAML reads it. The checks themselves are the same either way.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -70,17 +71,20 @@ def config() -> dict:
     return compose_config(COMPOSE)
 
 
-def test_both_services_build_from_their_dockerfiles(config):
+SERVICES = ["engine", "embeddings", "gateway"]
+
+
+def test_every_service_builds_from_its_dockerfile(config):
     services = config["services"]
-    assert {"engine", "gateway"} <= services.keys()
-    for name in ("engine", "gateway"):
+    assert set(SERVICES) <= services.keys()
+    for name in SERVICES:
         build = services[name]["build"]
         assert build["dockerfile"] == f"services/{name}/Dockerfile"
         assert (ROOT / build["context"]).resolve() == ROOT
         assert (ROOT / build["dockerfile"]).is_file()
 
 
-@pytest.mark.parametrize("name", ["engine", "gateway"])
+@pytest.mark.parametrize("name", SERVICES)
 def test_services_are_healthchecked_and_run_as_non_root(config, name):
     service = config["services"][name]
     test = service["healthcheck"]["test"]
@@ -89,9 +93,10 @@ def test_services_are_healthchecked_and_run_as_non_root(config, name):
     assert is_non_root(service["user"])
 
 
-def test_gateway_waits_for_a_healthy_engine_and_is_published(config):
+def test_gateway_waits_for_healthy_backends_and_is_published(config):
     gateway = config["services"]["gateway"]
     assert gateway["depends_on"]["engine"]["condition"] == "service_healthy"
+    assert gateway["depends_on"]["embeddings"]["condition"] == "service_healthy"
     ports = [
         str(p) if not isinstance(p, dict) else f"{p['published']}:{p['target']}"
         for p in gateway["ports"]
@@ -100,12 +105,19 @@ def test_gateway_waits_for_a_healthy_engine_and_is_published(config):
     engines = environment(gateway)["JACANA_GATEWAY_ENGINES"]
     assert "engine:50051" in engines
     assert "engine:50051" not in str(config["services"]["engine"].get("ports", ""))
+    embeddings = json.loads(environment(gateway)["JACANA_GATEWAY_EMBEDDINGS"])
+    assert embeddings == {"all-minilm-l6-v2": ["embeddings:50061"]}
+    assert "ports" not in config["services"]["embeddings"]
 
 
-def test_engine_listens_where_the_gateway_looks(config):
+def test_backends_listen_where_the_gateway_looks(config):
     env = environment(config["services"]["engine"])
     assert env["JACANA_ENGINE_HOST"] == "0.0.0.0"
     assert env["JACANA_ENGINE_PORT"] == "50051"
+    env = environment(config["services"]["embeddings"])
+    assert env["JACANA_EMBEDDINGS_HOST"] == "0.0.0.0"
+    assert env["JACANA_EMBEDDINGS_PORT"] == "50061"
+    assert env["JACANA_EMBEDDINGS_MODEL_ID"] == "all-minilm-l6-v2"
 
 
 @pytest.mark.skipif(compose_command() is None, reason="overlay merge needs a compose binary")
@@ -117,7 +129,7 @@ def test_gpu_overlay_merges():
     assert devices[0]["capabilities"] == ["gpu"]
 
 
-@pytest.mark.parametrize("name", ["engine", "gateway"])
+@pytest.mark.parametrize("name", SERVICES)
 def test_dockerfiles_drop_root_and_carry_the_probe(name):
     text = (ROOT / "services" / name / "Dockerfile").read_text()
     final_stage = re.split(r"(?m)^FROM ", text)[-1]

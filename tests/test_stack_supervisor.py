@@ -175,36 +175,87 @@ def test_sigterm_to_the_supervisor_stops_everything(tmp_path):
             proc.wait()
 
 
-def test_plan_joins_engine_and_gateway(tmp_path):
+def test_plan_joins_engine_embeddings_and_gateway(tmp_path):
     env = {
         "PATH": os.environ.get("PATH", ""),
         "JACANA_ENGINE_PORT": "0",
+        "JACANA_EMBEDDINGS_PORT": "0",
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_ENGINE_MODEL_ID": "my-model",
         "JACANA_ENGINE_MODEL": "/models/x.gguf",
     }
     plan = stack.plan(env, tmp_path)
 
+    assert [s.name for s in plan.services] == ["engine", "embeddings", "gateway"]
     engine_port = int(plan.engine.env["JACANA_ENGINE_PORT"])
-    assert engine_port > 0
+    embeddings_port = int(plan.embeddings.env["JACANA_EMBEDDINGS_PORT"])
+    assert engine_port > 0 and embeddings_port > 0 and engine_port != embeddings_port
     assert plan.engine.env["JACANA_ENGINE_MODEL"] == "/models/x.gguf"
     assert plan.engine.argv[1:] == ["-m", "jacana_engine"]
+    assert plan.embeddings.argv[1:] == ["-m", "jacana_embeddings"]
     assert plan.gateway.argv[1:] == ["-m", "jacana_gateway"]
+    assert plan.embeddings.log_path == tmp_path / "embeddings.log"
     engines = json.loads(plan.gateway.env["JACANA_GATEWAY_ENGINES"])
     assert engines == {"my-model": [f"127.0.0.1:{engine_port}"]}
+    embeddings = json.loads(plan.gateway.env["JACANA_GATEWAY_EMBEDDINGS"])
+    assert embeddings == {"all-minilm-l6-v2": [f"127.0.0.1:{embeddings_port}"]}
     assert plan.base_url == f"http://127.0.0.1:{plan.gateway.env['JACANA_GATEWAY_PORT']}"
     assert plan.model_id == "my-model"
+    assert plan.embeddings_model_id == "all-minilm-l6-v2"
 
-    banner = stack.banner(plan.base_url, plan.model_id, tmp_path)
+    banner = stack.banner(plan.base_url, plan.model_id, tmp_path, plan.embeddings_model_id)
     assert f"{plan.base_url}/v1/chat/completions" in banner
     assert 'base_url="' + plan.base_url + '/v1"' in banner
     assert "What is the capital of France?" in banner
+    assert 'client.embeddings.create(\n      model="all-minilm-l6-v2"' in banner
 
 
-def test_plan_keeps_an_explicit_engine_map(tmp_path):
+async def test_the_planned_embeddings_child_is_probed_on_its_port(tmp_path, monkeypatch):
+    """The embeddings probe asks gRPC health at the port the child was told to use."""
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    server = grpc.aio.server()
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0"}
+        monkeypatch.setattr(stack, "_check_free", lambda *args: None)  # the port is ours
+        plan = stack.plan({**env, "JACANA_EMBEDDINGS_PORT": str(port)}, tmp_path)
+        assert not await plan.embeddings.probe()
+        await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        assert await plan.embeddings.probe()
+    finally:
+        await server.stop(None)
+
+
+def test_plan_keeps_explicit_model_maps(tmp_path):
     engines = json.dumps({"a": ["127.0.0.2:5001"], "b": ["127.0.0.3:5002"]})
-    env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0", "JACANA_GATEWAY_ENGINES": engines}
-    assert stack.plan(env, tmp_path).gateway.env["JACANA_GATEWAY_ENGINES"] == engines
+    embeddings = json.dumps({"e": ["127.0.0.4:5003"]})
+    env = {
+        "JACANA_ENGINE_PORT": "0",
+        "JACANA_EMBEDDINGS_PORT": "0",
+        "JACANA_GATEWAY_PORT": "0",
+        "JACANA_GATEWAY_ENGINES": engines,
+        "JACANA_GATEWAY_EMBEDDINGS": embeddings,
+    }
+    gateway_env = stack.plan(env, tmp_path).gateway.env
+    assert gateway_env["JACANA_GATEWAY_ENGINES"] == engines
+    assert gateway_env["JACANA_GATEWAY_EMBEDDINGS"] == embeddings
+
+
+def test_plan_can_leave_the_embeddings_service_out(tmp_path):
+    env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0", "JACANA_STACK_EMBEDDINGS": "0"}
+    plan = stack.plan(env, tmp_path)
+    assert plan.embeddings is None and plan.embeddings_model_id is None
+    assert [s.name for s in plan.services] == ["engine", "gateway"]
+    assert "JACANA_GATEWAY_EMBEDDINGS" not in plan.gateway.env
+    assert "embeddings" not in stack.banner(plan.base_url, plan.model_id, tmp_path)
+    with pytest.raises(SystemExit, match="JACANA_STACK_EMBEDDINGS"):
+        stack.plan({**env, "JACANA_STACK_EMBEDDINGS": "maybe"}, tmp_path)
 
 
 def test_plan_refuses_a_busy_port(tmp_path):
@@ -214,7 +265,9 @@ def test_plan_refuses_a_busy_port(tmp_path):
         port = busy.getsockname()[1]
         env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": str(port)}
         with pytest.raises(SystemExit, match="JACANA_GATEWAY_PORT"):
-            stack.plan(env, tmp_path)
+            stack.plan({**env, "JACANA_EMBEDDINGS_PORT": "0"}, tmp_path)
+        with pytest.raises(SystemExit, match="JACANA_EMBEDDINGS_PORT"):
+            stack.plan({"JACANA_ENGINE_PORT": "0", "JACANA_EMBEDDINGS_PORT": str(port)}, tmp_path)
 
 
 def test_plan_rejects_a_bad_port(tmp_path):

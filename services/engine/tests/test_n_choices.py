@@ -165,3 +165,10 @@ async def test_servicer_streams_indexed_choices_and_aborts_them_together(toy):
         assert ended == {0, 1, 2}
     finally:
         await async_engine.shutdown()
+
+
+@pytest.mark.parametrize("n", [0, 129])
+async def test_n_out_of_bounds_is_invalid(n):
+    with pytest.raises(InvalidRequestError) as info:
+        await collect(None, "r", [1], SAMPLED, n)
+    assert info.value.param == "n"

@@ -285,3 +285,45 @@ def test_min_tokens_is_token_exact_with_transformers_min_new_tokens(smollm2_engi
     if want and want[-1] in eos:
         want = want[:-1]  # the engine does not return the EOS it stopped on
     assert len(got) >= floor and got == want  # ...and is held to at least ``floor`` tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_rows_keep_their_tokens_whatever_path_their_neighbours_take(tmp_path):
+    """On CUDA plain rows sample in the device kernel and processed rows in the full
+    sampler; a seeded row's path, hence its tokens, must not depend on its neighbours."""
+    transformers = pytest.importorskip("transformers")
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+
+    cfg = transformers.Qwen3Config(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    cfg.architectures = ["Qwen3ForCausalLM"]
+    cfg.save_pretrained(tmp_path)
+    config = EngineConfig(
+        model=str(tmp_path),
+        load_format="dummy",
+        device="cuda",
+        dtype="float32",
+        kv_cache_memory_bytes=1 << 28,
+        max_model_len=512,
+    )
+    engine = LLMEngine(config, tokenizer=None)
+    plain = SamplingParams(temperature=1.0, seed=5, max_tokens=24, ignore_eos=True)
+    processed = dataclasses.replace(plain, seed=6, frequency_penalty=1.0, logprobs=2)
+    greedy = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, presence_penalty=1)
+    prompts = [[1, 2, 3, 4], [5, 6, 7], [9, 8]]
+    params = [plain, processed, greedy]
+    alone = [engine.generate([p], sp)[0] for p, sp in zip(prompts, params, strict=True)]
+    assert engine.generate(prompts, params) == alone
+    assert engine.generate(prompts[:2], params[:2]) == alone[:2]
+    assert engine.generate([prompts[0], prompts[2]], [plain, greedy]) == [alone[0], alone[2]]

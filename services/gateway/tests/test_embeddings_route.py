@@ -20,11 +20,18 @@ import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from jacana_common.errors import grpc_details
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2 as pb
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
-from jacana_gateway.embeddings_route import MAX_INPUTS, EmbeddingsBackends, embeddings_router
+from jacana_gateway.config import GatewaySettings
+from jacana_gateway.embeddings_route import (
+    EMBEDDINGS_SERVICE,
+    MAX_INPUTS,
+    EmbeddingsBackends,
+    embeddings_router,
+)
 from jacana_gateway.errors import install_error_handlers
 
 MODEL = "embed-model"
@@ -76,6 +83,11 @@ class Fake:
     servicer: FakeEmbeddings
     server: grpc.aio.Server
     address: str
+    health: health.aio.HealthServicer
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else 2  # NOT_SERVING
+        await self.health.set(EMBEDDINGS_SERVICE, status)
 
 
 @pytest.fixture
@@ -87,9 +99,12 @@ async def make_fake() -> AsyncIterator[Callable[[], Awaitable[Fake]]]:
         server = grpc.aio.server()
         servicer = FakeEmbeddings()
         embeddings_pb2_grpc.add_EmbeddingsServicer_to_server(servicer, server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        running.append(Fake(servicer, server, f"127.0.0.1:{port}"))
+        running.append(Fake(servicer, server, f"127.0.0.1:{port}", health_servicer))
+        await running[-1].set_serving(True)
         return running[-1]
 
     yield start
@@ -316,3 +331,60 @@ def test_settings_validate_embedding_endpoints(make_settings):
     for bad in ({MODEL: ["not an address"]}, {MODEL: []}, {"bad id": ["127.0.0.1:1"]}):
         with pytest.raises(ValueError):
             GatewaySettings(engines={"llm": ["127.0.0.1:1"]}, embeddings=bad)
+
+
+# --- embedding models in the rest of the gateway: models, health, embeddings alone ---------
+
+
+async def test_models_list_embedding_models_after_generation_models(gateway, fake):
+    async with gateway({MODEL: [fake.address], "other-embedder": [fake.address]}) as client:
+        body = (await client.get("/v1/models")).json()
+        assert [m["id"] for m in body["data"]] == ["llm", MODEL, "other-embedder"]
+        card = (await client.get(f"/v1/models/{MODEL}")).json()
+        assert card["id"] == MODEL and card["object"] == "model"
+        assert card["owned_by"] == "jacana" and isinstance(card["created"], int)
+        assert card == body["data"][1]
+
+
+async def test_health_covers_embeddings_replicas(make_client, make_engine, make_fake, dead_address):
+    engine, a, b = await make_engine(), await make_fake(), await make_fake()
+    settings = GatewaySettings(
+        engines={"llm": [engine.address]},
+        embeddings={MODEL: [dead_address(), a.address], "solo": [b.address]},
+    )
+    async with make_client(settings) as client:
+        resp = await client.get("/health")
+        assert resp.status_code == 200, resp.text
+        models = resp.json()["models"]
+        assert models["llm"]["kind"] == "generation"
+        assert models[MODEL]["kind"] == "embeddings"
+        assert models[MODEL]["healthy_replicas"] == 1
+        assert models[MODEL]["replicas"][a.address] == "serving"
+        assert models["solo"]["replicas"] == {b.address: "serving"}
+        # The only replica of "solo" stops serving: the gateway is no longer healthy.
+        await b.set_serving(False)
+        resp = await client.get("/health")
+        assert resp.status_code == 503
+        body = resp.json()
+        assert body["models"]["solo"]["replicas"][b.address] == "unavailable"
+        assert "solo" in body["error"]["message"] and MODEL not in body["error"]["message"]
+
+
+async def test_a_gateway_can_serve_embeddings_alone(make_client, fake):
+    settings = GatewaySettings(embeddings={MODEL: [fake.address]})
+    assert settings.engines == {}
+    async with make_client(settings) as client:
+        health_resp = await client.get("/health")
+        assert health_resp.status_code == 200, health_resp.text
+        assert list(health_resp.json()["models"]) == [MODEL]
+        assert [m["id"] for m in (await client.get("/v1/models")).json()["data"]] == [MODEL]
+        resp = await client.post(URL, json={"model": MODEL, "input": "x"})
+        assert resp.status_code == 200, resp.text
+        chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        error = assert_error(await client.post("/v1/chat/completions", json=chat), 400, "model")
+        assert error["code"] == "model_not_supported" and "/v1/embeddings" in error["message"]
+        completion = {"model": MODEL, "prompt": "hi"}
+        assert_error(await client.post("/v1/completions", json=completion), 400, "model")
+        chat["model"] = "nope"
+        assert_error(await client.post("/v1/chat/completions", json=chat), 404, "model")
+    assert len(fake.servicer.requests) == 1

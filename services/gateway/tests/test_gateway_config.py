@@ -85,8 +85,25 @@ def test_engines_that_are_not_json_fail_at_start_up(monkeypatch):
     assert "engines" in str(info.value) and "JSON" in str(info.value)
 
 
-def test_engines_are_required():
-    with pytest.raises(SettingsError, match="ENGINES"):
+def test_something_to_serve_is_required():
+    with pytest.raises(SettingsError) as info:
+        GatewaySettings.load()
+    message = str(info.value)
+    assert "no model to serve" in message
+    assert "JACANA_GATEWAY_ENGINES" in message and "JACANA_GATEWAY_EMBEDDINGS" in message
+
+
+def test_embeddings_alone_are_enough(monkeypatch):
+    monkeypatch.setenv("JACANA_GATEWAY_EMBEDDINGS", '{"all-minilm-l6-v2": ["127.0.0.1:50061"]}')
+    s = GatewaySettings.load()
+    assert s.engines == {}
+    assert s.embeddings == {"all-minilm-l6-v2": ["127.0.0.1:50061"]}
+
+
+def test_a_model_id_names_one_kind_of_model(monkeypatch):
+    monkeypatch.setenv("JACANA_GATEWAY_ENGINES", '{"m": ["127.0.0.1:50051"]}')
+    monkeypatch.setenv("JACANA_GATEWAY_EMBEDDINGS", '{"m": ["127.0.0.1:50061"]}')
+    with pytest.raises(SettingsError, match="appear in both"):
         GatewaySettings.load()
 
 

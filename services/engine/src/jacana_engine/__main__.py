@@ -9,7 +9,6 @@ import time
 from jacana_common.grpc_server import GrpcServer
 from jacana_common.logging import configure_logging
 from jacana_common.pb.jacana.engine.v1 import engine_pb2_grpc
-
 from jacana_engine.settings import EngineSettings
 
 log = logging.getLogger("jacana_engine")

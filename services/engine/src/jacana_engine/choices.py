@@ -23,10 +23,12 @@ import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
+from jacana_engine.errors import InvalidRequestError
 from jacana_engine.outputs import RequestOutput
 from jacana_engine.sampling_params import SamplingParams
 
 MAX_SEED = 2**64  # seeds are unsigned 64-bit on the wire; seed + i wraps around
+MAX_CHOICES = 128  # most choices one request may ask for (the gateway's bound too)
 
 
 class Generates(Protocol):
@@ -67,10 +69,11 @@ async def generate_choices(
     """Stream ``(choice index, output)`` pairs of ``n`` choices until all have finished.
 
     ``options`` (priority, cache salt, ...) go to every choice's ``engine.generate``.
-    Raises what the engine raises for choice 0 (an invalid request) before any output.
+    Raises :class:`InvalidRequestError` for a bad ``n``, and what the engine raises for
+    choice 0 (an invalid request), before any output.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    if not 1 <= n <= MAX_CHOICES:
+        raise InvalidRequestError(f"n must be in [1, {MAX_CHOICES}], got {n}", "n")
     prompt = list(prompt_token_ids)
     if n == 1:
         async for out in engine.generate(request_id, prompt, params, **options):

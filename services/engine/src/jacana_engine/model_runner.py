@@ -177,11 +177,7 @@ class ModelRunner:
         else:
             last = hidden[batch.logits_indices.to(self.device)]  # [N, hidden]
         logits = self.model.compute_logits(last)  # [N, vocab] float32
-        fast = self._sample_on_device(logits, sampling)
-        if fast is not None:
-            return fast
-        out = self.sampler.forward(logits, sampling, [seq.generator for seq in sampling])
-        return StepOutput(out.token_ids.tolist(), out.logprobs)
+        return self._sample(logits, sampling)
 
     # ---- forward: CUDA graphs or eager ----------------------------------------------------
 
@@ -244,20 +240,48 @@ class ModelRunner:
             meta.to(self.device),
         )
 
-    def _sample_on_device(self, logits: torch.Tensor, sampling: list) -> StepOutput | None:
-        """The CUDA fast path (``device_sampling``) when every row is plain; else None."""
-        if self.device_sampler is None:
-            return None
-        params = [seq.sampling_params for seq in sampling]
-        if not device_sampling.supported(params):
-            return None
-        token_ids = self.device_sampler.sample(
+    def _sample(self, logits: torch.Tensor, sampling: list) -> StepOutput:
+        """Sample each row on the CUDA fast path (``device_sampling``) when its own
+        parameters are plain, else with the full sampler (processors, logprobs).
+
+        The path is chosen per row, from that row's parameters alone, so what a seeded
+        request samples never depends on what else shares the batch."""
+        generators = [seq.generator for seq in sampling]
+        fast = [
+            i
+            for i, seq in enumerate(sampling)
+            if self.device_sampler is not None and device_sampling.supported([seq.sampling_params])
+        ]
+        if not fast:
+            out = self.sampler.forward(logits, sampling, generators)
+            return StepOutput(out.token_ids.tolist(), out.logprobs)
+        if len(fast) == len(sampling):
+            return StepOutput(self._sample_on_device(logits, sampling).tolist(), [None] * len(fast))
+        fast_set = set(fast)
+        slow = [i for i in range(len(sampling)) if i not in fast_set]
+        fast_rows = torch.tensor(fast, device=logits.device)
+        slow_rows = torch.tensor(slow, device=logits.device)
+        token_ids = torch.empty(len(sampling), dtype=torch.int64, device=logits.device)
+        token_ids[fast_rows] = self._sample_on_device(
+            logits[fast_rows], [sampling[i] for i in fast]
+        )
+        out = self.sampler.forward(
+            logits[slow_rows], [sampling[i] for i in slow], [generators[i] for i in slow]
+        )
+        token_ids[slow_rows] = out.token_ids
+        logprobs: list = [None] * len(sampling)
+        for i, entry in zip(slow, out.logprobs, strict=True):
+            logprobs[i] = entry
+        return StepOutput(token_ids.tolist(), logprobs)
+
+    def _sample_on_device(self, logits: torch.Tensor, sampling: list) -> torch.Tensor:
+        """The CUDA fast path for rows that are all plain: token ids [N] on the device."""
+        return self.device_sampler.sample(
             logits,
-            params,
+            [seq.sampling_params for seq in sampling],
             [seq.generator for seq in sampling],
             [seq.num_output_tokens for seq in sampling],
         )
-        return StepOutput(token_ids.tolist(), [None] * len(sampling))
 
     def _prompt_logprobs(
         self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], query_start: list[int]

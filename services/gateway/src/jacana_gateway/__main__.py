@@ -21,8 +21,9 @@ log = logging.getLogger("jacana_gateway")
 def main() -> None:
     settings = GatewaySettings.load()
     configure_logging("gateway", settings.log_level, settings.log_json)
-    models = ", ".join(f"{m} -> {t}" for m, t in settings.engines.items())
-    log.info("serving %s", models)
+    for kind, served in (("generation", settings.engines), ("embeddings", settings.embeddings)):
+        if served:
+            log.info("%s: %s", kind, ", ".join(f"{m} -> {t}" for m, t in served.items()))
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,

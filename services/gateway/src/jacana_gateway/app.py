@@ -17,7 +17,7 @@ from jacana_gateway.admission import Admission
 from jacana_gateway.auth import BearerAuthMiddleware
 from jacana_gateway.body_limit import BodyLimitMiddleware
 from jacana_gateway.config import GatewaySettings
-from jacana_gateway.embeddings_route import embeddings_router
+from jacana_gateway.embeddings_route import EmbeddingsBackends, embeddings_router
 from jacana_gateway.engine_pool import EnginePool
 from jacana_gateway.errors import install_error_handlers
 from jacana_gateway.state import GatewayState
@@ -31,6 +31,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         admission=Admission(settings.max_in_flight),
         version=version(),
         started_at=int(time.time()),
+        embeddings=EmbeddingsBackends(settings.embeddings),
     )
 
     @asynccontextmanager
@@ -53,7 +54,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     install_error_handlers(app)
     app.include_router(routes_v1.build_router())
     app.include_router(routes_ops.build_router())
-    app.include_router(embeddings_router(settings.embeddings, timeout_s=settings.request_timeout_s))
+    # The router's lifespan opens and closes the embeddings channels.
+    app.include_router(embeddings_router(state.embeddings, timeout_s=settings.request_timeout_s))
     # Added last = runs first: authentication before reading any body.
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     if settings.api_keys:

@@ -5,7 +5,11 @@ from the suite-wide names ``JACANA_MAX_PROMPT_CHARS`` and ``JACANA_MAX_NEW_TOKEN
 both spellings are set, the gateway-specific one wins. Complex fields are JSON::
 
     JACANA_GATEWAY_ENGINES='{"smollm2-135m-instruct": ["127.0.0.1:50051", "10.0.0.2:50051"]}'
+    JACANA_GATEWAY_EMBEDDINGS='{"all-minilm-l6-v2": ["127.0.0.1:50061"]}'
     JACANA_GATEWAY_API_KEYS='["sk-local-1", "sk-local-2"]'
+
+A gateway serves generation models (``ENGINES``), embedding models (``EMBEDDINGS``) or
+both; at least one of the two maps must name a model, and a model id belongs to one map.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from jacana_common.settings import ServiceSettings
@@ -40,16 +44,18 @@ class GatewaySettings(ServiceSettings):
 
     port: int = Field(8000, ge=0, le=65535, description="HTTP port; 0 picks a free one.")
     engines: dict[str, EngineTargets] = Field(
-        ...,
-        min_length=1,
+        default_factory=dict,
+        max_length=256,
         description=(
             "Served model id -> gRPC endpoints (host:port) of the engine replicas serving it. "
-            "Requests are routed to the replica with the fewest in-flight requests."
+            "Requests are routed to the replica with the fewest in-flight requests. Empty: "
+            "no generation models (then EMBEDDINGS must name one)."
         ),
     )
     embeddings: dict[str, EngineTargets] = Field(
         default_factory=dict,
         max_length=256,
+        validate_default=True,  # so that "nothing to serve" is caught when both are unset
         description=(
             "Embedding model id -> gRPC endpoints (host:port) of the embeddings services "
             "serving it on /v1/embeddings; least in-flight first. Empty: none."
@@ -124,3 +130,24 @@ class GatewaySettings(ServiceSettings):
             if len(set(targets)) != len(targets):
                 raise ValueError(f"model {model!r}: duplicate endpoints")
         return engines
+
+    @field_validator("embeddings")
+    @classmethod
+    def _something_to_serve(
+        cls, embeddings: dict[str, list[str]], info: ValidationInfo
+    ) -> dict[str, list[str]]:
+        if "engines" not in info.data:  # ENGINES itself is invalid; that error suffices
+            return embeddings
+        engines = info.data["engines"]
+        if not engines and not embeddings:
+            raise ValueError(
+                "no model to serve: set JACANA_GATEWAY_ENGINES (generation models), "
+                "JACANA_GATEWAY_EMBEDDINGS (embedding models) or both"
+            )
+        both = sorted(set(engines) & set(embeddings))
+        if both:
+            raise ValueError(
+                f"model id(s) {both} appear in both JACANA_GATEWAY_ENGINES and "
+                "JACANA_GATEWAY_EMBEDDINGS; a model id names one model"
+            )
+        return embeddings

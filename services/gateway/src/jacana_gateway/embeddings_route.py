@@ -19,6 +19,7 @@ bit-identical vectors.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
@@ -31,6 +32,7 @@ from typing import Annotated, Any, Literal
 import grpc
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic import StrictBool as Bool
 from pydantic import StrictInt as Int
@@ -42,6 +44,7 @@ from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2 as pb
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
 from jacana_gateway.disconnect import cancel_on_disconnect
 
+EMBEDDINGS_SERVICE = "jacana.embeddings.v1.Embeddings"
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
 UINT32_MAX = 2**32 - 1
 
@@ -158,6 +161,26 @@ class EmbeddingsBackends:
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             await channel.close()
+
+    async def probe(self, target: str, timeout: float) -> bool:
+        """True when ``target`` answers the gRPC health check of the embeddings service
+        with SERVING."""
+        stub = health_pb2_grpc.HealthStub(self._channels[target])
+        request = health_pb2.HealthCheckRequest(service=EMBEDDINGS_SERVICE)
+        try:
+            reply = await stub.Check(request, timeout=timeout)
+        except grpc.aio.AioRpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    async def health(self, timeout: float) -> dict[str, dict[str, bool]]:
+        """Model -> endpoint -> serving, probing every endpoint once, concurrently."""
+        if self._targets and not self._channels:
+            raise RuntimeError("EmbeddingsBackends.start() has not been awaited")
+        targets = list(self._channels)
+        results = await asyncio.gather(*(self.probe(t, timeout) for t in targets))
+        serving = dict(zip(targets, results, strict=True))
+        return {model: {t: serving[t] for t in ts} for model, ts in self._targets.items()}
 
     async def embed(self, model: str, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
         """Call ``Embed`` on the least busy replica, moving on while replicas are UNAVAILABLE.

@@ -78,10 +78,6 @@ def finish_reason(reason: int) -> str:
     return _FINISH.get(reason, "stop")
 
 
-def usage(u: pb.Usage) -> dict[str, Any]:
-    return usage_of([u])
-
-
 def usage_of(parts: list[pb.Usage]) -> dict[str, Any]:
     """One usage object for several choices of one prompt: the prompt counted once, the
     completions summed, cached tokens as the least any choice had."""

@@ -1,7 +1,9 @@
-"""Operational routes: /health (engine reachability) and /version. Never authenticated."""
+"""Operational routes: /health (engine and embeddings reachability) and /version.
+Never authenticated."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -11,30 +13,40 @@ from jacana_common.errors import ApiError
 from jacana_gateway.state import GatewayState
 
 
+def _models(kind: str, report: dict[str, dict[str, bool]]) -> dict[str, Any]:
+    return {
+        model: {
+            "kind": kind,
+            "healthy_replicas": sum(replicas.values()),
+            "replicas": {t: "serving" if ok else "unavailable" for t, ok in replicas.items()},
+        }
+        for model, replicas in report.items()
+    }
+
+
 def build_router() -> APIRouter:
     router = APIRouter(tags=["operations"])
 
     @router.get("/health", response_model=None)
     async def health(request: Request) -> JSONResponse:
-        """200 when every model has at least one engine answering SERVING, else 503.
+        """200 when every model (generation and embedding) has at least one replica
+        answering SERVING, else 503.
 
-        The body lists each model's endpoints and whether they serve; on 503 it also
-        carries an OpenAI error naming the models without a healthy engine.
+        The body lists each model's kind (``generation`` or ``embeddings``), endpoints and
+        whether they serve; on 503 it also carries an OpenAI error naming the models
+        without a healthy replica.
         """
         state: GatewayState = request.app.state.gateway
-        report = await state.pool.health(state.settings.health_timeout_s)
-        models: dict[str, Any] = {
-            model: {
-                "healthy_replicas": sum(replicas.values()),
-                "replicas": {t: "serving" if ok else "unavailable" for t, ok in replicas.items()},
-            }
-            for model, replicas in report.items()
-        }
+        timeout = state.settings.health_timeout_s
+        engines, embeddings = await asyncio.gather(
+            state.pool.health(timeout), state.embeddings.health(timeout)
+        )
+        models = {**_models("generation", engines), **_models("embeddings", embeddings)}
         down = [m for m, info in models.items() if info["healthy_replicas"] == 0]
         if not down:
             return JSONResponse({"status": "ok", "models": models})
         error = ApiError(
-            503, f"No healthy engine for: {', '.join(down)}.", None, "engine_unavailable"
+            503, f"No healthy replica for: {', '.join(down)}.", None, "engine_unavailable"
         )
         body = {**error.to_dict(), "status": "unavailable", "models": models}
         return JSONResponse(body, status_code=503)

@@ -1,10 +1,12 @@
-"""The OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models.
+"""The OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models (every served
+model, embedding models included; /v1/embeddings lives in :mod:`embeddings_route`).
 
 Order of checks for a generation request: body shape and types (400, by FastAPI and
-:mod:`jacana_gateway.schemas`), model exists (404 ``model_not_found``), unsupported
-features (400, :mod:`jacana_gateway.unsupported`), gateway limits (400,
-:mod:`jacana_gateway.translate`), admission (429), then the engine (its INVALID_ARGUMENT
--> 400 with its param, unreachable -> 503).
+:mod:`jacana_gateway.schemas`), model exists (404 ``model_not_found``; an embedding model
+is a 400 ``model_not_supported``), unsupported features (400,
+:mod:`jacana_gateway.unsupported`), gateway limits (400, :mod:`jacana_gateway.translate`),
+admission (429), then the engine (its INVALID_ARGUMENT -> 400 with its param, unreachable
+-> 503).
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ async def _generate(
     build: Callable[..., pb.GenerateRequest],
 ) -> Response:
     state = _state(request)
+    if body.model in state.embeddings:
+        raise ApiError(
+            400,
+            f"The model '{body.model}' is an embedding model; use /v1/embeddings.",
+            "model",
+            "model_not_supported",
+        )
     if body.model not in state.pool:
         raise _model_not_found(body.model)
     check(body)
@@ -114,15 +123,15 @@ def build_router() -> APIRouter:
 
     @router.get("/models", responses=_ERRORS)
     async def list_models(request: Request) -> dict[str, Any]:
-        """The served models."""
+        """The served models: generation models, then embedding models."""
         state = _state(request)
-        return {"object": "list", "data": [_model_card(state, m) for m in state.pool.models]}
+        return {"object": "list", "data": [_model_card(state, m) for m in state.models]}
 
     @router.get("/models/{model:path}", responses=_ERRORS)
     async def get_model(model: str, request: Request) -> dict[str, Any]:
         """One served model; 404 if it is not served here."""
         state = _state(request)
-        if model not in state.pool:
+        if model not in state.pool and model not in state.embeddings:
             raise _model_not_found(model)
         return _model_card(state, model)
 
