@@ -80,6 +80,7 @@ if [ "$PHASE" != part1 ]; then
   timeout 120 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads c64 --reps 3 \
     --name offline_c64 --out "$OUT" 2>&1 | tail -8
   stamp "online through the gateway"
-  timeout 240 python3 bench/online_gpu.py --model qwen3-8b --reps 3 --out "$OUT" 2>&1 | tail -12
+  timeout 240 python3 bench/online_gpu.py --model qwen3-8b --reps 3 --out "$OUT" 2>&1 \
+    | tee "$OUT/online_stdout.log" | tail -12
 fi
 stamp "done"
