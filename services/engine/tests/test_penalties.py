@@ -327,3 +327,7 @@ def test_cuda_rows_keep_their_tokens_whatever_path_their_neighbours_take(tmp_pat
     assert engine.generate(prompts, params) == alone
     assert engine.generate(prompts[:2], params[:2]) == alone[:2]
     assert engine.generate([prompts[0], prompts[2]], [plain, greedy]) == [alone[0], alone[2]]
+    # asking for logprobs keeps a row on its path: the same tokens, alone or batched
+    observed = dataclasses.replace(plain, logprobs=3, prompt_logprobs=1)
+    assert engine.generate([prompts[0]], observed) == [alone[0]]
+    assert engine.generate(prompts, [observed, processed, greedy]) == alone

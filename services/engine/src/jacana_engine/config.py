@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jacana_engine.spec.config import SpeculativeConfig
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -39,6 +41,7 @@ class EngineConfig:
     enforce_eager: never capture or replay CUDA graphs.
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
         ``max_num_seqs``); larger decode batches run eagerly.
+    speculative: speculative decoding (proposer, k, transport); off by default.
     """
 
     model: str
@@ -59,3 +62,4 @@ class EngineConfig:
     attention_backend: str = "auto"
     enforce_eager: bool = False
     cuda_graph_max_batch_size: int = 512
+    speculative: SpeculativeConfig = SpeculativeConfig()

@@ -27,6 +27,7 @@ from jacana_engine.sampler import RequestRng, Sampler
 from jacana_engine.sampling_params import SamplingParams
 from jacana_engine.scheduler import Scheduler
 from jacana_engine.sequence import Sequence
+from jacana_engine.spec.speculator import Speculator
 from jacana_engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ class LLMEngine:
 
         self.sampler = Sampler(processors=LogitsProcessors(self.vocab_size, self.eos_token_ids))
         self.runner = ModelRunner(model, config, self.sampler, self.max_model_len)
+        self.speculator = Speculator(config.speculative) if config.speculative.enabled else None
+        self.runner.speculator = self.speculator
         self.block_manager = BlockManager(
             self.runner.num_blocks,
             config.block_size,
@@ -138,6 +141,7 @@ class LLMEngine:
         *,
         priority: int = 0,
         cache_salt: str | None = None,
+        speculative: bool = True,
     ) -> None:
         """Validate and queue a request; raises :class:`InvalidRequestError`.
 
@@ -145,6 +149,7 @@ class LLMEngine:
             :mod:`jacana_engine.scheduler`.
         cache_salt: the request shares cached prefix blocks only with requests that bring
             the same salt (None and "" are the same, shared, namespace).
+        speculative: False opts this request out of speculative decoding.
         """
         prompt = list(prompt_token_ids)
         if self.scheduler.get(request_id) is not None:
@@ -175,6 +180,7 @@ class LLMEngine:
             detokenizer=detok,
             priority=priority,
             cache_salt=cache_salt or None,
+            speculative=speculative,
         )
         if sampling_params.prompt_logprobs is not None:
             # Every prompt position needs its logits: a unique salt keeps the prefix cache
@@ -229,6 +235,8 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Run one scheduled forward pass; one output per request that got a token."""
+        if self.speculator is not None:
+            self.speculator.propose(self.scheduler.running)
         plan = self.scheduler.schedule()
         if plan.is_empty:
             return []
@@ -240,13 +248,16 @@ class LLMEngine:
                 max(0, min(s.start + s.num_new_tokens, s.seq.num_prompt_tokens) - s.start)
                 for s in plan.scheduled
             ),
-            len(result.token_ids),
+            len(result.token_ids) + sum(len(v) for v in result.verified),
         )
         sampled = [s.seq for s in plan.scheduled if s.samples]
-        return [
+        outputs = [
             self._append_token(seq, tok, lp)
             for seq, tok, lp in zip(sampled, result.token_ids, result.logprobs, strict=True)
         ]
+        if result.verified:
+            outputs += self.speculator.commit(plan.scheduled, result.verified, self._append_token)
+        return outputs
 
     def _append_token(
         self, seq: Sequence, token_id: int, logprob: TokenLogprob | None = None
@@ -341,6 +352,7 @@ class LLMEngine:
             prefix_cache_queries_total=self.block_manager.prefix_queries_total,
             prefix_cache_hits_total=self.block_manager.prefix_hits_total,
             recent=self._throughput.snapshot(),
+            speculative=self.speculator.stats() if self.speculator is not None else {},
         )
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from jacana_engine.spec.acceptance import ProposerStats
 
 WINDOW_S = 10  # seconds of history behind the recent-throughput rates
 
@@ -90,6 +92,8 @@ class EngineStats:
         looked up in the prefix cache, and of those the ones found cached.
     recent: the last seconds' throughput; read it with :meth:`prompt_tokens_per_s` and
         :meth:`generation_tokens_per_s`.
+    speculative: per proposer name, its draft counters (proposals, draft/accepted tokens,
+        ``acceptance_rate``, ``mean_accepted_length``); empty without speculation.
     """
 
     num_running: int
@@ -105,6 +109,7 @@ class EngineStats:
     prefix_cache_queries_total: int = 0
     prefix_cache_hits_total: int = 0
     recent: RecentThroughput = field(default_factory=RecentThroughput)
+    speculative: Mapping[str, ProposerStats] = field(default_factory=dict)
 
     @property
     def kv_blocks_used(self) -> int:

@@ -50,6 +50,8 @@ class StepOutput:
 
     token_ids: list[int]
     logprobs: list[TokenLogprob | None]
+    # Tokens gained by each verifying chunk (speculative decoding), in batch order.
+    verified: list[list[int]] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -79,7 +81,8 @@ def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
     for s in scheduled:
         start, end = s.start, s.start + s.num_new_tokens
         table = s.seq.block_table
-        input_ids.extend(s.seq.token_slice(start, end))
+        input_ids.extend(s.seq.token_slice(start, end - s.num_draft_tokens))
+        input_ids.extend(s.seq.spec_token_ids[: s.num_draft_tokens])  # drafts to verify
         positions.extend(range(start, end))
         # Slots run contiguously inside a block, so extend one block's range at a time.
         pos = start
@@ -160,6 +163,7 @@ class ModelRunner:
         self.max_model_len = max_model_len
         self.graphs = self._capture_graphs(config)
         self.device_sampler = DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
+        self.speculator = None  # spec.Speculator, set by the engine when speculation is on
 
     @torch.inference_mode()
     def execute(self, scheduled: Seq[ScheduledSequence]) -> StepOutput:
@@ -169,15 +173,25 @@ class ModelRunner:
         batch = build_batch(scheduled, self.block_size)
         hidden = self._forward(batch)  # [T, hidden]
         self._prompt_logprobs(hidden, scheduled, batch.meta.query_start_loc.tolist())
+        verified = self._verify(hidden, scheduled, batch)
         sampling = [s.seq for s in scheduled if s.samples]
         if not sampling:
-            return StepOutput([], [])
+            return StepOutput([], [], verified)
         if len(sampling) == hidden.shape[0]:  # every token samples (decode): no gather
             last = hidden
         else:
             last = hidden[batch.logits_indices.to(self.device)]  # [N, hidden]
         logits = self.model.compute_logits(last)  # [N, vocab] float32
-        return self._sample(logits, sampling)
+        out = self._sample(logits, sampling)
+        out.verified = verified
+        return out
+
+    def _verify(self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], batch: Batch):
+        """Tokens gained by the chunks that carry drafts (``spec.Speculator.verify``)."""
+        if self.speculator is None or not any(s.num_draft_tokens for s in scheduled):
+            return []
+        query_start = batch.meta.query_start_loc.tolist()
+        return self.speculator.verify(hidden, scheduled, query_start, self.model.compute_logits)
 
     # ---- forward: CUDA graphs or eager ----------------------------------------------------
 
@@ -245,34 +259,49 @@ class ModelRunner:
         parameters are plain, else with the full sampler (processors, logprobs).
 
         The path is chosen per row, from that row's parameters alone, so what a seeded
-        request samples never depends on what else shares the batch."""
+        request samples never depends on what else shares the batch. Logprobs play no
+        part in the choice (both paths read them from the raw logits), so asking for
+        them never changes the tokens."""
         generators = [seq.generator for seq in sampling]
-        fast = [
-            i
-            for i, seq in enumerate(sampling)
-            if self.device_sampler is not None and device_sampling.supported([seq.sampling_params])
-        ]
+        fast = [i for i, seq in enumerate(sampling) if self._on_device(seq.sampling_params)]
         if not fast:
             out = self.sampler.forward(logits, sampling, generators)
             return StepOutput(out.token_ids.tolist(), out.logprobs)
-        if len(fast) == len(sampling):
-            return StepOutput(self._sample_on_device(logits, sampling).tolist(), [None] * len(fast))
-        fast_set = set(fast)
-        slow = [i for i in range(len(sampling)) if i not in fast_set]
+        n = len(sampling)
+        logprobs: list[TokenLogprob | None] = [None] * n
         fast_rows = torch.tensor(fast, device=logits.device)
+        fast_logits = logits if len(fast) == n else logits[fast_rows]  # [F, V]
+        wanted = [j for j, i in enumerate(fast) if sampling[i].sampling_params.logprobs is not None]
+        wanted_rows = torch.tensor(wanted, device=logits.device) if wanted else None
+        raw = fast_logits[wanted_rows] if wanted_rows is not None else None  # copy, pre-kernel
+        fast_ids = self._sample_on_device(fast_logits, [sampling[i] for i in fast])  # [F]
+        if raw is not None:
+            num_top = [sampling[fast[j]].sampling_params.logprobs for j in wanted]
+            found = token_logprobs(raw, fast_ids[wanted_rows], num_top)
+            for j, entry in zip(wanted, found, strict=True):
+                logprobs[fast[j]] = entry
+        if len(fast) == n:
+            return StepOutput(fast_ids.tolist(), logprobs)
+        fast_set = set(fast)
+        slow = [i for i in range(n) if i not in fast_set]
         slow_rows = torch.tensor(slow, device=logits.device)
-        token_ids = torch.empty(len(sampling), dtype=torch.int64, device=logits.device)
-        token_ids[fast_rows] = self._sample_on_device(
-            logits[fast_rows], [sampling[i] for i in fast]
-        )
         out = self.sampler.forward(
             logits[slow_rows], [sampling[i] for i in slow], [generators[i] for i in slow]
         )
+        token_ids = torch.empty(n, dtype=torch.int64, device=logits.device)
+        token_ids[fast_rows] = fast_ids
         token_ids[slow_rows] = out.token_ids
-        logprobs: list = [None] * len(sampling)
         for i, entry in zip(slow, out.logprobs, strict=True):
             logprobs[i] = entry
         return StepOutput(token_ids.tolist(), logprobs)
+
+    def _on_device(self, params) -> bool:
+        """Whether a row with ``params`` samples in the CUDA kernel (logprobs do not count:
+        they never change what is sampled)."""
+        if self.device_sampler is None:
+            return False
+        unread = dataclasses.replace(params, logprobs=None, prompt_logprobs=None)
+        return device_sampling.supported([unread])
 
     def _sample_on_device(self, logits: torch.Tensor, sampling: list) -> torch.Tensor:
         """The CUDA fast path for rows that are all plain: token ids [N] on the device."""

@@ -54,12 +54,16 @@ class ScheduledSequence:
 
     samples: the chunk ends at the sequence's last known token, so this step yields the
         logits of its next token.
+    num_draft_tokens: the chunk's last ``num_draft_tokens`` tokens are drafts
+        (``seq.spec_token_ids``) after its last known token; such a chunk does not sample,
+        it is verified (``spec/speculator.py``).
     """
 
     seq: Sequence
     start: int
     num_new_tokens: int
     samples: bool
+    num_draft_tokens: int = 0
 
 
 @dataclass
@@ -193,9 +197,10 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this step
                 continue
-            n = min(seq.num_uncomputed_tokens, step.budget)
+            drafts = _num_drafts(seq, step.budget)
+            n = min(seq.num_uncomputed_tokens + drafts, step.budget)
             if self._reserve(seq, n, step):
-                self._plan(step, seq, n)
+                self._plan(step, seq, n, drafts)
         if not step.out.preempted:
             self._admit(step)
         return step.out
@@ -205,7 +210,8 @@ class Scheduler:
         blocks they filled to the prefix cache."""
         for s in scheduled:
             if s.seq.status is SequenceStatus.RUNNING:
-                s.seq.num_computed_tokens = s.start + s.num_new_tokens
+                # Drafts do not count until verified (the speculator advances past them).
+                s.seq.num_computed_tokens = s.start + s.num_new_tokens - s.num_draft_tokens
                 self.block_manager.commit(s.seq)
 
     # ---- helpers ------------------------------------------------------------------------
@@ -249,9 +255,10 @@ class Scheduler:
         self.running.append(seq)
         self._plan(step, seq, n)
 
-    def _plan(self, step: _Step, seq: Sequence, n: int) -> None:
+    def _plan(self, step: _Step, seq: Sequence, n: int, num_drafts: int = 0) -> None:
         start = seq.num_computed_tokens
-        scheduled = ScheduledSequence(seq, start, n, start + n == seq.num_tokens)
+        samples = num_drafts == 0 and start + n == seq.num_tokens
+        scheduled = ScheduledSequence(seq, start, n, samples, num_drafts)
         step.out.scheduled.append(scheduled)
         step.planned[seq] = scheduled
         step.budget -= n
@@ -288,6 +295,13 @@ class Scheduler:
 
     def _enqueue(self, seq: Sequence) -> None:
         bisect.insort(self.waiting, seq, key=self._keys.__getitem__)
+
+
+def _num_drafts(seq: Sequence, budget: int) -> int:
+    """Drafts to verify with a decode: all of them when the budget leaves room."""
+    if seq.num_uncomputed_tokens != 1:
+        return 0
+    return max(0, min(len(seq.spec_token_ids), budget - 1))
 
 
 def _needs_prompt_logits(seq: Sequence) -> bool:

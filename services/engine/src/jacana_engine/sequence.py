@@ -72,6 +72,11 @@ class Sequence:
     num_committed_blocks: int = 0  # leading blocks of block_table already offered to the cache
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at admission
 
+    # Speculative decoding (see spec/speculator.py, which owns these).
+    speculative: bool = True  # False: this request never drafts (per-request opt-out)
+    spec_token_ids: list[int] = field(default_factory=list)  # drafts for the coming step
+    spec_tracker: Any = None  # its AcceptanceTracker (dynamic k), once it has drafted
+
     # ---- token views --------------------------------------------------------------------
 
     @property

