@@ -100,9 +100,11 @@ def test_draft_through_a_stop_token_stops_there(toy):
     stop_at = 6
     assert ref[stop_at] not in ref[:stop_at]
     engine = spec_engine(toy, OracleProposer(toy.LM, length=8), k=8)
-    engine.add_request("r", PROMPTS[2], SamplingParams(
-        temperature=0.0, max_tokens=20, stop_token_ids=(ref[stop_at],)
-    ))
+    engine.add_request(
+        "r",
+        PROMPTS[2],
+        SamplingParams(temperature=0.0, max_tokens=20, stop_token_ids=(ref[stop_at],)),
+    )
     tokens, last = [], None
     while engine.has_unfinished_requests():
         for o in engine.step():
@@ -118,17 +120,19 @@ def test_draft_through_a_stop_token_stops_there(toy):
 def test_opt_out_and_processors_never_draft(toy):
     engine = spec_engine(toy, OracleProposer(toy.LM))
     engine.add_request("off", PROMPTS[0], GREEDY, speculative=False)
-    engine.add_request("pen", PROMPTS[1], SamplingParams(
-        temperature=0.0, max_tokens=20, ignore_eos=True, presence_penalty=0.5
-    ))
+    engine.add_request(
+        "pen",
+        PROMPTS[1],
+        SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True, presence_penalty=0.5),
+    )
     engine.add_request("on", PROMPTS[2], GREEDY)
     steps = {"off": 0, "pen": 0, "on": 0}
     while engine.has_unfinished_requests():
         for o in engine.step():
             steps[o.request_id] += 1
     assert steps["off"] == 20 and steps["pen"] == 20
-    assert steps["on"] == 4  # 20 tokens in 5-token steps
-    assert engine.stats().speculative["oracle"].proposals == 4 - 1  # first token: prefill
+    assert steps["on"] == 5  # the prefill's token, then 19 in steps of 5, 5, 5, 4
+    assert engine.stats().speculative["oracle"].proposals == 4
 
 
 def test_dynamic_k_stops_drafting_when_nothing_is_accepted(toy):

@@ -88,7 +88,7 @@ def test_suffix_min_prob_stops_uncertain_drafts():
 def test_suffix_learns_from_finished_requests_and_forgets_old_ones():
     p = SuffixProposer(max_depth=8, min_prob=0.0, max_cached_requests=1)
     prompt = [100, 101]
-    p.finish("a", prompt + [7, 8, 9, 10], num_prompt_tokens=2)
+    p.finish("a", [*prompt, 7, 8, 9, 10], num_prompt_tokens=2)
     # a new request whose history ends with "7 8" gets "9 10" from a's output
     assert p.propose([_req([50, 7, 8], k=2, rid="b")]) == [[9, 10]]
     p.finish("b", [50, 7, 8], num_prompt_tokens=3)  # no output: nothing learnt

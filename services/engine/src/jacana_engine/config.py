@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jacana_engine.spec.config import SpeculativeConfig
 
@@ -62,4 +62,4 @@ class EngineConfig:
     attention_backend: str = "auto"
     enforce_eager: bool = False
     cuda_graph_max_batch_size: int = 512
-    speculative: SpeculativeConfig = SpeculativeConfig()
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)

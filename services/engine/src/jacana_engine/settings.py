@@ -103,19 +103,42 @@ class EngineSettings(ServiceSettings):
     speculative_proposer: str = Field(
         "none",
         description="Draft source for speculative decoding: none (off), ngram (prompt "
-        "lookup) or suffix (suffix decoding over the request and recent outputs).",
+        "lookup), suffix (suffix decoding over the request and recent outputs) or "
+        "draft_model (a small LM).",
     )
     num_speculative_tokens: int = Field(
         4, ge=1, le=16, description="Most draft tokens verified per request per step (k)."
     )
-    speculative_transport: Literal["inprocess"] = Field(
-        "inprocess", description="Where the proposer runs: inprocess (the engine thread)."
+    speculative_transport: Literal["inprocess", "remote"] = Field(
+        "inprocess",
+        description="Where the proposer runs: inprocess (the engine thread) or remote (the "
+        "drafter service at drafter_address).",
+    )
+    drafter_address: str = Field(
+        "127.0.0.1:50071",
+        pattern=r"^[^\s:]+:\d{1,5}$",
+        description="host:port of the drafter service (remote transport).",
+    )
+    drafter_deadline_ms: int = Field(
+        50,
+        ge=1,
+        le=10_000,
+        description="Milliseconds a step waits for the drafter; later, it decodes without "
+        "drafts (and so it does while the drafter is down).",
     )
     speculative_ngram_min: int = Field(
         1, ge=1, le=16, description="Shortest tail the n-gram proposer matches."
     )
     speculative_ngram_max: int = Field(
         4, ge=1, le=16, description="Longest tail the n-gram proposer matches (tried first)."
+    )
+    speculative_draft_model: str = Field(
+        "",
+        description="For the draft_model proposer in process: a .gguf file or HF directory "
+        "of a small model with the target's tokenizer (runs on the engine's device/dtype).",
+    )
+    speculative_draft_num_kv_blocks: int = Field(
+        256, ge=1, le=1 << 20, description="16-token blocks in the draft model's KV cache."
     )
     speculative_dynamic_k: bool = Field(
         True,
@@ -141,6 +164,15 @@ class EngineSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _ngram_range(self) -> EngineSettings:
+        if (
+            self.speculative_proposer == "draft_model"
+            and self.speculative_transport == "inprocess"
+            and not Path(self.speculative_draft_model or "/nonexistent").exists()
+        ):
+            raise ValueError(
+                "the draft_model proposer needs JACANA_ENGINE_SPECULATIVE_DRAFT_MODEL (an "
+                "existing .gguf file or model directory)"
+            )
         if self.speculative_ngram_min > self.speculative_ngram_max:
             raise ValueError(
                 "JACANA_ENGINE_SPECULATIVE_NGRAM_MIN must not exceed "
@@ -185,8 +217,14 @@ class EngineSettings(ServiceSettings):
                 proposer=self.speculative_proposer,
                 num_speculative_tokens=self.num_speculative_tokens,
                 transport=self.speculative_transport,
+                drafter_address=self.drafter_address,
+                drafter_deadline_s=self.drafter_deadline_ms / 1000,
                 ngram_min=self.speculative_ngram_min,
                 ngram_max=self.speculative_ngram_max,
                 dynamic_k=self.speculative_dynamic_k,
+                draft_model=self.speculative_draft_model,
+                draft_num_kv_blocks=self.speculative_draft_num_kv_blocks,
+                draft_device=self.device,
+                draft_dtype=self.dtype,
             ),
         )

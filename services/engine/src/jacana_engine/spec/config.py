@@ -16,7 +16,12 @@ class SpeculativeConfig:
         "none" to decode one token per step.
     num_speculative_tokens: most draft tokens per request per step (k); the target scores
         k + 1 positions in one forward pass.
-    transport: "inprocess" runs the proposer in the engine thread.
+    transport: "inprocess" runs the proposer in the engine thread; "remote" asks the
+        drafter service at ``drafter_address`` (see ``spec/remote.py``).
+    drafter_address: host:port of the drafter service (remote transport).
+    drafter_deadline_s: how long a step waits for the drafter's reply before it decodes
+        without drafts.
+    drafter_retry_s: after the drafter's stream broke, seconds before reconnecting.
     ngram_min / ngram_max: n-gram lookup tries the last ``ngram_max`` tokens first, then
         shorter ones down to ``ngram_min``.
     suffix_max_depth: longest context + draft path kept in the suffix proposer's tries.
@@ -25,17 +30,28 @@ class SpeculativeConfig:
     suffix_max_cached_requests: finished requests whose outputs feed the shared suffix trie.
     dynamic_k: adapt each request's k to its running acceptance, down to 0 (no drafting)
         when drafting does not pay; False always drafts up to ``num_speculative_tokens``.
+    draft_model: for the "draft_model" proposer, a .gguf file or HF directory of a small
+        model with the target's tokenizer.
+    draft_num_kv_blocks: blocks of 16 tokens in the draft model's own KV cache.
+    draft_device / draft_dtype: where and in what dtype the draft model runs.
     """
 
     proposer: str = "none"
     num_speculative_tokens: int = 4
     transport: str = "inprocess"
+    drafter_address: str = "127.0.0.1:50071"
+    drafter_deadline_s: float = 0.05
+    drafter_retry_s: float = 1.0
     ngram_min: int = 1
     ngram_max: int = 4
     suffix_max_depth: int = 32
     suffix_min_prob: float = 0.1
     suffix_max_cached_requests: int = 256
     dynamic_k: bool = True
+    draft_model: str = ""
+    draft_num_kv_blocks: int = 256
+    draft_device: str = "cpu"
+    draft_dtype: str = "float32"
 
     @property
     def enabled(self) -> bool:
@@ -51,5 +67,7 @@ class SpeculativeConfig:
             raise ValueError("suffix_max_depth must be >= 2")
         if not 0.0 <= self.suffix_min_prob <= 1.0:
             raise ValueError("suffix_min_prob must be in [0, 1]")
+        if not (self.drafter_deadline_s > 0 and self.drafter_retry_s >= 0):
+            raise ValueError("drafter_deadline_s must be > 0 and drafter_retry_s >= 0")
         if self.suffix_max_cached_requests < 0:
             raise ValueError("suffix_max_cached_requests must be >= 0")

@@ -1,0 +1,31 @@
+"""``python -m jacana_drafter``: serve ``jacana.drafter.v1.Drafter``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from jacana_common.grpc_server import GrpcServer
+from jacana_common.logging import configure_logging
+from jacana_common.pb.jacana.drafter.v1 import drafter_pb2_grpc
+from jacana_drafter.settings import DrafterSettings
+
+SERVICE_NAME = "jacana.drafter.v1.Drafter"
+
+
+async def serve(settings: DrafterSettings) -> None:
+    from jacana_drafter.server import DrafterServicer
+
+    server = GrpcServer(SERVICE_NAME, settings)
+    drafter_pb2_grpc.add_DrafterServicer_to_server(DrafterServicer(settings), server.server)
+    await server.start()
+    await server.run()
+
+
+def main() -> None:
+    settings = DrafterSettings.load()
+    configure_logging("drafter", settings.log_level, settings.log_json)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

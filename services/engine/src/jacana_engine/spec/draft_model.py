@@ -1,0 +1,144 @@
+"""Draft-model proposer: a small LM sharing the target's tokenizer drafts greedily.
+
+Ownership: the proposer owns the draft model's own paged KV cache (one
+``[2, num_blocks, block_size, n_kv_heads, head_dim]`` tensor per layer, on the draft
+model's device) and, per request, its block list and the tokens whose K/V that cache
+holds (host-side). It runs in the engine thread (in-process transport) or in the drafter
+service (remote transport), never sharing blocks with the target.
+
+Each call, per request: the cached tokens that still agree with the request's history
+are kept (so rejected drafts roll back by truncation), the rest of the history is
+computed as one chunk, and its last logits give draft 1; drafts 2..k are one-token
+decode steps, batched across requests. Drafts are greedy (argmax): a deterministic
+draft is verified exactly by the target's greedy or rejection-sampling rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.spec.proposer import DraftRequest, Proposer
+
+
+@dataclass
+class _DraftState:
+    tokens: list[int] = field(default_factory=list)  # tokens whose K/V the cache holds
+    blocks: list[int] = field(default_factory=list)
+
+
+class DraftModelProposer(Proposer):
+    """Greedy drafts from ``model`` (a ``CausalLM``) over its own paged KV cache."""
+
+    name = "draft_model"
+
+    def __init__(self, model, num_blocks: int = 256, block_size: int = 16) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be >= 1")
+        cfg = model.config
+        self.model = model
+        self.block_size = block_size
+        weight = next(iter(model.parameters())) if hasattr(model, "parameters") else None
+        self.device = weight.device if weight is not None else torch.device("cpu")
+        dtype = weight.dtype if weight is not None else torch.float32
+        shape = (2, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
+        # kv_caches[layer]: [2 (K, V), num_blocks, block_size, n_kv_heads, head_dim]
+        self.kv_caches = [
+            torch.zeros(shape, dtype=dtype, device=self.device)
+            for _ in range(cfg.num_hidden_layers)
+        ]
+        self._free = list(range(num_blocks - 1, -1, -1))
+        self._states: dict[str, _DraftState] = {}
+        self.max_len = cfg.max_position_embeddings
+
+    # ---- interface -------------------------------------------------------------------------
+
+    def propose(self, requests: Sequence[DraftRequest]) -> list[list[int]]:
+        drafts: list[list[int]] = [[] for _ in requests]
+        chunks: list[tuple[int, _DraftState, list[int]]] = []  # (index, state, new tokens)
+        for i, r in enumerate(requests):
+            state = self._states.setdefault(r.request_id, _DraftState())
+            history = list(r.token_ids)
+            keep = _common_prefix(state.tokens, history, len(history) - 1)
+            del state.tokens[keep:]
+            need = len(history) + r.max_draft - 1
+            if need > self.max_len or not self._grow(state, need):
+                continue  # no room in the draft cache: this request drafts nothing now
+            chunks.append((i, state, history[keep:]))
+        if not chunks:
+            return drafts
+        with torch.inference_mode():
+            nxt = self._step([(s, new) for _, s, new in chunks])
+            for (i, _, _), tok in zip(chunks, nxt, strict=True):
+                drafts[i].append(tok)
+            for _ in range(max(requests[i].max_draft for i, _, _ in chunks) - 1):
+                live = [(i, s) for i, s, _ in chunks if len(drafts[i]) < requests[i].max_draft]
+                if not live:
+                    break
+                nxt = self._step([(s, [drafts[i][-1]]) for i, s in live])
+                for (i, _), tok in zip(live, nxt, strict=True):
+                    drafts[i].append(tok)
+        return drafts
+
+    def finish(self, request_id: str, token_ids: Sequence[int], num_prompt_tokens: int) -> None:
+        state = self._states.pop(request_id, None)
+        if state is not None:
+            self._free.extend(state.blocks)
+
+    # ---- the draft model's forward passes ------------------------------------------------
+
+    def _grow(self, state: _DraftState, num_tokens: int) -> bool:
+        want = -(-num_tokens // self.block_size) - len(state.blocks)
+        if want > len(self._free):
+            return False
+        for _ in range(max(0, want)):
+            state.blocks.append(self._free.pop())
+        return True
+
+    def _step(self, chunks: list[tuple[_DraftState, list[int]]]) -> list[int]:
+        """Append ``new`` tokens to each state's cache; the argmax after each chunk."""
+        bs = self.block_size
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        qsl = [0]
+        seq_lens: list[int] = []
+        for state, new in chunks:
+            start = len(state.tokens)
+            for p, tok in enumerate(new, start):
+                ids.append(tok)
+                positions.append(p)
+                slots.append(state.blocks[p // bs] * bs + p % bs)
+            state.tokens.extend(new)
+            qsl.append(qsl[-1] + len(new))
+            seq_lens.append(len(state.tokens))
+        width = max(len(s.blocks) for s, _ in chunks)
+        tables = [s.blocks + [0] * (width - len(s.blocks)) for s, _ in chunks]
+        meta = AttentionMetadata(
+            query_start_loc=torch.tensor(qsl, dtype=torch.int32),  # [B + 1]
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32),  # [B]
+            block_tables=torch.tensor(tables, dtype=torch.int32),  # [B, width]
+            slot_mapping=torch.tensor(slots, dtype=torch.int64),  # [T]
+            query_lens_cpu=[len(new) for _, new in chunks],
+            seq_lens_cpu=seq_lens,
+            block_size=bs,
+        ).to(self.device)
+        hidden = self.model.forward(
+            torch.tensor(ids, dtype=torch.int64, device=self.device),  # [T]
+            torch.tensor(positions, dtype=torch.int64, device=self.device),  # [T]
+            self.kv_caches,
+            meta,
+        )  # [T, hidden]
+        last = torch.tensor([q - 1 for q in qsl[1:]], device=self.device)  # [B]
+        return self.model.compute_logits(hidden[last]).argmax(dim=-1).tolist()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
