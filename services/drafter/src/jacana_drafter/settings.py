@@ -26,7 +26,7 @@ class DrafterSettings(ServiceSettings):
         4, ge=1, le=16, description="Longest tail the n-gram proposer matches (tried first)."
     )
     suffix_max_depth: int = Field(
-        32, ge=2, le=256, description="Longest context + draft path kept in the suffix tries."
+        16, ge=2, le=256, description="Longest context + draft path kept in the suffix tries."
     )
     suffix_min_prob: float = Field(
         0.1,

@@ -24,7 +24,8 @@ class SpeculativeConfig:
     drafter_retry_s: after the drafter's stream broke, seconds before reconnecting.
     ngram_min / ngram_max: n-gram lookup tries the last ``ngram_max`` tokens first, then
         shorter ones down to ``ngram_min``.
-    suffix_max_depth: longest context + draft path kept in the suffix proposer's tries.
+    suffix_max_depth: longest context + draft path kept in the suffix proposer's tries;
+        memory grows up to this many trie nodes per indexed token (less on repetitive text).
     suffix_min_prob: the suffix proposer stops a draft once the estimated probability of
         the whole draft (product of continuation frequencies) falls below this.
     suffix_max_cached_requests: finished requests whose outputs feed the shared suffix trie.
@@ -44,7 +45,7 @@ class SpeculativeConfig:
     drafter_retry_s: float = 1.0
     ngram_min: int = 1
     ngram_max: int = 4
-    suffix_max_depth: int = 32
+    suffix_max_depth: int = 16
     suffix_min_prob: float = 0.1
     suffix_max_cached_requests: int = 256
     dynamic_k: bool = True

@@ -17,6 +17,7 @@ from jacana_engine.spec.suffix import SuffixProposer
 
 ProposerFactory = Callable[[SpeculativeConfig], Proposer]
 
+
 def _draft_model(c: SpeculativeConfig) -> Proposer:
     from jacana_engine.config import EngineConfig  # imported here: config embeds ours
     from jacana_engine.loader import load_model
