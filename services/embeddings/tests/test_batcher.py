@@ -27,8 +27,10 @@ def test_plan_batches_properties(seed):
     for batch in batches:
         assert 1 <= len(batch) <= size
         longest = max(lengths[i] for i in batch)
-        assert len(batch) == 1 or len(batch) * longest <= budget
-        assert lengths[batch[0]] == longest  # longest first: no hidden padding cost
+        if len(batch) > 1:
+            assert sum(lengths[i] for i in batch) <= budget  # real tokens: batches run packed
+            assert len(batch) * longest <= 2 * budget  # attention's padded grid, bounded
+        assert lengths[batch[0]] == longest  # longest first
     # Sorted by length: batches do not interleave lengths.
     bounds = [(min(lengths[i] for i in b), max(lengths[i] for i in b)) for b in batches]
     for (lo, _), (_, next_hi) in itertools.pairwise(bounds):
@@ -39,6 +41,18 @@ def test_plan_batches_cuts_padding():
     lengths = [200, 3, 190, 4, 5, 210]
     batches = plan_batches(lengths, max_batch_tokens=1000, max_batch_size=3)
     assert [sorted(b) for b in batches] == [[0, 2, 5], [1, 3, 4]]
+
+
+def test_plan_batches_budget_counts_real_tokens():
+    # Packed: 4 inputs of 100 tokens and 8 of 10 fit 600 real tokens; a padded budget
+    # (12 x 100 = 1200) would have split them. The padded grid stays within 2 x 600.
+    lengths = [100] * 4 + [10] * 8
+    assert [len(b) for b in plan_batches(lengths, 600, 64)] == [12]
+    assert [len(b) for b in plan_batches(lengths, 440, 64)] == [8, 4]  # 4 x 100 + 4 x 10
+    # One long input does not drag a crowd of short ones into a huge padded grid.
+    lengths = [256] + [4] * 100
+    batches = plan_batches(lengths, 600, 256)
+    assert batches[0][0] == 0 and len(batches[0]) * 256 <= 1200
 
 
 class FakeModel:

@@ -110,3 +110,40 @@ def test_random_workload_keeps_invariants():
 def test_rejects_empty_pool_or_blocks(num_blocks, block_size):
     with pytest.raises(ValueError):
         BlockManager(num_blocks, block_size)
+
+
+def test_trim_frees_whole_blocks_past_the_kept_tokens():
+    bm = BlockManager(num_blocks=10, block_size=4)
+    seq = make_seq("a", 5)
+    bm.allocate(seq, 5 + 7)  # the last token and drafts reserved: 12 slots, 3 blocks
+    seq.num_computed_tokens = 6
+    assert bm.trim(seq, 6) == 1
+    assert len(seq.block_table) == 2 == bm.blocks_for_tokens(seq.num_computed_tokens)
+    assert bm.trim(seq, 8) == 0  # nothing past a partially used block goes
+    check_invariants(bm, [seq])
+    with pytest.raises(ValueError):
+        bm.trim(seq, 5)  # below the computed length
+    bm.deallocate(seq)
+    assert bm.num_free_blocks == bm.num_total_blocks
+
+
+def test_trim_keeps_shared_cached_blocks_and_their_hashes():
+    bm = BlockManager(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    first = make_seq("a", 9)
+    bm.allocate(first, 9)
+    first.num_computed_tokens = 9
+    bm.commit(first)  # two full blocks registered
+    second = make_seq("b", 9)
+    match = bm.match_prefix(second)
+    assert match.num_tokens == 8
+    bm.allocate(second, 1 + 6, match)  # one prompt token and six drafts
+    second.num_computed_tokens = 9
+    assert bm.trim(second, 9) == 1
+    assert second.block_table[:2] == first.block_table[:2]
+    assert [bm.blocks[b].ref_count for b in second.block_table] == [2, 2, 1]
+    assert bm.num_free_cached_blocks == 0
+    assert bm.num_free_blocks + bm.num_used_blocks == bm.num_total_blocks
+    bm.deallocate(first)
+    bm.deallocate(second)
+    assert bm.num_free_cached_blocks == 2
+    assert bm.num_free_blocks == bm.num_total_blocks

@@ -184,3 +184,33 @@ def test_sampled_tokens_keep_the_target_distribution_end_to_end(toy):
     for pos in range(length):
         top = sum(o[pos] == toy.LM.next_token(prompt + o[:pos]) for o in outs) / n
         assert abs(top - p_top) < tol, (pos, top)
+
+
+@pytest.mark.parametrize("wrong_at", [(0,), (1,), ()])
+def test_rejected_drafts_give_their_blocks_back(toy, wrong_at):
+    """Invariant between steps, for every running sequence: its table holds exactly
+    ceil(num_computed_tokens / block_size) blocks (the next step reserves what it needs,
+    drafts included, and the commit trims what the target rejected)."""
+    engine = spec_engine(toy, OracleProposer(toy.LM, length=8, wrong_at=wrong_at), k=8)
+    bm = engine.block_manager
+    for i, p in enumerate(PROMPTS):
+        engine.add_request(str(i), p, GREEDY)
+    outs: dict[str, list[int]] = {str(i): [] for i in range(len(PROMPTS))}
+    verified_steps = 0
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            outs[o.request_id] += o.new_token_ids
+        running = engine.scheduler.running
+        verified_steps += any(s.spec_tracker is not None for s in running)
+        for seq in running:
+            assert len(seq.block_table) == bm.blocks_for_tokens(seq.num_computed_tokens)
+        held = sum(len(s.block_table) for s in running)
+        assert bm.num_used_blocks == held
+        assert bm.num_free_blocks + bm.num_used_blocks == bm.num_total_blocks
+    assert verified_steps > 0
+    assert list(outs.values()) == [toy.greedy(p, 20) for p in PROMPTS]
+    if wrong_at:
+        assert engine.stats().speculative["oracle"].draft_tokens > (
+            engine.stats().speculative["oracle"].accepted_tokens
+        )
+    assert bm.num_free_blocks == bm.num_total_blocks

@@ -231,3 +231,30 @@ async def test_error_after_the_first_byte_is_an_error_event(
     error = json.loads(events[-2])["error"]
     assert error["message"] == "kv cache on fire" and error["type"] == "service_unavailable_error"
     assert json.loads(events[1])["choices"][0]["delta"] == {"content": "partial"}
+
+
+async def test_scheduling_extensions_are_forwarded(make_client, make_settings, engine, script):
+    engine.servicer.script = script([last("x")])
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "priority": -3,
+        "cache_salt": "tenant-a",
+        "disable_speculation": True,
+    }
+    text = {"model": "m", "prompt": "once", "disable_speculation": False}
+    async with make_client(make_settings({"m": [engine.address]})) as client:
+        assert (await client.post("/v1/chat/completions", json=chat)).status_code == 200
+        assert (await client.post("/v1/completions", json=text)).status_code == 200
+        assert (
+            await client.post("/v1/completions", json={"model": "m", "prompt": "p"})
+        ).status_code == 200
+        bad = {"model": "m", "prompt": "p", "disable_speculation": "yes"}
+        resp = await client.post("/v1/completions", json=bad)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "disable_speculation"
+    chat_req, text_req, default_req = engine.servicer.requests
+    assert (chat_req.priority, chat_req.cache_salt) == (-3, "tenant-a")
+    assert chat_req.disable_speculation is True
+    assert text_req.disable_speculation is False and default_req.disable_speculation is False
+    assert (default_req.priority, default_req.cache_salt) == (0, "")

@@ -10,8 +10,8 @@ One cycle: wait for work; when the queue holds less than a full batch and the pr
 cycle served several callers (a sign of concurrent traffic: a lone caller is not made to
 wait for company that never comes), wait up to ``max_wait_ms`` after the oldest arrival
 for more; take a window of the oldest inputs (FIFO, so long inputs cannot starve); sort
-it by length and cut it into batches whose padded size stays within ``max_batch_tokens``;
-run them one by one.
+it by length and cut it into batches of at most ``max_batch_tokens`` real tokens
+(:func:`plan_batches`); run them one by one.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 # One cycle takes at most this many full batches' worth of queued tokens.
 _WINDOW_BATCHES = 8
+# A batch's padded attention grid (inputs x longest) may be this many times its token
+# budget: attention is a small part of the work for short inputs, but its padded buffers
+# must stay bounded when one long input meets many short ones.
+_PADDED_FACTOR = 2
 
 EmbedFn = Callable[[Sequence[Sequence[int]]], np.ndarray]
 
@@ -41,22 +45,28 @@ def plan_batches(
 ) -> list[list[int]]:
     """Group input indices into batches, longest inputs first.
 
-    Within a batch inputs have neighbouring lengths, so little padding is computed; a
-    batch's padded size ``len(batch) * longest`` stays within ``max_batch_tokens`` (an
-    input longer than that runs alone) and it holds at most ``max_batch_size`` inputs.
-    Every index appears in exactly one batch.
+    Batches run packed (:mod:`jacana_embeddings.varlen`), so their cost is their real
+    token count: that stays within ``max_batch_tokens`` (an input longer than that runs
+    alone). Attention still pads each input to the batch's longest, so inputs of
+    neighbouring lengths share a batch and its padded grid ``len(batch) * longest`` stays
+    within ``_PADDED_FACTOR * max_batch_tokens``. At most ``max_batch_size`` inputs per
+    batch; every index appears in exactly one batch.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    max_padded = _PADDED_FACTOR * max_batch_tokens
     batches: list[list[int]] = []
     current: list[int] = []
+    tokens = 0
     for i in order:
         if current:
-            longest = lengths[current[0]]
             full = len(current) >= max_batch_size
-            if full or (len(current) + 1) * longest > max_batch_tokens:
+            too_many_tokens = tokens + lengths[i] > max_batch_tokens
+            too_much_padding = (len(current) + 1) * lengths[current[0]] > max_padded
+            if full or too_many_tokens or too_much_padding:
                 batches.append(current)
-                current = []
+                current, tokens = [], 0
         current.append(i)
+        tokens += lengths[i]
     if current:
         batches.append(current)
     return batches

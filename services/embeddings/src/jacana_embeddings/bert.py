@@ -2,9 +2,11 @@
 
 Post-LayerNorm transformer: embeddings (word + absolute position + token type) ->
 LayerNorm -> N x [self-attention, residual, LayerNorm, MLP, residual, LayerNorm].
-Inputs are right-padded batches; padding never influences real tokens (key mask).
-Weights are owned by the module and live on its device; the module holds no per-request
-state, so one instance serves every batch (from one worker thread at a time).
+Batches are packed (:mod:`jacana_embeddings.varlen`): every token-wise layer runs on the
+real tokens only, and attention sees a right-padded view whose padding never influences
+real tokens (key mask). Weights are owned by the module and live on its device; the
+module holds no per-request state, so one instance serves every batch (from one worker
+thread at a time).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jacana_embeddings.errors import ModelLoadError
+from jacana_embeddings.varlen import PackedLayout
 
 _ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),
@@ -83,19 +86,19 @@ class _Layer(nn.Module):
         self.mlp_norm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
         self.act = _ACTIVATIONS[cfg.hidden_act]
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        # x: [B, S, H]; key_mask: [B, 1, 1, S] bool, True where the key is a real token
-        b, s, h = x.shape
-        qkv = self.qkv(x).view(b, s, 3, self.num_heads, self.head_dim)
+    def forward(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+        # x: [T, H] packed real tokens
+        b, s = layout.batch_size, layout.max_len
+        qkv = layout.to_padded(self.qkv(x)).view(b, s, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, S, head_dim]
-        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
-        attn = attn.transpose(1, 2).reshape(b, s, h)  # [B, S, H]
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.attention_mask)
+        attn = layout.to_packed(attn.transpose(1, 2))  # [T, H]
         x = self.attn_norm(x + self.attn_out(attn))
         return self.mlp_norm(x + self.mlp_out(self.act(self.mlp_in(x))))
 
 
 class BertEncoder(nn.Module):
-    """``forward(input_ids, attention_mask) -> last hidden states`` ([B, S, H])."""
+    """``forward_packed(ids [T], layout) -> [T, H]``; ``forward(ids [B, S], mask) -> [B, S, H]``."""
 
     def __init__(self, cfg: BertConfig) -> None:
         super().__init__()
@@ -107,27 +110,33 @@ class BertEncoder(nn.Module):
         self.embed_norm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
         self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.num_layers))
 
-    def position_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        # input_ids, attention_mask: [B, S] -> [B, S]
+    def position_ids(self, input_ids: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+        # input_ids: [T] packed -> [T]
         if self.cfg.positions_skip_pad:
-            real = (input_ids != self.cfg.pad_token_id) & attention_mask
-            return torch.cumsum(real, dim=1) * real + self.cfg.pad_token_id
-        s = input_ids.shape[1]
-        pos = torch.arange(self.cfg.position_offset, self.cfg.position_offset + s)
-        return pos.to(input_ids.device).expand_as(input_ids)
+            real = (input_ids != self.cfg.pad_token_id).to(torch.int64)
+            return layout.segment_cumsum(real) * real + self.cfg.pad_token_id
+        return layout.positions() + self.cfg.position_offset
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        # input_ids: [B, S] int64; attention_mask: [B, S] bool (right padding)
+    def forward_packed(self, input_ids: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+        # input_ids: [T] int64, the inputs of ``layout`` end to end -> last hidden [T, H]
         x = (
             self.word_embeddings(input_ids)
-            + self.position_embeddings(self.position_ids(input_ids, attention_mask))
+            + self.position_embeddings(self.position_ids(input_ids, layout))
             + self.token_type_embeddings.weight[0]  # single segment: token type 0 everywhere
         )
-        x = self.embed_norm(x)  # [B, S, H]
-        key_mask = attention_mask[:, None, None, :]  # [B, 1, 1, S]
+        x = self.embed_norm(x)  # [T, H]
         for layer in self.layers:
-            x = layer(x, key_mask)
+            x = layer(x, layout)
         return x
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Right-padded batch in, ``[B, S, H]`` out (zeros at padding)."""
+        # input_ids: [B, S] int64; attention_mask: [B, S] bool, a prefix of each row
+        layout = PackedLayout(attention_mask.sum(dim=1).tolist(), input_ids.device)
+        hidden = self.forward_packed(input_ids[attention_mask], layout)  # [T, H]
+        out = hidden.new_zeros(*input_ids.shape, hidden.shape[-1])  # [B, S, H]
+        out[attention_mask] = hidden
+        return out
 
     def load_hf_weights(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Copy weights named as in HF ``BertModel`` (prefix already stripped) into self.

@@ -30,7 +30,7 @@ class EmbedderConfig:
 class BatcherConfig:
     """Dynamic batching limits.
 
-    ``max_batch_tokens`` bounds one forward pass in padded tokens (inputs x longest input);
+    ``max_batch_tokens`` bounds one forward pass in real tokens (batches run packed);
     ``max_wait_ms`` is how long an idle batcher holds the first arrival for company;
     ``max_queued_inputs`` bounds inputs waiting (beyond it new requests are refused).
     """

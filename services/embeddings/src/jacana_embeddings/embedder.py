@@ -7,6 +7,7 @@ thread at a time; :meth:`Embedder.tokenize` may run on any thread.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from jacana_embeddings.heads import HEADS, Head, NormalizeHead
 from jacana_embeddings.model_spec import read_pipeline
 from jacana_embeddings.pooling import Pooling
 from jacana_embeddings.tokenizer import TextTokenizer
+from jacana_embeddings.varlen import PackedLayout
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -108,18 +110,15 @@ class Embedder:
     def embed(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Vectors for non-empty, in-range token id lists; returns float32 ``[B, dimension]``.
 
-        Pads to the longest input of the batch: callers group inputs of similar length.
+        The inputs run packed (no padding in the token-wise layers); attention pads to the
+        longest input of the batch, so callers still group inputs of similar length.
         """
         lengths = [len(ids) for ids in batch]
-        longest = max(lengths)
-        ids = np.full((len(batch), longest), self.pad_token_id, dtype=np.int64)
-        for row, seq in enumerate(batch):
-            ids[row, : len(seq)] = seq
-        input_ids = torch.from_numpy(ids).to(self.device)  # [B, S]
-        mask = torch.arange(longest) < torch.tensor(lengths)[:, None]  # [B, S]
-        mask = mask.to(self.device)
-        hidden = self.encoder(input_ids, mask)  # [B, S, H]
-        x = self.pooling(hidden, mask)  # [B, P*H]
+        flat = np.fromiter(itertools.chain.from_iterable(batch), np.int64, sum(lengths))
+        input_ids = torch.from_numpy(flat).to(self.device)  # [T]
+        layout = PackedLayout(lengths, self.device)
+        hidden = self.encoder.forward_packed(input_ids, layout)  # [T, H]
+        x = self.pooling(layout.to_padded(hidden), layout.key_mask)  # [B, P*H]
         for head in self.heads:
             x = head(x)  # [B, D]
         return x.float().cpu().numpy()

@@ -80,10 +80,12 @@ class AsyncEngine:
         *,
         priority: int = 0,
         cache_salt: str | None = None,
+        speculative: bool = True,
     ) -> AsyncIterator[RequestOutput]:
         """Stream a request's outputs; the last one has ``finished=True``.
 
-        ``priority`` and ``cache_salt`` are passed to :meth:`LLMEngine.add_request`.
+        ``priority``, ``cache_salt`` and ``speculative`` (False: the request never
+        drafts) are passed to :meth:`LLMEngine.add_request`.
 
         Raises :class:`InvalidRequestError` (at the first iteration) for a request the
         engine rejects. Closing the iterator early, or cancelling its consumer, aborts
@@ -96,7 +98,13 @@ class AsyncEngine:
             await asyncio.wrap_future(
                 self._submit(
                     lambda: self._add(
-                        request_id, prompt, sampling_params, stream, priority, cache_salt
+                        request_id,
+                        prompt,
+                        sampling_params,
+                        stream,
+                        priority,
+                        cache_salt,
+                        speculative,
                     )
                 )
             )
@@ -184,10 +192,18 @@ class AsyncEngine:
         stream: _Stream,
         priority: int = 0,
         cache_salt: str | None = None,
+        speculative: bool = True,
     ) -> None:
         if request_id in self._streams:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
-        self.engine.add_request(request_id, prompt, sp, priority=priority, cache_salt=cache_salt)
+        self.engine.add_request(
+            request_id,
+            prompt,
+            sp,
+            priority=priority,
+            cache_salt=cache_salt,
+            speculative=speculative,
+        )
         self._streams[request_id] = stream
 
     def _abort(self, request_id: str, stream: _Stream | None) -> bool:

@@ -256,7 +256,9 @@ class LLMEngine:
             for seq, tok, lp in zip(sampled, result.token_ids, result.logprobs, strict=True)
         ]
         if result.verified:
-            outputs += self.speculator.commit(plan.scheduled, result.verified, self._append_token)
+            outputs += self.speculator.commit(
+                plan.scheduled, result.verified, self._append_token, self.block_manager.trim
+            )
         return outputs
 
     def _append_token(

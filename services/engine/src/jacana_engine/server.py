@@ -132,6 +132,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                 n,
                 priority=request.priority,
                 cache_salt=request.cache_salt or None,
+                speculative=not request.disable_speculation,
             ):
                 msg = self._message(index, out)
                 if index not in started:
@@ -212,4 +213,15 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             prefix_cache_hit_rate=s.prefix_cache_hit_rate,
             prompt_tokens_per_s=s.prompt_tokens_per_s(now),
             generation_tokens_per_s=s.generation_tokens_per_s(now),
+            speculative=[
+                engine_pb2.SpeculativeStats(
+                    proposer=name,
+                    proposals=p.proposals,
+                    draft_tokens=p.draft_tokens,
+                    accepted_tokens=p.accepted_tokens,
+                    acceptance_rate=p.acceptance_rate,
+                    mean_accepted_length=p.mean_accepted_length,
+                )
+                for name, p in sorted(s.speculative.items())
+            ],
         )

@@ -17,7 +17,8 @@ Decisions:
   (0 or -1 disables), ``min_p``, ``stop_token_ids``, ``ignore_eos`` and, for chat,
   ``add_generation_prompt``, ``repetition_penalty`` (HF semantics, in (0, 10]) and
   ``min_tokens``. So are the scheduling extensions ``priority`` (int32, lower
-  is served first) and ``cache_salt`` (prefix-cache namespace).
+  is served first), ``cache_salt`` (prefix-cache namespace) and ``disable_speculation``
+  (this request never drafts under speculative decoding).
 - ``logit_bias`` keys are token ids as decimal strings (at most ``MAX_LOGIT_BIAS``
   entries), values in [-100, 100]; whether an id is in the vocabulary is the engine's
   call. Logprobs: chat ``top_logprobs`` and completions ``logprobs`` go up to 20.
@@ -163,6 +164,11 @@ class GenerationRequest(BaseModel):
         None,
         description="Prefix-cache namespace: cached prompt blocks are shared only with "
         "requests that send the same salt.",
+    )
+    disable_speculation: Bool = Field(
+        False,
+        description="Opt out of speculative decoding: same output, steadier per-token "
+        "latency, no speed-up.",
     )
     n: Annotated[Int, Field(ge=1, le=128)] | None = Field(
         None, description="Choices per prompt (each with its own index). Default 1."

@@ -80,9 +80,14 @@ def sampling_params(body: GenerationRequest, max_new_tokens: int) -> pb.Sampling
     return params
 
 
-def _scheduling(body: GenerationRequest) -> dict[str, int | str]:
-    """The engine's scheduling fields: ``priority`` and ``cache_salt`` (unset: 0 and "")."""
-    return {"priority": body.priority or 0, "cache_salt": body.cache_salt or ""}
+def _scheduling(body: GenerationRequest) -> dict[str, int | str | bool]:
+    """The engine's scheduling fields: ``priority``, ``cache_salt`` and
+    ``disable_speculation`` (unset: 0, "" and False)."""
+    return {
+        "priority": body.priority or 0,
+        "cache_salt": body.cache_salt or "",
+        "disable_speculation": body.disable_speculation,
+    }
 
 
 def chat_request(

@@ -10,8 +10,10 @@ device tensors, addressed by block id):
   order: token ``i`` lives in block ``block_table[i // block_size]`` at offset
   ``i % block_size``.
 
-A sequence's table only ever grows to cover ``num_computed_tokens + num_new_tokens``: the
-slots the next forward pass writes K/V into.
+A sequence's table only grows to cover ``num_computed_tokens + num_new_tokens``: the
+slots the next forward pass writes K/V into. Between steps a running sequence holds
+``ceil(num_computed_tokens / block_size)`` blocks: a verification step reserves slots for
+its drafts, and ``trim`` hands back the whole blocks past the accepted length.
 
 Prefix caching (``enable_prefix_caching``):
 - *Commit*: once a block is full and its K/V computed (``commit`` after each step) it is
@@ -69,7 +71,8 @@ class BlockManager:
     Verbs: ``match_prefix`` finds the cached start of a sequence being admitted;
     ``can_allocate`` / ``allocate`` grow a table for a chunk of new tokens (taking a
     match's blocks first); ``can_append`` / ``append_slot`` are the one-token (decode)
-    case; ``commit`` offers newly computed full blocks to the cache; ``deallocate``
+    case; ``commit`` offers newly computed full blocks to the cache; ``trim`` gives back
+    blocks reserved past what a sequence keeps (rejected drafts); ``deallocate``
     releases all of a sequence's blocks.
     """
 
@@ -226,18 +229,47 @@ class BlockManager:
         # Reverse order: a sequence's tail is the least likely to be shared, so among the
         # cached blocks it freed, its tail is evicted first.
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                self._free[block_id] = None
-                if block.block_hash is None:
-                    self._free.move_to_end(block_id, last=False)
-                else:
-                    self._num_free_cached += 1
+            self._release(block_id)
         seq.block_table.clear()
         seq.num_committed_blocks = 0
 
+    def trim(self, seq: Sequence, num_tokens: int) -> int:
+        """Release ``seq``'s whole blocks past its first ``num_tokens`` tokens; returns
+        how many left its table.
+
+        For slots reserved but not kept (drafts the target rejected): afterwards the
+        table holds exactly ``blocks_for_tokens(num_tokens)`` blocks when it held at least
+        that many. Raises ``ValueError`` when ``num_tokens`` is below
+        ``seq.num_computed_tokens`` (computed K/V would be dropped). Blocks past the
+        computed length were never committed, so they carry no prefix-cache hash of
+        ``seq``'s; a released block still follows the usual refcount rule.
+        """
+        if num_tokens < seq.num_computed_tokens:
+            raise ValueError(
+                f"{seq.request_id}: cannot trim to {num_tokens} tokens, "
+                f"{seq.num_computed_tokens} are computed"
+            )
+        keep = self.blocks_for_tokens(num_tokens)
+        dropped = seq.block_table[keep:]
+        for block_id in reversed(dropped):
+            self._release(block_id)
+        del seq.block_table[keep:]
+        seq.num_committed_blocks = min(seq.num_committed_blocks, keep)
+        return len(dropped)
+
     # ---- helpers ------------------------------------------------------------------------
+
+    def _release(self, block_id: int) -> None:
+        """Drop one owner of ``block_id``; the last one puts it on the free list (plain
+        blocks first in line for reuse, hashed ones at the LRU end)."""
+        block = self.blocks[block_id]
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            self._free[block_id] = None
+            if block.block_hash is None:
+                self._free.move_to_end(block_id, last=False)
+            else:
+                self._num_free_cached += 1
 
     def _blocks_taken(self, seq: Sequence, num_new_tokens: int, prefix: PrefixMatch) -> int:
         """Free-list entries an allocation consumes: new blocks plus matched blocks that

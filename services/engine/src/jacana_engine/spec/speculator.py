@@ -14,8 +14,9 @@ calls :meth:`verify` on the hidden states of those k + 1 positions; the engine t
 appends the accepted tokens with :meth:`commit`. The scheduler has already set
 ``num_computed_tokens`` to L (the drafts do not count); ``commit`` moves it past the
 accepted drafts only, so rejected drafts' K/V slots are simply overwritten by the next
-step (rollback without copying). Blocks reserved past the accepted length stay with the
-sequence and are filled by its next tokens.
+step (rollback without copying). Whole blocks reserved past the accepted length go back
+to the pool (``trim``), so between steps a sequence holds
+``ceil(num_computed_tokens / block_size)`` blocks, as without speculation.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from jacana_engine.spec.registry import create_proposer
 from jacana_engine.spec.verify import greedy_accept, rejection_sample
 
 AppendToken = Callable[[Sequence, int], RequestOutput]
+TrimBlocks = Callable[[Sequence, int], object]  # BlockManager.trim
 
 
 def can_speculate(seq: Sequence) -> bool:
@@ -151,9 +153,11 @@ class Speculator:
         scheduled: Seq[ScheduledSequence],
         verified: Seq[list[int]],
         append: AppendToken,
+        trim: TrimBlocks | None = None,
     ) -> list[RequestOutput]:
-        """Append each verifying sequence's tokens (stopping where it finishes) and move
-        its computed length past the accepted drafts; one merged output per request."""
+        """Append each verifying sequence's tokens (stopping where it finishes), move its
+        computed length past the accepted drafts and ``trim`` its KV blocks to that
+        length; one merged output per request."""
         chunks = [s for s in scheduled if s.num_draft_tokens > 0]
         outputs: list[RequestOutput] = []
         for s, tokens in zip(chunks, verified, strict=True):
@@ -172,6 +176,8 @@ class Speculator:
                     break
             if not seq.is_finished:
                 seq.num_computed_tokens += accepted
+                if trim is not None:
+                    trim(seq, seq.num_computed_tokens)
             outputs.append(merge_outputs(deltas))
         return outputs
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1djacana/engine/v1/engine.proto\x12\x10jacana.engine.v1\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"[\n\tChatInput\x12/\n\x08messages\x18\x01 \x03(\x0b\x32\x1d.jacana.engine.v1.ChatMessage\x12\x1d\n\x15\x61\x64\x64_generation_prompt\x18\x02 \x01(\x08\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xa1\x04\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\r\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nmax_tokens\x18\x06 \x01(\r\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x08 \x03(\r\x12\x12\n\nignore_eos\x18\t \x01(\x08\x12\x18\n\x10\x63lamp_max_tokens\x18\n \x01(\x08\x12\x18\n\x10presence_penalty\x18\x0b \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x0c \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\r \x01(\x02\x12\x43\n\nlogit_bias\x18\x0e \x03(\x0b\x32/.jacana.engine.v1.SamplingParams.LogitBiasEntry\x12\x12\n\nmin_tokens\x18\x0f \x01(\r\x12\x15\n\x08logprobs\x18\x10 \x01(\rH\x01\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x11 \x01(\rH\x02\x88\x01\x01\x12\t\n\x01n\x18\x12 \x01(\r\x12\x0c\n\x04\x65\x63ho\x18\x13 \x01(\x08\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05_seedB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\"\xff\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12+\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x1b.jacana.engine.v1.ChatInputH\x00\x12\x36\n\x10prompt_token_ids\x18\x04 \x01(\x0b\x32\x1a.jacana.engine.v1.TokenIdsH\x00\x12\x32\n\x08sampling\x18\x05 \x01(\x0b\x32 .jacana.engine.v1.SamplingParams\x12\x10\n\x08priority\x18\x06 \x01(\x05\x12\x12\n\ncache_salt\x18\x07 \x01(\tB\x07\n\x05input\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\r\n\x05token\x18\x02 \x01(\x0c\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"\x85\x01\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\r\n\x05token\x18\x02 \x01(\x0c\x12\x14\n\x07logprob\x18\x03 \x01(\x02H\x00\x88\x01\x01\x12\x32\n\x0ctop_logprobs\x18\x04 \x03(\x0b\x32\x1c.jacana.engine.v1.TopLogprobB\n\n\x08_logprob\"W\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\r\"\xcc\x02\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x35\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1e.jacana.engine.v1.FinishReason\x12&\n\x05usage\x18\x04 \x01(\x0b\x32\x17.jacana.engine.v1.Usage\x12\x14\n\x0cmatched_stop\x18\x05 \x01(\t\x12\r\n\x05index\x18\x06 \x01(\r\x12\x30\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1e.jacana.engine.v1.TokenLogprob\x12\x37\n\x0fprompt_logprobs\x18\x08 \x03(\x0b\x32\x1e.jacana.engine.v1.TokenLogprob\x12\x18\n\x0bprompt_text\x18\t \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_prompt_text\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x15\n\x13GetModelInfoRequest\"\xae\x01\n\tModelInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x15\n\rmax_model_len\x18\x03 \x01(\r\x12\x12\n\nvocab_size\x18\x04 \x01(\r\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x19\n\x11has_chat_template\x18\x06 \x01(\x08\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x14\n\x0c\x65os_token_id\x18\x08 \x01(\r\"\x11\n\x0fGetStatsRequest\"\xcb\x03\n\x0b\x45ngineStats\x12\x13\n\x0bnum_running\x18\x01 \x01(\r\x12\x13\n\x0bnum_waiting\x18\x02 \x01(\r\x12\x17\n\x0fkv_blocks_total\x18\x03 \x01(\r\x12\x16\n\x0ekv_blocks_free\x18\x04 \x01(\r\x12\x1b\n\x13prompt_tokens_total\x18\x05 \x01(\x04\x12\x1f\n\x17generation_tokens_total\x18\x06 \x01(\x04\x12\x1f\n\x17requests_finished_total\x18\x07 \x01(\x04\x12\x13\n\x0bsteps_total\x18\x08 \x01(\x04\x12\x19\n\x11preemptions_total\x18\t \x01(\x04\x12\x16\n\x0ekv_blocks_used\x18\n \x01(\r\x12\x18\n\x10kv_blocks_cached\x18\x0b \x01(\r\x12\"\n\x1aprefix_cache_queries_total\x18\x0c \x01(\x04\x12\x1f\n\x17prefix_cache_hits_total\x18\r \x01(\x04\x12\x1d\n\x15prefix_cache_hit_rate\x18\x0e \x01(\x02\x12\x1b\n\x13prompt_tokens_per_s\x18\x0f \x01(\x02\x12\x1f\n\x17generation_tokens_per_s\x18\x10 \x01(\x02*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xc9\x02\n\x06\x45ngine\x12S\n\x08Generate\x12!.jacana.engine.v1.GenerateRequest\x1a\".jacana.engine.v1.GenerateResponse0\x01\x12H\n\x05\x41\x62ort\x12\x1e.jacana.engine.v1.AbortRequest\x1a\x1f.jacana.engine.v1.AbortResponse\x12R\n\x0cGetModelInfo\x12%.jacana.engine.v1.GetModelInfoRequest\x1a\x1b.jacana.engine.v1.ModelInfo\x12L\n\x08GetStats\x12!.jacana.engine.v1.GetStatsRequest\x1a\x1d.jacana.engine.v1.EngineStatsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1djacana/engine/v1/engine.proto\x12\x10jacana.engine.v1\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"[\n\tChatInput\x12/\n\x08messages\x18\x01 \x03(\x0b\x32\x1d.jacana.engine.v1.ChatMessage\x12\x1d\n\x15\x61\x64\x64_generation_prompt\x18\x02 \x01(\x08\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xa1\x04\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\r\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x00\x88\x01\x01\x12\x12\n\nmax_tokens\x18\x06 \x01(\r\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x08 \x03(\r\x12\x12\n\nignore_eos\x18\t \x01(\x08\x12\x18\n\x10\x63lamp_max_tokens\x18\n \x01(\x08\x12\x18\n\x10presence_penalty\x18\x0b \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x0c \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\r \x01(\x02\x12\x43\n\nlogit_bias\x18\x0e \x03(\x0b\x32/.jacana.engine.v1.SamplingParams.LogitBiasEntry\x12\x12\n\nmin_tokens\x18\x0f \x01(\r\x12\x15\n\x08logprobs\x18\x10 \x01(\rH\x01\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x11 \x01(\rH\x02\x88\x01\x01\x12\t\n\x01n\x18\x12 \x01(\r\x12\x0c\n\x04\x65\x63ho\x18\x13 \x01(\x08\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05_seedB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\"\x9c\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12+\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x1b.jacana.engine.v1.ChatInputH\x00\x12\x36\n\x10prompt_token_ids\x18\x04 \x01(\x0b\x32\x1a.jacana.engine.v1.TokenIdsH\x00\x12\x32\n\x08sampling\x18\x05 \x01(\x0b\x32 .jacana.engine.v1.SamplingParams\x12\x10\n\x08priority\x18\x06 \x01(\x05\x12\x12\n\ncache_salt\x18\x07 \x01(\t\x12\x1b\n\x13\x64isable_speculation\x18\x08 \x01(\x08\x42\x07\n\x05input\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\r\n\x05token\x18\x02 \x01(\x0c\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"\x85\x01\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\r\n\x05token\x18\x02 \x01(\x0c\x12\x14\n\x07logprob\x18\x03 \x01(\x02H\x00\x88\x01\x01\x12\x32\n\x0ctop_logprobs\x18\x04 \x03(\x0b\x32\x1c.jacana.engine.v1.TopLogprobB\n\n\x08_logprob\"W\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x03 \x01(\r\"\xcc\x02\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x35\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1e.jacana.engine.v1.FinishReason\x12&\n\x05usage\x18\x04 \x01(\x0b\x32\x17.jacana.engine.v1.Usage\x12\x14\n\x0cmatched_stop\x18\x05 \x01(\t\x12\r\n\x05index\x18\x06 \x01(\r\x12\x30\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1e.jacana.engine.v1.TokenLogprob\x12\x37\n\x0fprompt_logprobs\x18\x08 \x03(\x0b\x32\x1e.jacana.engine.v1.TokenLogprob\x12\x18\n\x0bprompt_text\x18\t \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_prompt_text\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x15\n\x13GetModelInfoRequest\"\xae\x01\n\tModelInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x15\n\rmax_model_len\x18\x03 \x01(\r\x12\x12\n\nvocab_size\x18\x04 \x01(\r\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x19\n\x11has_chat_template\x18\x06 \x01(\x08\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x14\n\x0c\x65os_token_id\x18\x08 \x01(\r\"\x11\n\x0fGetStatsRequest\"\x84\x04\n\x0b\x45ngineStats\x12\x13\n\x0bnum_running\x18\x01 \x01(\r\x12\x13\n\x0bnum_waiting\x18\x02 \x01(\r\x12\x17\n\x0fkv_blocks_total\x18\x03 \x01(\r\x12\x16\n\x0ekv_blocks_free\x18\x04 \x01(\r\x12\x1b\n\x13prompt_tokens_total\x18\x05 \x01(\x04\x12\x1f\n\x17generation_tokens_total\x18\x06 \x01(\x04\x12\x1f\n\x17requests_finished_total\x18\x07 \x01(\x04\x12\x13\n\x0bsteps_total\x18\x08 \x01(\x04\x12\x19\n\x11preemptions_total\x18\t \x01(\x04\x12\x16\n\x0ekv_blocks_used\x18\n \x01(\r\x12\x18\n\x10kv_blocks_cached\x18\x0b \x01(\r\x12\"\n\x1aprefix_cache_queries_total\x18\x0c \x01(\x04\x12\x1f\n\x17prefix_cache_hits_total\x18\r \x01(\x04\x12\x1d\n\x15prefix_cache_hit_rate\x18\x0e \x01(\x02\x12\x1b\n\x13prompt_tokens_per_s\x18\x0f \x01(\x02\x12\x1f\n\x17generation_tokens_per_s\x18\x10 \x01(\x02\x12\x37\n\x0bspeculative\x18\x11 \x03(\x0b\x32\".jacana.engine.v1.SpeculativeStats\"\x9d\x01\n\x10SpeculativeStats\x12\x10\n\x08proposer\x18\x01 \x01(\t\x12\x11\n\tproposals\x18\x02 \x01(\x04\x12\x14\n\x0c\x64raft_tokens\x18\x03 \x01(\x04\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x04 \x01(\x04\x12\x17\n\x0f\x61\x63\x63\x65ptance_rate\x18\x05 \x01(\x02\x12\x1c\n\x14mean_accepted_length\x18\x06 \x01(\x02*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xc9\x02\n\x06\x45ngine\x12S\n\x08Generate\x12!.jacana.engine.v1.GenerateRequest\x1a\".jacana.engine.v1.GenerateResponse0\x01\x12H\n\x05\x41\x62ort\x12\x1e.jacana.engine.v1.AbortRequest\x1a\x1f.jacana.engine.v1.AbortResponse\x12R\n\x0cGetModelInfo\x12%.jacana.engine.v1.GetModelInfoRequest\x1a\x1b.jacana.engine.v1.ModelInfo\x12L\n\x08GetStats\x12!.jacana.engine.v1.GetStatsRequest\x1a\x1d.jacana.engine.v1.EngineStatsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._loaded_options = None
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_options = b'8\001'
-  _globals['_FINISHREASON']._serialized_start=2408
-  _globals['_FINISHREASON']._serialized_end=2528
+  _globals['_FINISHREASON']._serialized_start=2654
+  _globals['_FINISHREASON']._serialized_end=2774
   _globals['_CHATMESSAGE']._serialized_start=51
   _globals['_CHATMESSAGE']._serialized_end=109
   _globals['_CHATINPUT']._serialized_start=111
@@ -46,27 +46,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=685
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=733
   _globals['_GENERATEREQUEST']._serialized_start=778
-  _globals['_GENERATEREQUEST']._serialized_end=1033
-  _globals['_TOPLOGPROB']._serialized_start=1035
-  _globals['_TOPLOGPROB']._serialized_end=1097
-  _globals['_TOKENLOGPROB']._serialized_start=1100
-  _globals['_TOKENLOGPROB']._serialized_end=1233
-  _globals['_USAGE']._serialized_start=1235
-  _globals['_USAGE']._serialized_end=1322
-  _globals['_GENERATERESPONSE']._serialized_start=1325
-  _globals['_GENERATERESPONSE']._serialized_end=1657
-  _globals['_ABORTREQUEST']._serialized_start=1659
-  _globals['_ABORTREQUEST']._serialized_end=1693
-  _globals['_ABORTRESPONSE']._serialized_start=1695
-  _globals['_ABORTRESPONSE']._serialized_end=1725
-  _globals['_GETMODELINFOREQUEST']._serialized_start=1727
-  _globals['_GETMODELINFOREQUEST']._serialized_end=1748
-  _globals['_MODELINFO']._serialized_start=1751
-  _globals['_MODELINFO']._serialized_end=1925
-  _globals['_GETSTATSREQUEST']._serialized_start=1927
-  _globals['_GETSTATSREQUEST']._serialized_end=1944
-  _globals['_ENGINESTATS']._serialized_start=1947
-  _globals['_ENGINESTATS']._serialized_end=2406
-  _globals['_ENGINE']._serialized_start=2531
-  _globals['_ENGINE']._serialized_end=2860
+  _globals['_GENERATEREQUEST']._serialized_end=1062
+  _globals['_TOPLOGPROB']._serialized_start=1064
+  _globals['_TOPLOGPROB']._serialized_end=1126
+  _globals['_TOKENLOGPROB']._serialized_start=1129
+  _globals['_TOKENLOGPROB']._serialized_end=1262
+  _globals['_USAGE']._serialized_start=1264
+  _globals['_USAGE']._serialized_end=1351
+  _globals['_GENERATERESPONSE']._serialized_start=1354
+  _globals['_GENERATERESPONSE']._serialized_end=1686
+  _globals['_ABORTREQUEST']._serialized_start=1688
+  _globals['_ABORTREQUEST']._serialized_end=1722
+  _globals['_ABORTRESPONSE']._serialized_start=1724
+  _globals['_ABORTRESPONSE']._serialized_end=1754
+  _globals['_GETMODELINFOREQUEST']._serialized_start=1756
+  _globals['_GETMODELINFOREQUEST']._serialized_end=1777
+  _globals['_MODELINFO']._serialized_start=1780
+  _globals['_MODELINFO']._serialized_end=1954
+  _globals['_GETSTATSREQUEST']._serialized_start=1956
+  _globals['_GETSTATSREQUEST']._serialized_end=1973
+  _globals['_ENGINESTATS']._serialized_start=1976
+  _globals['_ENGINESTATS']._serialized_end=2492
+  _globals['_SPECULATIVESTATS']._serialized_start=2495
+  _globals['_SPECULATIVESTATS']._serialized_end=2652
+  _globals['_ENGINE']._serialized_start=2777
+  _globals['_ENGINE']._serialized_end=3106
 # @@protoc_insertion_point(module_scope)
