@@ -9,12 +9,14 @@ worker thread: what a server calling the library directly does when C sentences 
 Both use the same torch thread count (``--threads``; default torch's), float32. For each
 rep and concurrency the two peers run back to back, alternating which goes first;
 results are medians over reps with min–max. The vectors of both peers are compared
-(cosine) on the benchmark sentences.
+(cosine) on the benchmark sentences. ``--linear-backend`` sets the service's
+``JACANA_EMBEDDINGS_LINEAR_BACKEND`` (``torch`` isolates what the oneDNN GEMMs bring).
 
 Writes ``bench/results/embeddings_cpu.json`` and the table ``bench/results/embeddings_cpu.md``
-(``embeddings_cpu_threads<N>.*`` with ``--threads N``).
+(``embeddings_cpu_threads<N>.*`` with ``--threads N``, ``…_<backend>-linear.*`` with a
+linear backend other than ``auto``).
 
-Usage: python bench/embeddings_cpu.py [--reps 5] [--concurrency 1 16 256]
+Usage: python bench/embeddings_cpu.py [--reps 5] [--concurrency 1 16 256] [--threads 1]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import socket
 import statistics
@@ -98,6 +101,11 @@ class JacanaProcess:
                 return
             time.sleep(0.25)
         raise SystemExit("embeddings service did not become ready")
+
+    def linear_backend(self) -> str:
+        """The dense-layer backend the service reported at start-up."""
+        found = re.search(r"linear backend (\w+)", self.log.read_text())
+        return found.group(1) if found else "unknown"
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -190,6 +198,7 @@ def measure(args: argparse.Namespace) -> dict:
     env = {
         "JACANA_EMBEDDINGS_MAX_WAIT_MS": str(args.max_wait_ms),
         "JACANA_EMBEDDINGS_NUM_THREADS": str(args.threads),
+        "JACANA_EMBEDDINGS_LINEAR_BACKEND": args.linear_backend,
     }
     server = JacanaProcess(env)
     worker = ThreadPoolExecutor(1, thread_name_prefix="st-encode")
@@ -197,6 +206,8 @@ def measure(args: argparse.Namespace) -> dict:
         print(f"[bench] loading sentence-transformers from {model_dir}", flush=True)
         reference = SentenceTransformer(model_dir, device="cpu")
         server.wait_ready()
+        linear_backend = server.linear_backend()
+        print(f"[bench] Jacana's linear backend: {linear_backend}", flush=True)
         peers = {
             "jacana": jacana_peer(server.address),
             "sentence-transformers": st_peer(reference, worker),
@@ -280,6 +291,8 @@ def measure(args: argparse.Namespace) -> dict:
             "concurrency": args.concurrency,
             "sentences_per_run": {c: args.sentences.get(c, 4 * c) for c in args.concurrency},
             "jacana_max_wait_ms": args.max_wait_ms,
+            "jacana_linear_backend_setting": args.linear_backend,
+            "jacana_linear_backend": linear_backend,
             "threads": args.threads,
             "st_batch_size": 32,
         },
@@ -312,7 +325,8 @@ def render(result: dict) -> str:
         f"{result['model']['name']} ({result['model']['weights']}, {result['model']['dtype']}); "
         f"one sentence (6–60 tokens) per request; median (min–max) of {s['reps']} interleaved "
         "reps. Jacana: C concurrent gRPC clients against `python -m jacana_embeddings` "
-        f"(max_wait_ms {s['jacana_max_wait_ms']}, torch threads {m['torch_threads']}). "
+        f"(max_wait_ms {s['jacana_max_wait_ms']}, torch threads {m['torch_threads']}, "
+        f"linear backend {s.get('jacana_linear_backend', 'torch')}, packed batches). "
         "sentence-transformers: `encode` on the same sentences C at a time "
         f"(batch_size {s['st_batch_size']}), in-process on one worker thread.",
         "",
@@ -364,6 +378,9 @@ def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     threads = result["settings"]["threads"]
     stem = "embeddings_cpu" if not threads else f"embeddings_cpu_threads{threads}"
+    backend = result["settings"]["jacana_linear_backend_setting"]
+    if backend != "auto":
+        stem += f"_{backend}-linear"
     paths = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     texts = json.dumps(result, indent=2) + "\n", render(result)
     for path, text in zip(paths, texts, strict=True):
@@ -380,6 +397,12 @@ def main() -> None:
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads of both peers (0: torch's)"
+    )
+    parser.add_argument(
+        "--linear-backend",
+        choices=["auto", "torch", "onednn"],
+        default="auto",
+        help="the service's dense-layer backend (JACANA_EMBEDDINGS_LINEAR_BACKEND)",
     )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args()

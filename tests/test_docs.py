@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jacana_embeddings.settings import EmbeddingsSettings
 from jacana_engine.settings import EngineSettings
 from jacana_gateway.config import GatewaySettings
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
-@pytest.mark.parametrize("settings", [EngineSettings, GatewaySettings])
+@pytest.mark.parametrize("settings", [EngineSettings, EmbeddingsSettings, GatewaySettings])
 def test_every_setting_is_in_the_readme(settings):
     prefix = settings.model_config["env_prefix"]
     missing = [

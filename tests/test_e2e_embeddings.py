@@ -141,3 +141,17 @@ def test_gateway_reaches_the_service_over_http(embeddings_gateway):
     assert resp.status_code == 200
     body = resp.json()
     assert body["object"] == "list" and len(body["data"][0]["embedding"]) == 384
+
+
+def test_an_embeddings_only_gateway_lists_and_checks_the_model(sdk, embeddings_gateway):
+    assert [m.id for m in sdk.models.list().data] == [EMBEDDINGS_MODEL_ID]
+    assert sdk.models.retrieve(EMBEDDINGS_MODEL_ID).owned_by == "jacana"
+    health = httpx.get(f"http://{embeddings_gateway.address}/health", timeout=10)
+    assert health.status_code == 200
+    model = health.json()["models"][EMBEDDINGS_MODEL_ID]
+    assert model["kind"] == "embeddings" and model["healthy_replicas"] == 1
+    with pytest.raises(openai.BadRequestError) as exc:
+        sdk.chat.completions.create(
+            model=EMBEDDINGS_MODEL_ID, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert exc.value.body["code"] == "model_not_supported"

@@ -47,16 +47,16 @@ def reference(model_dir: Path):
 
 @pytest.fixture
 async def make_service(embedder: Embedder) -> AsyncIterator[Callable[..., EmbeddingService]]:
-    batchers: list[DynamicBatcher] = []
+    services: list[EmbeddingService] = []
 
     def make(embedder_: Embedder = embedder, max_inputs: int = 2048, **overrides):
         batcher = DynamicBatcher(
             embedder_.embed, embedder_.info.dimension, BatcherConfig(**overrides)
         )
         batcher.start()
-        batchers.append(batcher)
-        return EmbeddingService(embedder_, batcher, max_inputs)
+        services.append(EmbeddingService(embedder_, batcher, max_inputs))
+        return services[-1]
 
     yield make
-    for b in batchers:
-        await b.close()
+    for service in services:
+        await service.close()

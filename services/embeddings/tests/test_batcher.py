@@ -28,8 +28,9 @@ def test_plan_batches_properties(seed):
         assert 1 <= len(batch) <= size
         longest = max(lengths[i] for i in batch)
         if len(batch) > 1:
-            assert sum(lengths[i] for i in batch) <= budget  # real tokens: batches run packed
-            assert len(batch) * longest <= 2 * budget  # attention's padded grid, bounded
+            real = sum(lengths[i] for i in batch)
+            assert real <= budget  # real tokens: batches run packed
+            assert len(batch) * longest <= 2 * real  # attention's padded grid, bounded
         assert lengths[batch[0]] == longest  # longest first
     # Sorted by length: batches do not interleave lengths.
     bounds = [(min(lengths[i] for i in b), max(lengths[i] for i in b)) for b in batches]
@@ -44,15 +45,16 @@ def test_plan_batches_cuts_padding():
 
 
 def test_plan_batches_budget_counts_real_tokens():
-    # Packed: 4 inputs of 100 tokens and 8 of 10 fit 600 real tokens; a padded budget
-    # (12 x 100 = 1200) would have split them. The padded grid stays within 2 x 600.
-    lengths = [100] * 4 + [10] * 8
-    assert [len(b) for b in plan_batches(lengths, 600, 64)] == [12]
-    assert [len(b) for b in plan_batches(lengths, 440, 64)] == [8, 4]  # 4 x 100 + 4 x 10
-    # One long input does not drag a crowd of short ones into a huge padded grid.
+    # Packed: 4 inputs of 100 tokens and 8 of 60 fit 880 real tokens; a padded budget
+    # (12 x 100 = 1200) would have split them.
+    lengths = [100] * 4 + [60] * 8
+    assert [len(b) for b in plan_batches(lengths, 880, 64)] == [12]
+    assert [len(b) for b in plan_batches(lengths, 640, 64)] == [8, 4]  # 4 x 100 + 4 x 60
+    # Short inputs do not ride along with a long one: attention would pad them to it.
     lengths = [256] + [4] * 100
-    batches = plan_batches(lengths, 600, 256)
-    assert batches[0][0] == 0 and len(batches[0]) * 256 <= 1200
+    batches = plan_batches(lengths, 2048, 256)
+    assert batches[0][0] == 0 and len(batches[0]) <= 2  # 2 x 256 <= 2 x (256 + 4)
+    assert [len(b) for b in batches[1:]] == [100 - len(batches[0]) + 1]
 
 
 class FakeModel:

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from jacana_embeddings.encoders import ENCODER_FAMILIES, load_encoder, resolve_family
 from jacana_embeddings.errors import ModelLoadError
+from jacana_embeddings.linear_backends import select_linear_backend
 
 CPU = torch.device("cpu")
 TINY = dict(
@@ -62,11 +63,13 @@ def _reference_hidden(model, ids, mask) -> torch.Tensor:
     return out.hidden_states[-1]  # [B, S, H]
 
 
+@pytest.mark.parametrize("dense", ["torch", "auto"])
 @pytest.mark.parametrize("kind", ["bert", "bert-mlm", "roberta", "xlm-roberta"])
-def test_tiny_random_encoders_match_transformers(kind, tmp_path):
+def test_tiny_random_encoders_match_transformers(kind, dense, tmp_path):
     extra = {"pad_token_id": 1} if "roberta" in kind else {}
     model = _save_random(kind, tmp_path, **extra)
     arch, ours = load_encoder(tmp_path, torch.float32, CPU)
+    ours.dense = select_linear_backend(dense, CPU, torch.float32)
     assert arch == model.config.architectures[0]
     ids, mask = _batch(TINY["vocab_size"], extra.get("pad_token_id", 0))
     expected = _reference_hidden(model, ids, mask)
@@ -91,11 +94,13 @@ def test_legacy_gamma_beta_names(tmp_path):
     )
 
 
-def test_minilm_hidden_states_match_transformers(model_dir):
+@pytest.mark.parametrize("dense", ["torch", "auto"])
+def test_minilm_hidden_states_match_transformers(model_dir, dense):
     from transformers import AutoModel
 
     ref = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
     _, ours = load_encoder(model_dir, torch.float32, CPU)
+    ours.dense = select_linear_backend(dense, CPU, torch.float32)
     ids, mask = _batch(30522, 0, lengths=(40, 7, 128, 2))
     ids[:, 0] = 101  # [CLS]
     torch.testing.assert_close(

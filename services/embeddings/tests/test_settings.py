@@ -26,6 +26,7 @@ def test_defaults_serve_minilm():
     assert config.model_dir == Path(default_model_path())
     assert (config.model_dir / "model.safetensors").is_file()
     assert config.pooling is None and config.normalize is None and config.matryoshka_dims is None
+    assert config.linear_backend == "auto"
     b = s.batcher_config()
     assert (b.max_batch_tokens, b.max_wait_ms, s.max_inputs_per_request) == (2048, 2.0, 2048)
 
@@ -37,7 +38,9 @@ def test_environment_is_read(monkeypatch, tmp_path):
     monkeypatch.setenv("JACANA_EMBEDDINGS_NORMALIZE", "false")
     monkeypatch.setenv("JACANA_EMBEDDINGS_MATRYOSHKA_DIMS", "[256, 128]")
     monkeypatch.setenv("JACANA_EMBEDDINGS_MAX_WAIT_MS", "0")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_LINEAR_BACKEND", "torch")
     s = EmbeddingsSettings.load()
+    assert s.embedder_config().linear_backend == "torch"
     config = s.embedder_config()
     assert config.model_dir == tmp_path and config.pooling == ("cls", "max")
     assert config.normalize is False and config.matryoshka_dims == (256, 128)
@@ -52,6 +55,7 @@ def test_environment_is_read(monkeypatch, tmp_path):
         ("MAX_INPUTS_PER_REQUEST", "0", "greater than or equal"),
         ("DEVICE", "tpu", "pattern"),
         ("DTYPE", "int8", "float32"),
+        ("LINEAR_BACKEND", "blas", "onednn"),
         ("POOLING", "median", "unknown pooling"),
         ("MATRYOSHKA_DIMS", "[0]", "positive"),
         ("MODEL", "/nonexistent/model", "not a model directory"),

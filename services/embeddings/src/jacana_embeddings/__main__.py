@@ -41,7 +41,7 @@ async def build_service(settings: EmbeddingsSettings):
     info = embedder.info
     log.info(
         "model ready in %.1fs: %s, dimension %d, max %d tokens, pooling %s, normalized %s, "
-        "matryoshka %s",
+        "matryoshka %s, linear backend %s",
         time.perf_counter() - started,
         info.architecture,
         info.dimension,
@@ -49,6 +49,7 @@ async def build_service(settings: EmbeddingsSettings):
         info.pooling,
         info.normalized,
         list(info.matryoshka_dims),
+        embedder.linear_backend,
     )
     batcher = DynamicBatcher(embedder.embed, info.dimension, settings.batcher_config())
     batcher.start()
@@ -62,7 +63,7 @@ async def serve(settings: EmbeddingsSettings) -> None:
     server = GrpcServer(SERVICE_NAME, settings)
     embeddings_pb2_grpc.add_EmbeddingsServicer_to_server(EmbeddingsServicer(service), server.server)
     await server.start()
-    await server.run(on_stop=service.batcher.close)
+    await server.run(on_stop=service.close)
 
 
 def main() -> None:

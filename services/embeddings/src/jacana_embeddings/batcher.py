@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 
 # One cycle takes at most this many full batches' worth of queued tokens.
 _WINDOW_BATCHES = 8
-# A batch's padded attention grid (inputs x longest) may be this many times its token
-# budget: attention is a small part of the work for short inputs, but its padded buffers
-# must stay bounded when one long input meets many short ones.
+# A batch's padded attention grid (inputs x longest) may be this many times its real
+# tokens: for short inputs attention is a small part of the work even padded, but a short
+# input padded to a long one pays attention over the long one's length.
 _PADDED_FACTOR = 2
 
 EmbedFn = Callable[[Sequence[Sequence[int]]], np.ndarray]
@@ -45,24 +45,26 @@ def plan_batches(
 ) -> list[list[int]]:
     """Group input indices into batches, longest inputs first.
 
-    Batches run packed (:mod:`jacana_embeddings.varlen`), so their cost is their real
-    token count: that stays within ``max_batch_tokens`` (an input longer than that runs
-    alone). Attention still pads each input to the batch's longest, so inputs of
-    neighbouring lengths share a batch and its padded grid ``len(batch) * longest`` stays
-    within ``_PADDED_FACTOR * max_batch_tokens``. At most ``max_batch_size`` inputs per
+    Batches run packed (:mod:`jacana_embeddings.varlen`), so the token-wise layers cost
+    a batch's real token count: that stays within ``max_batch_tokens`` (an input longer
+    than that runs alone). Attention still pads every input to the batch's longest, at a
+    cost that grows with the square of that length, so a batch's padded grid
+    ``len(batch) * longest`` stays within ``_PADDED_FACTOR`` times its real tokens: short
+    inputs do not ride along with a much longer one. At most ``max_batch_size`` inputs per
     batch; every index appears in exactly one batch.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
-    max_padded = _PADDED_FACTOR * max_batch_tokens
     batches: list[list[int]] = []
     current: list[int] = []
     tokens = 0
     for i in order:
         if current:
-            full = len(current) >= max_batch_size
-            too_many_tokens = tokens + lengths[i] > max_batch_tokens
-            too_much_padding = (len(current) + 1) * lengths[current[0]] > max_padded
-            if full or too_many_tokens or too_much_padding:
+            grown = tokens + lengths[i]
+            if (
+                len(current) >= max_batch_size
+                or grown > max_batch_tokens
+                or (len(current) + 1) * lengths[current[0]] > _PADDED_FACTOR * grown
+            ):
                 batches.append(current)
                 current, tokens = [], 0
         current.append(i)

@@ -4,9 +4,10 @@ Post-LayerNorm transformer: embeddings (word + absolute position + token type) -
 LayerNorm -> N x [self-attention, residual, LayerNorm, MLP, residual, LayerNorm].
 Batches are packed (:mod:`jacana_embeddings.varlen`): every token-wise layer runs on the
 real tokens only, and attention sees a right-padded view whose padding never influences
-real tokens (key mask). Weights are owned by the module and live on its device; the
-module holds no per-request state, so one instance serves every batch (from one worker
-thread at a time).
+real tokens (key mask). Dense layers go through a :class:`LinearBackend` chosen at load
+time (torch's ``F.linear`` or oneDNN's fused linear + activation). Weights are owned by
+the module and live on its device; the module holds no per-request state, so one
+instance serves every batch (from one worker thread at a time).
 """
 
 from __future__ import annotations
@@ -19,16 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from jacana_embeddings.errors import ModelLoadError
+from jacana_embeddings.linear_backends import ACTIVATIONS, LinearBackend, TorchLinear
 from jacana_embeddings.varlen import PackedLayout
-
-_ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-    "swish": F.silu,
-}
 
 
 @dataclass(frozen=True)
@@ -59,7 +52,7 @@ class BertConfig:
             raise ModelLoadError(
                 f"hidden_size {self.hidden_size} is not a multiple of {self.num_heads} heads"
             )
-        if self.hidden_act not in _ACTIVATIONS:
+        if self.hidden_act not in ACTIVATIONS:
             raise ModelLoadError(f"unsupported hidden_act {self.hidden_act!r}")
 
     @property
@@ -84,25 +77,31 @@ class _Layer(nn.Module):
         self.mlp_in = nn.Linear(h, cfg.intermediate_size)
         self.mlp_out = nn.Linear(cfg.intermediate_size, h)
         self.mlp_norm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
-        self.act = _ACTIVATIONS[cfg.hidden_act]
+        self.act = cfg.hidden_act
 
-    def forward(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, layout: PackedLayout, dense: LinearBackend) -> torch.Tensor:
         # x: [T, H] packed real tokens
         b, s = layout.batch_size, layout.max_len
-        qkv = layout.to_padded(self.qkv(x)).view(b, s, 3, self.num_heads, self.head_dim)
+        qkv = dense.linear(x, self.qkv.weight, self.qkv.bias)  # [T, 3H]
+        qkv = layout.to_padded(qkv).view(b, s, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, S, head_dim]
         attn = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.attention_mask)
         attn = layout.to_packed(attn.transpose(1, 2))  # [T, H]
-        x = self.attn_norm(x + self.attn_out(attn))
-        return self.mlp_norm(x + self.mlp_out(self.act(self.mlp_in(x))))
+        x = self.attn_norm(x + dense.linear(attn, self.attn_out.weight, self.attn_out.bias))
+        h = dense.linear(x, self.mlp_in.weight, self.mlp_in.bias, self.act)  # [T, I]
+        return self.mlp_norm(x + dense.linear(h, self.mlp_out.weight, self.mlp_out.bias))
 
 
 class BertEncoder(nn.Module):
-    """``forward_packed(ids [T], layout) -> [T, H]``; ``forward(ids [B, S], mask) -> [B, S, H]``."""
+    """``forward_packed(ids [T], layout) -> [T, H]``; ``forward(ids [B, S], mask) -> [B, S, H]``.
+
+    ``dense`` runs the linear layers; set it once after loading (default: torch).
+    """
 
     def __init__(self, cfg: BertConfig) -> None:
         super().__init__()
         self.cfg = cfg
+        self.dense: LinearBackend = TorchLinear()
         h = cfg.hidden_size
         self.word_embeddings = nn.Embedding(cfg.vocab_size, h)
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, h)
@@ -126,7 +125,7 @@ class BertEncoder(nn.Module):
         )
         x = self.embed_norm(x)  # [T, H]
         for layer in self.layers:
-            x = layer(x, layout)
+            x = layer(x, layout, self.dense)
         return x
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

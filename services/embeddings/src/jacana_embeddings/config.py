@@ -14,12 +14,15 @@ class EmbedderConfig:
     sentence-transformers ``max_seq_length`` (capped by the position table), ``pooling``
     to ``1_Pooling/config.json``, ``normalize`` to a trailing ``Normalize`` module,
     ``matryoshka_dims`` to the model card. An empty ``matryoshka_dims`` turns it off.
+    ``linear_backend`` names the dense-layer backend (``auto``, ``torch``, ``onednn``; see
+    :mod:`jacana_embeddings.linear_backends`).
     """
 
     model_dir: Path
     model_id: str
     dtype: str = "float32"
     device: str = "cpu"
+    linear_backend: str = "auto"
     max_input_tokens: int | None = None
     pooling: tuple[str, ...] | None = None
     normalize: bool | None = None

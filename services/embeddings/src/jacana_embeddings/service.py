@@ -2,15 +2,13 @@
 shape the output.
 
 Validation happens before anything is queued, so a bad input never costs a forward
-pass and never fails the other inputs of a batch. Tokenization of large requests runs on
-the default thread pool (a 2048-text request must not stall the event loop; short ones
-are tokenized in place, cheaper than the thread hop); the forward pass runs on the
-batcher's worker thread.
+pass and never fails the other inputs of a batch. Tokenization runs off the event loop,
+the texts of concurrent requests together (:class:`TokenizeQueue`), so the loop stays
+free for I/O at high request rates; the forward pass runs on the batcher's worker thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,9 +17,11 @@ import numpy as np
 from jacana_embeddings.batcher import DynamicBatcher
 from jacana_embeddings.embedder import Embedder, ModelInfo
 from jacana_embeddings.errors import InvalidRequestError, ModelNotFoundError
+from jacana_embeddings.tokenize_queue import TokenizeQueue
 
-# Requests with at most this many characters of text are tokenized on the event loop.
-_INLINE_TOKENIZE_CHARS = 4096
+# Tokenizer calls at once: each spreads its texts over every core already; a second one
+# overlaps the Python-side work of the first.
+_TOKENIZE_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,12 @@ class EmbeddingService:
         self.batcher = batcher
         self.info = embedder.info
         self.max_inputs = max_inputs
+        self.tokenize_queue = TokenizeQueue(embedder.tokenizer.encode_requests, _TOKENIZE_THREADS)
+
+    async def close(self) -> None:
+        """Stop batching and tokenizing; callers still waiting get an error."""
+        await self.batcher.close()
+        await self.tokenize_queue.close()
 
     async def embed(
         self,
@@ -109,10 +115,8 @@ class EmbeddingService:
                 f"at most {self.max_inputs} inputs per request (got {count})", "input"
             )
         out_dim = resolve_dimensions(self.info, dimensions)
-        if texts is not None and sum(len(t) for t in texts) <= _INLINE_TOKENIZE_CHARS:
-            encoded = self.embedder.tokenize(texts, truncate)  # ~0.1 ms: not worth a thread hop
-        elif texts is not None:
-            encoded = await asyncio.to_thread(self.embedder.tokenize, texts, truncate)
+        if texts is not None:
+            encoded = await self.tokenize_queue.encode(texts, truncate)
         else:
             encoded = self._check_token_ids(token_ids, truncate)
         ids = [e[0] for e in encoded]

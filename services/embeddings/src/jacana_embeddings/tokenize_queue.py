@@ -1,0 +1,85 @@
+"""Tokenization off the event loop, coalesced across concurrent requests.
+
+Who owns what: the pending list and the count of running calls belong to the event loop
+(touched only from coroutines and loop callbacks, so no locks). Tokenizer calls run on
+the queue's own small thread pool. A call takes every request pending when it starts and
+encodes all their texts at once (``TextTokenizer.encode_requests``: one ``encode_batch``,
+spread over the CPU's cores without the GIL); while ``threads`` calls run, new requests
+wait and join the next one. A lone request starts a call at once, so nobody waits for
+company. Each request gets its own result or its own error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from jacana_embeddings.errors import InvalidRequestError
+
+Encoded = list[tuple[list[int], bool]]
+EncodeRequestsFn = Callable[
+    [Sequence[tuple[Sequence[str], bool]]], list[Encoded | InvalidRequestError]
+]
+
+
+class TokenizeQueue:
+    """``await encode(texts, truncate) -> [(ids, truncated), ...]``, batched across callers.
+
+    Use on one event loop; :meth:`close` at shutdown.
+    """
+
+    def __init__(self, encode_requests: EncodeRequestsFn, threads: int = 2) -> None:
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
+        self._encode_requests = encode_requests
+        self._threads = threads
+        self._pending: list[tuple[Sequence[str], bool, asyncio.Future]] = []
+        self._running = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self.calls_total = 0
+
+    async def encode(self, texts: Sequence[str], truncate: bool) -> Encoded:
+        """Like ``TextTokenizer.encode``: raises InvalidRequestError for a bad text."""
+        loop = asyncio.get_running_loop()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="tokenize")
+        future = loop.create_future()
+        self._pending.append((texts, truncate, future))
+        if self._running < self._threads:
+            self._start(loop)
+        return await future
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        taken = [item for item in self._pending if not item[2].done()]  # drop cancelled
+        self._pending = []
+        if not taken:
+            return
+        self._running += 1
+        self.calls_total += 1
+        requests = [(texts, truncate) for texts, truncate, _ in taken]
+        call = loop.run_in_executor(self._executor, self._encode_requests, requests)
+        call.add_done_callback(lambda done: self._finish(loop, taken, done))
+
+    def _finish(self, loop: asyncio.AbstractEventLoop, taken, done: asyncio.Future) -> None:
+        self._running -= 1
+        failure = RuntimeError("tokenizer call cancelled") if done.cancelled() else done.exception()
+        results = [failure] * len(taken) if failure is not None else done.result()
+        for (_, _, future), result in zip(taken, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        if self._pending:
+            self._start(loop)
+
+    async def close(self) -> None:
+        """Fail what is still waiting and stop the threads (after their current call)."""
+        pending, self._pending = self._pending, []
+        for _, _, future in pending:
+            if not future.done():
+                future.set_exception(RuntimeError("embeddings service is shutting down"))
+        if self._executor is not None:
+            await asyncio.to_thread(self._executor.shutdown, wait=True)
