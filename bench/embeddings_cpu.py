@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import datetime as dt
 import importlib.metadata
-import json
 import os
 import platform
 import random
@@ -42,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from common import cpu_model, fmt_spread, spread, write_results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERVICE = "jacana.embeddings.v1.Embeddings"
@@ -174,15 +174,6 @@ def st_peer(model, worker: ThreadPoolExecutor) -> Callable:
     return run
 
 
-def spread(values: list[float]) -> dict:
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "samples": values,
-    }
-
-
 def measure(args: argparse.Namespace) -> dict:
     import torch
     from sentence_transformers import SentenceTransformer
@@ -302,20 +293,6 @@ def measure(args: argparse.Namespace) -> dict:
     }
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def fmt(stat: dict, digits: int = 0) -> str:
-    return f"{stat['median']:.{digits}f} ({stat['min']:.{digits}f}–{stat['max']:.{digits}f})"
-
-
 def render(result: dict) -> str:
     s, m, v = result["settings"], result["machine"], result["versions"]
     by = {(r["concurrency"], r["peer"]): r for r in result["results"]}
@@ -339,9 +316,10 @@ def render(result: dict) -> str:
         j, st = by[(c, "jacana")], by[(c, "sentence-transformers")]
         per_rep = ratio["per_rep_ratio"]
         lines.append(
-            f"| {c} | {fmt(j['sentences_per_s'])} | {fmt(st['sentences_per_s'])} | "
+            f"| {c} | {fmt_spread(j['sentences_per_s'], 0)} | "
+            f"{fmt_spread(st['sentences_per_s'], 0)} | "
             f"**{ratio['ratio']:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f}) | "
-            f"{fmt(j['median_latency_ms'], 1)} | {fmt(st['median_latency_ms'], 1)} |"
+            f"{fmt_spread(j['median_latency_ms'], 1)} | {fmt_spread(st['median_latency_ms'], 1)} |"
         )
     lines += [
         "",
@@ -375,19 +353,12 @@ def render(result: dict) -> str:
 
 
 def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
     threads = result["settings"]["threads"]
     stem = "embeddings_cpu" if not threads else f"embeddings_cpu_threads{threads}"
     backend = result["settings"]["jacana_linear_backend_setting"]
     if backend != "auto":
         stem += f"_{backend}-linear"
-    paths = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-    texts = json.dumps(result, indent=2) + "\n", render(result)
-    for path, text in zip(paths, texts, strict=True):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    return paths
+    return write_results(out_dir, stem, result, render(result))
 
 
 def main() -> None:

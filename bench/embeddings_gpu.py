@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import fmt_spread, spread, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_SENTENCES_PER_S = 20_000  # on one H200, 128-token inputs
@@ -79,15 +80,6 @@ def parse_load(text: str) -> tuple[int, int]:
     if min(load) < 1:
         raise argparse.ArgumentTypeError(f"load {text!r}: want CLIENTSxTEXTS, both >= 1")
     return load
-
-
-def spread(values: list[float]) -> dict:
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "samples": values,
-    }
 
 
 # --- the model directory ------------------------------------------------------------------
@@ -396,10 +388,6 @@ def versions() -> dict:
     return out
 
 
-def fmt(stat: dict, digits: int = 0) -> str:
-    return f"{stat['median']:,.{digits}f} ({stat['min']:,.{digits}f}–{stat['max']:,.{digits}f})"
-
-
 def render(result: dict) -> str:
     s, m, v = result["settings"], result["machine"], result["versions"]
     ratio = {r["load"]: r for r in result["ratios"]}
@@ -421,8 +409,8 @@ def render(result: dict) -> str:
         best = ratio.get(r["load"])
         shown = f"**{best['ratio']:.2f}×**" if best and r["peer"] == "jacana" else ""
         lines.append(
-            f"| {r['load']} | {r['peer']} | {fmt(r['sentences_per_s'])} | "
-            f"{fmt(r['median_latency_ms'], 1)} | {shown} |"
+            f"| {r['load']} | {r['peer']} | {fmt_spread(r['sentences_per_s'], 0)} | "
+            f"{fmt_spread(r['median_latency_ms'], 1)} | {shown} |"
         )
     met = result["jacana_best_sentences_per_s"] >= result["target_sentences_per_s"]
     lines += [
@@ -472,10 +460,8 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
     result = measure(args)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "embeddings_gpu.json").write_text(json.dumps(result, indent=2) + "\n")
     table = render(result)
-    (args.out_dir / "embeddings_gpu.md").write_text(table)
+    write_results(args.out_dir, "embeddings_gpu", result, table)
     print(table)
     print(f"[bench] wrote {args.out_dir}/embeddings_gpu.json and .md")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpu_common import (
+from common import (
     CONFIGS_DIR,
     RESULTS_DIR,
     environment,

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_common import CONFIGS_DIR, RESULTS_DIR, environment, fmt_spread, random_prompts, spread
+from common import CONFIGS_DIR, RESULTS_DIR, environment, fmt_spread, random_prompts, spread
 
 MODEL_ID = "bench"
 

@@ -17,7 +17,7 @@ CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
 
 def spread(values: list[float]) -> dict[str, Any]:
-    """{"median", "min", "max", "n", "values"} of repetitions."""
+    """{"median", "min", "max", "n", "values"} of repetitions: what every result reports."""
     return {
         "median": statistics.median(values),
         "min": min(values),
@@ -28,6 +28,7 @@ def spread(values: list[float]) -> dict[str, Any]:
 
 
 def fmt_spread(s: dict[str, Any] | None, digits: int = 2) -> str:
+    """ "median (min–max)" of a :func:`spread`, or "-" when there is none."""
     if not s:
         return "-"
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
@@ -63,7 +64,24 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def write_results(out_dir: Path, name: str, doc: dict[str, Any], table: str) -> None:
+def cpu_model() -> str:
+    """The processor's marketing name, for the record of where a CPU benchmark ran."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_results(out_dir: Path, name: str, doc: dict[str, Any], table: str) -> tuple[Path, Path]:
+    """Write ``name``.json and ``name``.md under ``out_dir``, each replaced atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out_dir / f"{name}.md").write_text(table + "\n")
+    paths = out_dir / f"{name}.json", out_dir / f"{name}.md"
+    texts = json.dumps(doc, indent=2) + "\n", table.rstrip("\n") + "\n"
+    for path, text in zip(paths, texts, strict=True):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return paths
