@@ -6,14 +6,13 @@ import asyncio
 
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
 from jacana_gateway.completions import events
-from jacana_gateway.engine_client import open_stream
-from jacana_gateway.engine_pool import EnginePool
+from jacana_gateway.engine_client import engine_pool, open_stream
 from jacana_gateway.formats import ChatFormat, Envelope
 
 
 async def test_candidates_prefer_fewest_in_flight_then_rotate_and_skip_failed():
     now = [100.0]
-    pool = EnginePool({"m": ["h:1", "h:2", "h:3"]}, retry_after_s=2.0, clock=lambda: now[0])
+    pool = engine_pool({"m": ["h:1", "h:2", "h:3"]}, retry_after_s=2.0, clock=lambda: now[0])
     await pool.start()
     try:
         a, b, c = pool.replicas("m")
@@ -37,7 +36,7 @@ async def test_candidates_prefer_fewest_in_flight_then_rotate_and_skip_failed():
 
 
 async def test_replicas_of_different_models_share_nothing_but_channels():
-    pool = EnginePool({"x": ["h:1"], "y": ["h:1", "h:2"]})
+    pool = engine_pool({"x": ["h:1"], "y": ["h:1", "h:2"]})
     await pool.start()
     try:
         (x1,) = pool.replicas("x")
@@ -52,7 +51,7 @@ async def test_replicas_of_different_models_share_nothing_but_channels():
 
 async def test_closing_a_stream_cancels_the_call_and_frees_the_replica(engine, script):
     engine.servicer.script = script([pb.GenerateResponse(text="x")], hang=True)
-    pool = EnginePool({"m": [engine.address]})
+    pool = engine_pool({"m": [engine.address]})
     await pool.start()
     try:
         stream = await open_stream(pool, "m", pb.GenerateRequest(request_id="r1"), 30)
@@ -72,7 +71,7 @@ async def test_abandoning_a_suspended_event_stream_cancels_the_call(engine, scri
     # The disconnect case where the SSE generator is parked at a ``yield`` (the server was
     # blocked sending) rather than awaiting the engine: closing it must still cancel.
     engine.servicer.script = script([pb.GenerateResponse(text="a")], hang=True)
-    pool = EnginePool({"m": [engine.address]})
+    pool = engine_pool({"m": [engine.address]})
     await pool.start()
     try:
         stream = await open_stream(pool, "m", pb.GenerateRequest(request_id="r2"), 30)

@@ -18,7 +18,7 @@ from jacana_gateway.auth import BearerAuthMiddleware
 from jacana_gateway.body_limit import BodyLimitMiddleware
 from jacana_gateway.config import GatewaySettings
 from jacana_gateway.embeddings_route import EmbeddingsBackends, embeddings_router
-from jacana_gateway.engine_pool import EnginePool
+from jacana_gateway.engine_client import engine_pool
 from jacana_gateway.errors import install_error_handlers
 from jacana_gateway.state import GatewayState
 
@@ -27,7 +27,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     """A gateway app for ``settings``; serve it with any ASGI server that runs lifespan."""
     state = GatewayState(
         settings=settings,
-        pool=EnginePool(settings.engines),
+        pool=engine_pool(settings.engines),
         admission=Admission(settings.max_in_flight),
         version=version(),
         started_at=int(time.time()),

@@ -19,7 +19,6 @@ bit-identical vectors.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import sys
@@ -32,17 +31,16 @@ from typing import Annotated, Any, Literal
 import grpc
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic import StrictBool as Bool
 from pydantic import StrictInt as Int
 from pydantic import StrictStr as Str
 
 from jacana_common.errors import ApiError, api_error_from_grpc
-from jacana_common.grpc_client import make_channel
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2 as pb
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
 from jacana_gateway.disconnect import cancel_on_disconnect
+from jacana_gateway.replica_pool import ReplicaPool
 
 EMBEDDINGS_SERVICE = "jacana.embeddings.v1.Embeddings"
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
@@ -121,13 +119,9 @@ class EmbeddingsRequest(BaseModel):
 
 
 class EmbeddingsBackends:
-    """Model id -> embeddings service replicas; least-in-flight routing.
-
-    A replica that answered UNAVAILABLE is tried last for ``retry_after_s``.
-
-    Channels are opened by :meth:`start` on the serving event loop and closed by
-    :meth:`close`; in-flight counts change only on that loop.
-    """
+    """Model id -> embeddings service replicas (a :class:`ReplicaPool`), and ``Embed`` calls
+    routed over them: least in flight first, a replica that answered UNAVAILABLE last for
+    ``retry_after_s``, the next replica tried while one is UNAVAILABLE."""
 
     def __init__(
         self,
@@ -136,76 +130,48 @@ class EmbeddingsBackends:
         retry_after_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._targets = {model: list(t) for model, t in targets.items()}
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._in_flight: dict[str, int] = {}
-        self._failed_at: dict[str, float] = {}
-        self._retry_after_s = retry_after_s
-        self._clock = clock
+        self.pool = ReplicaPool(
+            targets,
+            service=EMBEDDINGS_SERVICE,
+            stub=embeddings_pb2_grpc.EmbeddingsStub,
+            retry_after_s=retry_after_s,
+            clock=clock,
+        )
 
     @property
     def models(self) -> list[str]:
-        return list(self._targets)
+        return self.pool.models
 
     def __contains__(self, model: object) -> bool:
-        return model in self._targets
+        return model in self.pool
 
     async def start(self) -> None:
-        for targets in self._targets.values():
-            for target in targets:
-                if target not in self._channels:
-                    self._channels[target] = make_channel(target)
-                    self._in_flight[target] = 0
+        await self.pool.start()
 
     async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
-
-    async def probe(self, target: str, timeout: float) -> bool:
-        """True when ``target`` answers the gRPC health check of the embeddings service
-        with SERVING."""
-        stub = health_pb2_grpc.HealthStub(self._channels[target])
-        request = health_pb2.HealthCheckRequest(service=EMBEDDINGS_SERVICE)
-        try:
-            reply = await stub.Check(request, timeout=timeout)
-        except grpc.aio.AioRpcError:
-            return False
-        return reply.status == health_pb2.HealthCheckResponse.SERVING
+        await self.pool.close()
 
     async def health(self, timeout: float) -> dict[str, dict[str, bool]]:
-        """Model -> endpoint -> serving, probing every endpoint once, concurrently."""
-        if self._targets and not self._channels:
-            raise RuntimeError("EmbeddingsBackends.start() has not been awaited")
-        targets = list(self._channels)
-        results = await asyncio.gather(*(self.probe(t, timeout) for t in targets))
-        serving = dict(zip(targets, results, strict=True))
-        return {model: {t: serving[t] for t in ts} for model, ts in self._targets.items()}
+        """Model -> endpoint -> serving, probing every replica concurrently."""
+        return await self.pool.health(timeout)
 
     async def embed(self, model: str, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
         """Call ``Embed`` on the least busy replica, moving on while replicas are UNAVAILABLE.
 
         Raises :class:`ApiError` for every failure.
         """
-        if not self._channels:
-            raise RuntimeError("EmbeddingsBackends.start() has not been awaited")
-        cutoff = self._clock() - self._retry_after_s
-        order = sorted(
-            self._targets[model],
-            key=lambda t: (self._failed_at.get(t, float("-inf")) > cutoff, self._in_flight[t]),
-        )
-        for n, target in enumerate(order, start=1):
-            stub = embeddings_pb2_grpc.EmbeddingsStub(self._channels[target])
-            self._in_flight[target] += 1
+        candidates = self.pool.candidates(model)
+        for n, replica in enumerate(candidates, start=1):
+            self.pool.acquire(replica)
             try:
-                return await stub.Embed(request, timeout=timeout)
+                return await replica.stub.Embed(request, timeout=timeout)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    self._failed_at[target] = self._clock()
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or n == len(order):
+                    self.pool.mark_failed(replica)
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or n == len(candidates):
                     raise api_error_from_grpc(exc.code(), exc.details()) from None
             finally:
-                self._in_flight[target] -= 1
+                self.pool.release(replica)
         raise RuntimeError(f"model {model!r} has no endpoints")
 
 

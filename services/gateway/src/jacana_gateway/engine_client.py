@@ -12,16 +12,25 @@ caller must close it on every path, disconnects included.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import grpc
 
 from jacana_common.errors import ApiError, api_error_from_grpc
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
+from jacana_common.pb.jacana.engine.v1 import engine_pb2_grpc
 from jacana_common.telemetry import outgoing_metadata
-from jacana_gateway.engine_pool import EnginePool, Replica
+from jacana_gateway.replica_pool import Replica, ReplicaPool
 
 log = logging.getLogger(__name__)
+
+ENGINE_SERVICE = "jacana.engine.v1.Engine"
+
+
+def engine_pool(engines: Mapping[str, Sequence[str]], **options: Any) -> ReplicaPool:
+    """The pool of engine replicas per model (``replica.stub`` is an ``EngineStub``)."""
+    return ReplicaPool(engines, service=ENGINE_SERVICE, stub=engine_pb2_grpc.EngineStub, **options)
 
 
 def _error(exc: grpc.aio.AioRpcError, replica: Replica) -> ApiError:
@@ -42,7 +51,7 @@ class EngineStream:
     """An open Generate call whose first message has already been received."""
 
     def __init__(
-        self, pool: EnginePool, replica: Replica, call: grpc.aio.UnaryStreamCall, first
+        self, pool: ReplicaPool, replica: Replica, call: grpc.aio.UnaryStreamCall, first
     ) -> None:
         self.replica = replica
         self._pool = pool
@@ -77,7 +86,7 @@ class EngineStream:
 
 
 async def open_stream(
-    pool: EnginePool, model: str, request: pb.GenerateRequest, timeout_s: float
+    pool: ReplicaPool, model: str, request: pb.GenerateRequest, timeout_s: float
 ) -> EngineStream:
     """Start ``request`` on the best replica of ``model``; raise ApiError if none takes it."""
     candidates = pool.candidates(model)

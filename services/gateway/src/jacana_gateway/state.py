@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from jacana_gateway.admission import Admission
 from jacana_gateway.config import GatewaySettings
 from jacana_gateway.embeddings_route import EmbeddingsBackends
-from jacana_gateway.engine_pool import EnginePool
+from jacana_gateway.replica_pool import ReplicaPool
 
 
 @dataclass
@@ -16,7 +16,7 @@ class GatewayState:
     control, static facts. A model id is in at most one of ``pool`` and ``embeddings``."""
 
     settings: GatewaySettings
-    pool: EnginePool
+    pool: ReplicaPool
     admission: Admission
     version: str
     started_at: int

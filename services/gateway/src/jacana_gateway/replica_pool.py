@@ -1,11 +1,12 @@
-"""The engine replicas behind each served model, and which one gets the next request.
+"""The replicas of one gRPC service behind each served model, and which one gets the next
+request. The gateway keeps one pool for engines and one for embeddings services.
 
-The pool owns one grpc.aio channel per distinct endpoint, opened by :meth:`EnginePool.start`
-on the running event loop and closed by :meth:`EnginePool.close` (which also cancels any
-call still open on them). Per-replica in-flight counts live here, in the gateway process,
-and only ever change on the event loop thread.
+The pool owns one grpc.aio channel per distinct endpoint, opened by
+:meth:`ReplicaPool.start` on the running event loop and closed by :meth:`ReplicaPool.close`
+(which also cancels any call still open on them). Per-replica in-flight counts live here,
+in the gateway process, and only ever change on the event loop thread.
 
-Routing: :meth:`EnginePool.candidates` orders a model's replicas by (failed recently,
+Routing: :meth:`ReplicaPool.candidates` orders a model's replicas by (failed recently,
 in-flight requests, rotation), so the least-loaded healthy replica comes first, ties
 rotate, and a replica that just returned UNAVAILABLE is tried last for ``retry_after_s``.
 """
@@ -16,43 +17,53 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from jacana_common.grpc_client import make_channel
-from jacana_common.pb.jacana.engine.v1 import engine_pb2_grpc
 
-ENGINE_SERVICE = "jacana.engine.v1.Engine"
+# A generated gRPC stub class: called with a channel, it gives the service's client.
+StubFactory = Callable[[grpc.aio.Channel], Any]
 
 
 @dataclass
 class Replica:
-    """One engine endpoint serving one model."""
+    """One endpoint serving one model: its service stub and health stub share a channel."""
 
     target: str
     channel: grpc.aio.Channel
-    stub: engine_pb2_grpc.EngineStub = field(init=False)
-    health: health_pb2_grpc.HealthStub = field(init=False)
+    stub_factory: StubFactory = field(repr=False)
+    stub: Any = field(init=False, repr=False)
+    health: health_pb2_grpc.HealthStub = field(init=False, repr=False)
     in_flight: int = 0
     failed_at: float = float("-inf")
 
     def __post_init__(self) -> None:
-        self.stub = engine_pb2_grpc.EngineStub(self.channel)
+        self.stub = self.stub_factory(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
 
-class EnginePool:
-    """Model id -> replicas; least-in-flight routing; health probes."""
+class ReplicaPool:
+    """Model id -> replicas of ``service``; least-in-flight routing; health probes.
+
+    service: the gRPC service name the replicas' health checks are asked about.
+    stub: the generated stub class of that service (``replica.stub`` is one).
+    """
 
     def __init__(
         self,
-        engines: Mapping[str, Sequence[str]],
+        targets: Mapping[str, Sequence[str]],
         *,
+        service: str,
+        stub: StubFactory,
         retry_after_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._targets = {model: list(targets) for model, targets in engines.items()}
+        self.service = service
+        self._stub_factory = stub
+        self._targets = {model: list(endpoints) for model, endpoints in targets.items()}
         self._replicas: dict[str, list[Replica]] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._turn: dict[str, int] = dict.fromkeys(self._targets, 0)
@@ -72,7 +83,9 @@ class EnginePool:
             for target in targets:
                 if target not in self._channels:
                     self._channels[target] = make_channel(target)
-            self._replicas[model] = [Replica(t, self._channels[t]) for t in targets]
+            self._replicas[model] = [
+                Replica(t, self._channels[t], self._stub_factory) for t in targets
+            ]
 
     async def close(self) -> None:
         """Close every channel; calls still open on them end with CANCELLED."""
@@ -81,7 +94,7 @@ class EnginePool:
 
     def replicas(self, model: str) -> list[Replica]:
         if not self._replicas:
-            raise RuntimeError("EnginePool.start() has not been awaited")
+            raise RuntimeError("ReplicaPool.start() has not been awaited")
         return self._replicas[model]
 
     def candidates(self, model: str) -> list[Replica]:
@@ -110,7 +123,7 @@ class EnginePool:
 
     async def probe(self, replica: Replica, timeout: float) -> bool:
         """True when ``replica`` answers the gRPC health check with SERVING."""
-        request = health_pb2.HealthCheckRequest(service=ENGINE_SERVICE)
+        request = health_pb2.HealthCheckRequest(service=self.service)
         try:
             reply = await replica.health.Check(request, timeout=timeout)
         except grpc.aio.AioRpcError:
