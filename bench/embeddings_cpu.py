@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from common import cpu_machine, fmt_spread, package_versions, spread, write_results
+from common import cpu_machine, fmt_ratio, fmt_spread, package_versions, spread, write_results
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERVICE = "jacana.embeddings.v1.Embeddings"
@@ -301,11 +301,10 @@ def render(result: dict) -> str:
     for ratio in result["ratios"]:
         c = ratio["concurrency"]
         j, st = by[(c, "jacana")], by[(c, "sentence-transformers")]
-        per_rep = ratio["per_rep_ratio"]
         lines.append(
             f"| {c} | {fmt_spread(j['sentences_per_s'], 0)} | "
             f"{fmt_spread(st['sentences_per_s'], 0)} | "
-            f"**{ratio['ratio']:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f}) | "
+            f"{fmt_ratio(ratio['ratio'], ratio['per_rep_ratio'])} | "
             f"{fmt_spread(j['median_latency_ms'], 1)} | {fmt_spread(st['median_latency_ms'], 1)} |"
         )
     lines += [
