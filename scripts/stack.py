@@ -1,18 +1,24 @@
-"""Run the Jacana stack (engine, embeddings, gateway) as child processes: ``make up``.
+"""Run the Jacana stack (drafter, engine, embeddings, gateway) as child processes: ``make up``.
 
 The supervisor owns the children: each runs in its own session (so a Ctrl-C in the
 terminal reaches only the supervisor, which then stops them in order), its output is
 echoed with a ``[name]`` prefix and written to ``.run/logs/<name>.log``, and readiness is
-read from the services' own health endpoints (gRPC health for the engine and the
-embeddings service, HTTP /health for the gateway). SIGINT/SIGTERM stop every child
+read from the services' own health endpoints (gRPC health for the drafter, the engine and
+the embeddings service, HTTP /health for the gateway). SIGINT/SIGTERM stop every child
 (SIGTERM, then SIGKILL after a grace period); a child that dies takes the others down and
 the supervisor exits non-zero, showing the last lines the child wrote.
 
-Configuration is the services' own environment (``JACANA_ENGINE_*``,
+Configuration is the services' own environment (``JACANA_ENGINE_*``, ``JACANA_DRAFTER_*``,
 ``JACANA_EMBEDDINGS_*``, ``JACANA_GATEWAY_*``), passed through unchanged; the supervisor
-only fills in what joins them: the engine's and the embeddings service's ports and the
-gateway's ``ENGINES`` and ``EMBEDDINGS`` maps (each unless set explicitly).
-``JACANA_STACK_EMBEDDINGS=0`` leaves the embeddings service out.
+only fills in what joins them (each unless set explicitly): the services' ports, the
+gateway's ``ENGINES`` and ``EMBEDDINGS`` maps, and the engine's drafter address.
+
+Speculative decoding stays off unless ``JACANA_ENGINE_SPECULATIVE_PROPOSER`` names a
+proposer; then the engine drafts through the drafter this stack runs (the ``remote``
+transport, the same topology as the compose stack) unless
+``JACANA_ENGINE_SPECULATIVE_TRANSPORT`` says otherwise, and the engine's proposer settings
+carry over to the drafter. ``JACANA_STACK_EMBEDDINGS=0`` / ``JACANA_STACK_DRAFTER=0``
+leave those services out (without a drafter, a proposer runs in the engine).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ DEFAULT_MODEL_ID = "smollm2-135m-instruct"
 DEFAULT_EMBEDDINGS_MODEL_ID = "all-minilm-l6-v2"
 DEFAULT_ENGINE_PORT = 50051
 DEFAULT_EMBEDDINGS_PORT = 50061
+DEFAULT_DRAFTER_PORT = 50071
 DEFAULT_GATEWAY_PORT = 8000
 PROGRESS_EVERY_S = 5.0
 TAIL_LINES = 40
@@ -150,9 +157,10 @@ async def supervise(
             loop.add_signal_handler(sig, on_signal)
     try:
         for service in services:
-            say(f"starting {service.name}: {' '.join(service.argv)}")
             await service.start()
             started.append(service)
+            assert service.process is not None
+            say(f"started {service.name} (pid {service.process.pid}): {' '.join(service.argv)}")
         return await _watch(services, start_timeout_s, on_ready, stop)
     finally:
         if started:
@@ -284,11 +292,48 @@ def _enabled(env: dict[str, str], name: str) -> bool:
     raise SystemExit(f"[stack] {name} must be 1 or 0, got {raw!r}")
 
 
+# Engine settings of the in-process proposers and the drafter settings that mean the same,
+# so that one set of variables configures the proposer wherever it runs.
+DRAFTER_MIRRORS = {
+    "JACANA_DRAFTER_NGRAM_MIN": "JACANA_ENGINE_SPECULATIVE_NGRAM_MIN",
+    "JACANA_DRAFTER_NGRAM_MAX": "JACANA_ENGINE_SPECULATIVE_NGRAM_MAX",
+    "JACANA_DRAFTER_DRAFT_MODEL": "JACANA_ENGINE_SPECULATIVE_DRAFT_MODEL",
+    "JACANA_DRAFTER_DRAFT_NUM_KV_BLOCKS": "JACANA_ENGINE_SPECULATIVE_DRAFT_NUM_KV_BLOCKS",
+    "JACANA_DRAFTER_DEVICE": "JACANA_ENGINE_DEVICE",
+    "JACANA_DRAFTER_DTYPE": "JACANA_ENGINE_DTYPE",
+}
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """What the banner says about speculative decoding.
+
+    proposer: the engine's proposer setting ("none": off); transport: "inprocess" or
+    "remote"; drafter: the address the engine drafts from (remote transport only).
+    """
+
+    proposer: str = "none"
+    transport: str = "inprocess"
+    drafter: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.proposer not in ("", "none")
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "off (JACANA_ENGINE_SPECULATIVE_PROPOSER=ngram|suffix|draft_model turns it on)"
+        if self.transport == "remote":
+            return f"{self.proposer}, drafted by the drafter at {self.drafter}"
+        return f"{self.proposer}, drafted inside the engine"
+
+
 @dataclass(frozen=True)
 class StackPlan:
     """The children in start order, and what the banner shows.
 
-    ``embeddings`` is None when ``JACANA_STACK_EMBEDDINGS=0`` leaves the service out.
+    ``embeddings`` / ``drafter`` are None when ``JACANA_STACK_EMBEDDINGS=0`` /
+    ``JACANA_STACK_DRAFTER=0`` leave the service out.
     """
 
     engine: Service
@@ -297,38 +342,80 @@ class StackPlan:
     model_id: str
     embeddings: Service | None = None
     embeddings_model_id: str | None = None
+    drafter: Service | None = None
+    speculation: Speculation = Speculation()
 
     @property
     def services(self) -> list[Service]:
-        """Start order; the gateway last, since its /health needs the others serving."""
-        return [s for s in (self.engine, self.embeddings, self.gateway) if s is not None]
+        """Start order: the drafter before the engine that drafts from it; the gateway
+        last, since its /health needs the others serving."""
+        order = (self.drafter, self.engine, self.embeddings, self.gateway)
+        return [s for s in order if s is not None]
+
+
+def _speculation(env: dict[str, str], drafter_target: str | None) -> Speculation:
+    """The engine's proposer and transport: remote through this stack's drafter unless the
+    environment picks a transport, in-process when the stack runs no drafter."""
+    proposer = env.get("JACANA_ENGINE_SPECULATIVE_PROPOSER", "").strip() or "none"
+    transport = env.get("JACANA_ENGINE_SPECULATIVE_TRANSPORT", "").strip()
+    if not transport:
+        transport = "remote" if drafter_target is not None else "inprocess"
+    drafter = env.get("JACANA_ENGINE_DRAFTER_ADDRESS") or drafter_target or "127.0.0.1:50071"
+    return Speculation(proposer, transport, drafter if transport == "remote" else None)
 
 
 def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
-    """Decide ports and the gateway's model maps from ``env``; build the services."""
+    """Decide ports, the gateway's model maps and the engine's drafter from ``env``; build
+    the services."""
     env = {**env, "PYTHONUNBUFFERED": "1"}
     with_embeddings = _enabled(env, "JACANA_STACK_EMBEDDINGS")
+    with_drafter = _enabled(env, "JACANA_STACK_DRAFTER")
     engine_host = env.get("JACANA_ENGINE_HOST", "127.0.0.1")
     embeddings_host = env.get("JACANA_EMBEDDINGS_HOST", "127.0.0.1")
+    drafter_host = env.get("JACANA_DRAFTER_HOST", "127.0.0.1")
     gateway_host = env.get("JACANA_GATEWAY_HOST", "127.0.0.1")
     engine_port = _port(env, "JACANA_ENGINE_PORT", DEFAULT_ENGINE_PORT)
     embeddings_port = (
         _port(env, "JACANA_EMBEDDINGS_PORT", DEFAULT_EMBEDDINGS_PORT) if with_embeddings else 0
     )
+    drafter_port = _port(env, "JACANA_DRAFTER_PORT", DEFAULT_DRAFTER_PORT) if with_drafter else 0
     gateway_port = _port(env, "JACANA_GATEWAY_PORT", DEFAULT_GATEWAY_PORT)
     _check_free(engine_host, engine_port, "JACANA_ENGINE_PORT")
     if with_embeddings:
         _check_free(embeddings_host, embeddings_port, "JACANA_EMBEDDINGS_PORT")
+    if with_drafter:
+        _check_free(drafter_host, drafter_port, "JACANA_DRAFTER_PORT")
     _check_free(gateway_host, gateway_port, "JACANA_GATEWAY_PORT")
     model_id = env.get("JACANA_ENGINE_MODEL_ID") or DEFAULT_MODEL_ID
     engine_target = f"{_local(engine_host)}:{engine_port}"
     engines = env.get("JACANA_GATEWAY_ENGINES") or json.dumps({model_id: [engine_target]})
 
     python = sys.executable
+    drafter = None
+    drafter_target = f"{_local(drafter_host)}:{drafter_port}" if with_drafter else None
+    if drafter_target is not None:
+        drafter_env = {**env, "JACANA_DRAFTER_HOST": drafter_host}
+        drafter_env["JACANA_DRAFTER_PORT"] = str(drafter_port)
+        for mirror, source in DRAFTER_MIRRORS.items():
+            if not env.get(mirror) and env.get(source):
+                drafter_env[mirror] = env[source]
+        drafter = Service(
+            name="drafter",
+            argv=[python, "-m", "jacana_drafter"],
+            env=drafter_env,
+            probe=grpc_probe(drafter_target),
+            log_path=log_dir / "drafter.log",
+        )
+    speculation = _speculation(env, drafter_target)
+    engine_env = {**env, "JACANA_ENGINE_HOST": engine_host, "JACANA_ENGINE_PORT": str(engine_port)}
+    if speculation.enabled:  # off: the engine's own defaults, untouched
+        engine_env["JACANA_ENGINE_SPECULATIVE_TRANSPORT"] = speculation.transport
+        if speculation.drafter is not None:
+            engine_env["JACANA_ENGINE_DRAFTER_ADDRESS"] = speculation.drafter
     engine = Service(
         name="engine",
         argv=[python, "-m", "jacana_engine"],
-        env={**env, "JACANA_ENGINE_HOST": engine_host, "JACANA_ENGINE_PORT": str(engine_port)},
+        env=engine_env,
         probe=grpc_probe(engine_target),
         log_path=log_dir / "engine.log",
     )
@@ -371,11 +458,17 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         model_id=model_id,
         embeddings=embeddings,
         embeddings_model_id=embeddings_model_id,
+        drafter=drafter,
+        speculation=speculation,
     )
 
 
 def banner(
-    base_url: str, model_id: str, log_dir: Path, embeddings_model_id: str | None = None
+    base_url: str,
+    model_id: str,
+    log_dir: Path,
+    embeddings_model_id: str | None = None,
+    speculation: Speculation | None = None,
 ) -> str:
     question = "What is the capital of France?"
     messages = [{"role": "user", "content": question}]
@@ -392,6 +485,7 @@ def banner(
     served = model_id + (f", {embeddings_model_id}" if embeddings_model_id else "")
     return f"""
 Jacana is up: {base_url}   (models: {served})
+Speculative decoding: {(speculation or Speculation()).describe()}
 
 Try it with curl:
 
@@ -433,10 +527,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.log_dir.mkdir(parents=True, exist_ok=True)
     stack = plan(dict(os.environ), args.log_dir)
     where = [f"engine on {stack.engine.env['JACANA_ENGINE_PORT']}"]
+    if stack.drafter is not None:
+        where.insert(0, f"drafter on {stack.drafter.env['JACANA_DRAFTER_PORT']}")
     if stack.embeddings is not None:
         where.append(f"embeddings on {stack.embeddings.env['JACANA_EMBEDDINGS_PORT']}")
     say(", ".join([*where, f"gateway on {stack.base_url}"]))
-    ready_text = banner(stack.base_url, stack.model_id, args.log_dir, stack.embeddings_model_id)
+    say(f"speculative decoding: {stack.speculation.describe()}")
+    ready_text = banner(
+        stack.base_url,
+        stack.model_id,
+        args.log_dir,
+        stack.embeddings_model_id,
+        stack.speculation,
+    )
     return asyncio.run(
         supervise(
             stack.services,

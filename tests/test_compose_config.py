@@ -71,7 +71,7 @@ def config() -> dict:
     return compose_config(COMPOSE)
 
 
-SERVICES = ["engine", "embeddings", "gateway"]
+SERVICES = ["drafter", "engine", "embeddings", "gateway"]
 
 
 def test_every_service_builds_from_its_dockerfile(config):
@@ -118,6 +118,24 @@ def test_backends_listen_where_the_gateway_looks(config):
     assert env["JACANA_EMBEDDINGS_HOST"] == "0.0.0.0"
     assert env["JACANA_EMBEDDINGS_PORT"] == "50061"
     assert env["JACANA_EMBEDDINGS_MODEL_ID"] == "all-minilm-l6-v2"
+
+
+def test_engine_drafts_through_the_drafter_only_when_asked(config):
+    """Speculation is off by default; naming a proposer is the one step that turns it on,
+    and the engine is already pointed at the drafter service."""
+    engine = config["services"]["engine"]
+    env = environment(engine)
+    assert env["JACANA_ENGINE_SPECULATIVE_PROPOSER"] == "none"
+    assert env["JACANA_ENGINE_SPECULATIVE_TRANSPORT"] == "remote"
+    assert env["JACANA_ENGINE_DRAFTER_ADDRESS"] == "drafter:50071"
+    assert engine["depends_on"]["drafter"]["condition"] == "service_started"
+    drafter = config["services"]["drafter"]
+    env = environment(drafter)
+    assert env["JACANA_DRAFTER_HOST"] == "0.0.0.0"
+    assert env["JACANA_DRAFTER_PORT"] == "50071"
+    assert "ports" not in drafter  # reached by the engine on the compose network only
+    targets = [v.split(":")[1] if isinstance(v, str) else v["target"] for v in drafter["volumes"]]
+    assert "/models" in targets  # where a draft model comes from
 
 
 @pytest.mark.skipif(compose_command() is None, reason="overlay merge needs a compose binary")

@@ -180,13 +180,14 @@ def test_plan_joins_engine_embeddings_and_gateway(tmp_path):
         "PATH": os.environ.get("PATH", ""),
         "JACANA_ENGINE_PORT": "0",
         "JACANA_EMBEDDINGS_PORT": "0",
+        "JACANA_DRAFTER_PORT": "0",
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_ENGINE_MODEL_ID": "my-model",
         "JACANA_ENGINE_MODEL": "/models/x.gguf",
     }
     plan = stack.plan(env, tmp_path)
 
-    assert [s.name for s in plan.services] == ["engine", "embeddings", "gateway"]
+    assert [s.name for s in plan.services] == ["drafter", "engine", "embeddings", "gateway"]
     engine_port = int(plan.engine.env["JACANA_ENGINE_PORT"])
     embeddings_port = int(plan.embeddings.env["JACANA_EMBEDDINGS_PORT"])
     assert engine_port > 0 and embeddings_port > 0 and engine_port != embeddings_port
@@ -238,6 +239,7 @@ def test_plan_keeps_explicit_model_maps(tmp_path):
     env = {
         "JACANA_ENGINE_PORT": "0",
         "JACANA_EMBEDDINGS_PORT": "0",
+        "JACANA_DRAFTER_PORT": "0",
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_GATEWAY_ENGINES": engines,
         "JACANA_GATEWAY_EMBEDDINGS": embeddings,
@@ -248,14 +250,107 @@ def test_plan_keeps_explicit_model_maps(tmp_path):
 
 
 def test_plan_can_leave_the_embeddings_service_out(tmp_path):
-    env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0", "JACANA_STACK_EMBEDDINGS": "0"}
+    env = {
+        "JACANA_ENGINE_PORT": "0",
+        "JACANA_GATEWAY_PORT": "0",
+        "JACANA_DRAFTER_PORT": "0",
+        "JACANA_STACK_EMBEDDINGS": "0",
+    }
     plan = stack.plan(env, tmp_path)
     assert plan.embeddings is None and plan.embeddings_model_id is None
-    assert [s.name for s in plan.services] == ["engine", "gateway"]
+    assert [s.name for s in plan.services] == ["drafter", "engine", "gateway"]
     assert "JACANA_GATEWAY_EMBEDDINGS" not in plan.gateway.env
     assert "embeddings" not in stack.banner(plan.base_url, plan.model_id, tmp_path)
     with pytest.raises(SystemExit, match="JACANA_STACK_EMBEDDINGS"):
         stack.plan({**env, "JACANA_STACK_EMBEDDINGS": "maybe"}, tmp_path)
+
+
+def test_plan_starts_the_drafter_with_speculation_off(tmp_path):
+    env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0", "JACANA_DRAFTER_PORT": "0"}
+    plan = stack.plan(env, tmp_path)
+    drafter_port = int(plan.drafter.env["JACANA_DRAFTER_PORT"])
+    assert drafter_port > 0 and plan.drafter.env["JACANA_DRAFTER_HOST"] == "127.0.0.1"
+    assert plan.drafter.argv[1:] == ["-m", "jacana_drafter"]
+    assert plan.drafter.log_path == tmp_path / "drafter.log"
+    assert not plan.speculation.enabled
+    # the engine keeps its own default (no proposer) and is told nothing about drafting
+    assert not any(k.startswith("JACANA_ENGINE_SPECULATIVE") for k in plan.engine.env)
+    assert "JACANA_ENGINE_DRAFTER_ADDRESS" not in plan.engine.env
+    banner = stack.banner(plan.base_url, plan.model_id, tmp_path, None, plan.speculation)
+    assert "Speculative decoding: off (JACANA_ENGINE_SPECULATIVE_PROPOSER=" in banner
+
+
+def test_naming_a_proposer_points_the_engine_at_the_drafter(tmp_path):
+    env = {
+        "JACANA_ENGINE_PORT": "0",
+        "JACANA_GATEWAY_PORT": "0",
+        "JACANA_DRAFTER_PORT": "0",
+        "JACANA_ENGINE_SPECULATIVE_PROPOSER": "suffix",
+        "JACANA_ENGINE_SPECULATIVE_NGRAM_MAX": "3",
+        "JACANA_ENGINE_SPECULATIVE_DRAFT_MODEL": "/models/small.gguf",
+        "JACANA_ENGINE_DEVICE": "cuda",
+        "JACANA_DRAFTER_DEVICE": "cpu",  # set for the drafter itself: kept
+    }
+    plan = stack.plan(env, tmp_path)
+    target = f"127.0.0.1:{plan.drafter.env['JACANA_DRAFTER_PORT']}"
+    assert plan.engine.env["JACANA_ENGINE_SPECULATIVE_TRANSPORT"] == "remote"
+    assert plan.engine.env["JACANA_ENGINE_DRAFTER_ADDRESS"] == target
+    assert plan.engine.env["JACANA_ENGINE_SPECULATIVE_PROPOSER"] == "suffix"
+    assert plan.drafter.env["JACANA_DRAFTER_NGRAM_MAX"] == "3"
+    assert plan.drafter.env["JACANA_DRAFTER_DRAFT_MODEL"] == "/models/small.gguf"
+    assert plan.drafter.env["JACANA_DRAFTER_DEVICE"] == "cpu"
+    banner = stack.banner(plan.base_url, plan.model_id, tmp_path, None, plan.speculation)
+    assert f"Speculative decoding: suffix, drafted by the drafter at {target}" in banner
+
+    # an explicit transport wins; the drafter still runs, unused
+    plan = stack.plan({**env, "JACANA_ENGINE_SPECULATIVE_TRANSPORT": "inprocess"}, tmp_path)
+    assert plan.engine.env["JACANA_ENGINE_SPECULATIVE_TRANSPORT"] == "inprocess"
+    assert "JACANA_ENGINE_DRAFTER_ADDRESS" not in plan.engine.env
+    assert plan.speculation.describe() == "suffix, drafted inside the engine"
+
+    # an explicit drafter address wins too (a drafter elsewhere)
+    plan = stack.plan({**env, "JACANA_ENGINE_DRAFTER_ADDRESS": "10.0.0.7:50071"}, tmp_path)
+    assert plan.engine.env["JACANA_ENGINE_DRAFTER_ADDRESS"] == "10.0.0.7:50071"
+
+
+def test_plan_can_leave_the_drafter_out(tmp_path):
+    env = {
+        "JACANA_ENGINE_PORT": "0",
+        "JACANA_GATEWAY_PORT": "0",
+        "JACANA_STACK_EMBEDDINGS": "0",
+        "JACANA_STACK_DRAFTER": "0",
+    }
+    plan = stack.plan(env, tmp_path)
+    assert plan.drafter is None
+    assert [s.name for s in plan.services] == ["engine", "gateway"]
+    # without a drafter to talk to, a proposer runs inside the engine
+    plan = stack.plan({**env, "JACANA_ENGINE_SPECULATIVE_PROPOSER": "ngram"}, tmp_path)
+    assert plan.engine.env["JACANA_ENGINE_SPECULATIVE_TRANSPORT"] == "inprocess"
+    assert "JACANA_ENGINE_DRAFTER_ADDRESS" not in plan.engine.env
+    with pytest.raises(SystemExit, match="JACANA_STACK_DRAFTER"):
+        stack.plan({**env, "JACANA_STACK_DRAFTER": "sometimes"}, tmp_path)
+
+
+async def test_the_planned_drafter_is_probed_on_its_port(tmp_path, monkeypatch):
+    """The drafter probe asks gRPC health at the port the child was told to use."""
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    server = grpc.aio.server()
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0", "JACANA_EMBEDDINGS_PORT": "0"}
+        monkeypatch.setattr(stack, "_check_free", lambda *args: None)  # the port is ours
+        plan = stack.plan({**env, "JACANA_DRAFTER_PORT": str(port)}, tmp_path)
+        assert not await plan.drafter.probe()
+        await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        assert await plan.drafter.probe()
+    finally:
+        await server.stop(None)
 
 
 def test_plan_refuses_a_busy_port(tmp_path):
@@ -263,11 +358,13 @@ def test_plan_refuses_a_busy_port(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": str(port)}
+        free = {f"JACANA_{name}_PORT": "0" for name in ("ENGINE", "EMBEDDINGS", "DRAFTER")}
         with pytest.raises(SystemExit, match="JACANA_GATEWAY_PORT"):
-            stack.plan({**env, "JACANA_EMBEDDINGS_PORT": "0"}, tmp_path)
+            stack.plan({**free, "JACANA_GATEWAY_PORT": str(port)}, tmp_path)
         with pytest.raises(SystemExit, match="JACANA_EMBEDDINGS_PORT"):
-            stack.plan({"JACANA_ENGINE_PORT": "0", "JACANA_EMBEDDINGS_PORT": str(port)}, tmp_path)
+            stack.plan({**free, "JACANA_EMBEDDINGS_PORT": str(port)}, tmp_path)
+        with pytest.raises(SystemExit, match="JACANA_DRAFTER_PORT"):
+            stack.plan({**free, "JACANA_DRAFTER_PORT": str(port)}, tmp_path)
 
 
 def test_plan_rejects_a_bad_port(tmp_path):

@@ -14,9 +14,14 @@ SERVICE_NAME = "jacana.drafter.v1.Drafter"
 
 async def serve(settings: DrafterSettings) -> None:
     from jacana_drafter.server import DrafterServicer
+    from jacana_engine.spec.registry import create_local_proposer
+
+    def build(proposer: str):
+        return create_local_proposer(settings.speculative_config(proposer))
 
     server = GrpcServer(SERVICE_NAME, settings)
-    drafter_pb2_grpc.add_DrafterServicer_to_server(DrafterServicer(settings), server.server)
+    servicer = DrafterServicer(build, settings.max_streams)
+    drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server.server)
     await server.start()
     await server.run()
 

@@ -1,36 +1,41 @@
 """The gRPC servicer of ``jacana.drafter.v1.Drafter``: one :class:`DraftSession` per
-stream, steps answered in order on the stream's own task."""
+stream, steps answered in order on the stream's own task.
+
+It needs only grpc, the stubs and the proposers (no settings library), so a benchmark can
+serve the very same stream handling from a bare process.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
 from jacana_common.pb.jacana.drafter.v1 import drafter_pb2, drafter_pb2_grpc
 from jacana_drafter.session import DraftSession, SessionError
-from jacana_drafter.settings import DrafterSettings
 from jacana_engine.spec.proposer import Proposer
-from jacana_engine.spec.registry import create_local_proposer
 
 log = logging.getLogger(__name__)
 
+BuildProposer = Callable[[str], Proposer]  # proposer name -> a fresh proposer (ValueError)
+
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
-    def __init__(self, settings: DrafterSettings) -> None:
-        self.settings = settings
-        self.num_streams = 0
+    """build: makes each stream's proposer from the name its first message carries;
+    max_streams: more concurrent streams than this are refused."""
 
-    def _build(self, proposer: str) -> Proposer:
-        return create_local_proposer(self.settings.speculative_config(proposer))
+    def __init__(self, build: BuildProposer, max_streams: int) -> None:
+        self._build = build
+        self.max_streams = max_streams
+        self.num_streams = 0
 
     async def Draft(  # the gRPC method name
         self,
         request_iterator: AsyncIterator[drafter_pb2.DraftStep],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[drafter_pb2.DraftReply]:
-        if self.num_streams >= self.settings.max_streams:
+        if self.num_streams >= self.max_streams:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many engine streams")
         self.num_streams += 1
         try:
