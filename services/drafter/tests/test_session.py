@@ -48,6 +48,23 @@ def test_histories_are_rebuilt_from_deltas_and_drafts_capped():
     assert s.num_requests == 1
 
 
+def test_final_deltas_complete_histories_like_an_in_process_finish():
+    rec = Recorder()
+    s = DraftSession(rec)
+    s.handle(pb.DraftStep(step_id=1, requests=[_delta("a", [1, 2, 3], True, n_prompt=2)]))
+    # "a" gained 4, 5 after its last propose; "b" never drafted: sent whole.
+    s.handle(
+        pb.DraftStep(
+            step_id=2,
+            finished=[_delta("a", [4, 5], False, k=0), _delta("b", [7, 8], True, 0, n_prompt=1)],
+        )
+    )
+    assert rec.finished == [("a", [1, 2, 3, 4, 5], 2), ("b", [7, 8], 1)]
+    assert s.num_requests == 0
+    with pytest.raises(SessionError, match="final delta before its full history"):
+        s.handle(pb.DraftStep(step_id=3, finished=[_delta("zzz", [1], False)]))
+
+
 def test_protocol_errors():
     s = DraftSession(Recorder())
     with pytest.raises(SessionError, match="before its full history"):

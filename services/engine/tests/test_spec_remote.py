@@ -57,9 +57,9 @@ def _start_drafter(port: int) -> subprocess.Popen:
     return proc
 
 
-def _remote_engine(toy, address: str, deadline_s: float = 5.0):
+def _remote_engine(toy, address: str, deadline_s: float = 5.0, proposer: str = "ngram"):
     cfg = SpeculativeConfig(
-        proposer="ngram",
+        proposer=proposer,
         num_speculative_tokens=4,
         transport="remote",
         drafter_address=address,
@@ -96,6 +96,47 @@ def test_drafter_killed_and_restarted(toy):
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+class _RecordingDrafter(drafter_pb2_grpc.DrafterServicer):
+    """Keeps every DraftStep it receives; drafts nothing."""
+
+    def __init__(self) -> None:
+        self.steps: list[drafter_pb2.DraftStep] = []
+
+    def Draft(self, request_iterator, context):
+        for step in request_iterator:
+            self.steps.append(step)
+            yield drafter_pb2.DraftReply(
+                step_id=step.step_id, drafts=[drafter_pb2.Draft() for _ in step.requests]
+            )
+
+
+def test_finished_requests_reach_the_drafter_with_their_final_tokens():
+    """A proposer that learns from finished outputs (suffix) must see over the stream the
+    history an in-process one gets: the tokens appended after the request's last propose,
+    and the whole history of a request the stream never saw."""
+    from jacana_engine.spec.proposer import DraftRequest
+    from jacana_engine.spec.remote import RemoteProposer
+
+    recorder, port = _RecordingDrafter(), _free_port()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    drafter_pb2_grpc.add_DrafterServicer_to_server(recorder, server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    try:
+        remote = RemoteProposer(f"127.0.0.1:{port}", "suffix", deadline_s=5.0)
+        remote.propose([DraftRequest("a", [1, 2, 3], 2, 4)])
+        remote.finish("a", [1, 2, 3, 4, 5], 2)  # gained 4, 5 since its propose
+        remote.finish("b", [7, 8, 9], 1)  # never drafted
+        remote.propose([DraftRequest("c", [6], 1, 4)])
+        final = {d.request_id: d for d in recorder.steps[-1].finished}
+        assert list(final["a"].token_ids) == [4, 5] and not final["a"].full_history
+        assert list(final["b"].token_ids) == [7, 8, 9] and final["b"].full_history
+        assert final["b"].num_prompt_tokens == 1
+        remote.close()
+    finally:
+        server.stop(0)
 
 
 class _SlowDrafter(drafter_pb2_grpc.DrafterServicer):

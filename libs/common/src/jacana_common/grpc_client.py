@@ -10,27 +10,26 @@ from __future__ import annotations
 
 import grpc
 
-from jacana_common.grpc_server import MAX_MESSAGE_BYTES
-
 DEFAULT_UNARY_TIMEOUT_S = 5.0
+# 64 MiB: large prompts (token id lists) and embeddings batches fit. Servers use it too.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Options of every client channel, asyncio or blocking.
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # Reconnect quickly after a backend restart instead of backing off for minutes.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
 
 
 def make_channel(target: str) -> grpc.aio.Channel:
     """An insecure asyncio channel to ``host:port``; connection is lazy."""
-    return grpc.aio.insecure_channel(
-        target,
-        options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.keepalive_time_ms", 10_000),
-            ("grpc.keepalive_timeout_ms", 5_000),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_pings_without_data", 0),
-            # Reconnect quickly after a backend restart instead of backing off for minutes.
-            ("grpc.initial_reconnect_backoff_ms", 200),
-            ("grpc.max_reconnect_backoff_ms", 2_000),
-        ],
-    )
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
 async def check_health(target: str, service: str = "", timeout: float = 2.0) -> bool:

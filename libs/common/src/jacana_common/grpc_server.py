@@ -21,12 +21,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from jacana_common.grpc_client import MAX_MESSAGE_BYTES
 from jacana_common.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
-
-# 64 MiB: large prompts (token id lists) and embeddings batches fit.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 class GrpcServer:

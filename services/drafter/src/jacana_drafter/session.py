@@ -38,7 +38,18 @@ class DraftSession:
         return len(self._histories)
 
     def handle(self, step: drafter_pb2.DraftStep) -> drafter_pb2.DraftReply:
-        for rid in step.finished_request_ids:
+        for delta in step.finished:
+            rid = delta.request_id
+            history = self._histories.pop(rid, None)
+            num_prompt = self._num_prompt.pop(rid, delta.num_prompt_tokens)
+            if delta.full_history:
+                history, num_prompt = list(delta.token_ids), delta.num_prompt_tokens
+            elif history is None:
+                raise SessionError(f"{rid}: final delta before its full history")
+            else:
+                history.extend(delta.token_ids)
+            self.proposer.finish(rid, history, num_prompt)
+        for rid in step.finished_request_ids:  # ids alone: learn from what was sent
             history = self._histories.pop(rid, None)
             if history is not None:
                 self.proposer.finish(rid, history, self._num_prompt.pop(rid))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 
-from jacana_common.grpc_server import MAX_MESSAGE_BYTES
+from jacana_common.grpc_client import CHANNEL_OPTIONS
 from jacana_common.pb.jacana.drafter.v1 import drafter_pb2, drafter_pb2_grpc
 from jacana_engine.spec.proposer import DraftRequest, Proposer
 
@@ -72,23 +72,14 @@ class RemoteProposer(Proposer):
         self.deadline_s = deadline_s
         self.retry_interval_s = retry_interval_s
         self._clock = clock
-        self._channel = grpc.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.keepalive_time_ms", 10_000),
-                ("grpc.keepalive_timeout_ms", 5_000),
-                ("grpc.initial_reconnect_backoff_ms", 200),
-                ("grpc.max_reconnect_backoff_ms", 2_000),
-            ],
-        )
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stub = drafter_pb2_grpc.DrafterStub(self._channel)
         self._stream: _Stream | None = None
         self._retry_at = 0.0
         self._step_id = 0
         self._sent: dict[str, int] = {}  # tokens of each request the stream already has
-        self._finished: list[str] = []
+        # Final deltas of requests that finished since the last step (DraftStep.finished).
+        self._finished: list[drafter_pb2.RequestDelta] = []
         self.num_timeouts = 0
         self.num_disconnects = 0
 
@@ -103,7 +94,7 @@ class RemoteProposer(Proposer):
             return empty
         self._step_id += 1
         step = drafter_pb2.DraftStep(
-            step_id=self._step_id, proposer=self.name, finished_request_ids=self._finished
+            step_id=self._step_id, proposer=self.name, finished=self._finished
         )
         self._finished = []
         for r in requests:
@@ -152,8 +143,20 @@ class RemoteProposer(Proposer):
             self.num_disconnects += 1
 
     def finish(self, request_id: str, token_ids: Sequence[int], num_prompt_tokens: int) -> None:
-        if self._sent.pop(request_id, None) is not None:
-            self._finished.append(request_id)
+        """Queue the request's final tokens for the next step, so the drafter's proposer
+        learns from the same history an in-process one would (also for requests that
+        never drafted)."""
+        if self._stream is None:
+            return  # a new stream starts with no state: nothing to learn from or drop
+        sent = self._sent.pop(request_id, None)
+        self._finished.append(
+            drafter_pb2.RequestDelta(
+                request_id=request_id,
+                token_ids=token_ids if sent is None else token_ids[sent:],
+                full_history=sent is None,
+                num_prompt_tokens=num_prompt_tokens,
+            )
+        )
 
     def close(self) -> None:
         if self._stream is not None:

@@ -24,21 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fjacana/drafter/v1/drafter.proto\x12\x11jacana.drafter.v1\"\x7f\n\tDraftStep\x12\x0f\n\x07step_id\x18\x01 \x01(\x04\x12\x10\n\x08proposer\x18\x02 \x01(\t\x12\x31\n\x08requests\x18\x03 \x03(\x0b\x32\x1f.jacana.drafter.v1.RequestDelta\x12\x1c\n\x14\x66inished_request_ids\x18\x04 \x03(\t\"y\n\x0cRequestDelta\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x14\n\x0c\x66ull_history\x18\x03 \x01(\x08\x12\x19\n\x11num_prompt_tokens\x18\x04 \x01(\r\x12\x11\n\tmax_draft\x18\x05 \x01(\r\"G\n\nDraftReply\x12\x0f\n\x07step_id\x18\x01 \x01(\x04\x12(\n\x06\x64rafts\x18\x02 \x03(\x0b\x32\x18.jacana.drafter.v1.Draft\"\x1a\n\x05\x44raft\x12\x11\n\ttoken_ids\x18\x01 \x03(\r2S\n\x07\x44rafter\x12H\n\x05\x44raft\x12\x1c.jacana.drafter.v1.DraftStep\x1a\x1d.jacana.drafter.v1.DraftReply(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fjacana/drafter/v1/drafter.proto\x12\x11jacana.drafter.v1\"\xb2\x01\n\tDraftStep\x12\x0f\n\x07step_id\x18\x01 \x01(\x04\x12\x10\n\x08proposer\x18\x02 \x01(\t\x12\x31\n\x08requests\x18\x03 \x03(\x0b\x32\x1f.jacana.drafter.v1.RequestDelta\x12\x1c\n\x14\x66inished_request_ids\x18\x04 \x03(\t\x12\x31\n\x08\x66inished\x18\x05 \x03(\x0b\x32\x1f.jacana.drafter.v1.RequestDelta\"y\n\x0cRequestDelta\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x14\n\x0c\x66ull_history\x18\x03 \x01(\x08\x12\x19\n\x11num_prompt_tokens\x18\x04 \x01(\r\x12\x11\n\tmax_draft\x18\x05 \x01(\r\"G\n\nDraftReply\x12\x0f\n\x07step_id\x18\x01 \x01(\x04\x12(\n\x06\x64rafts\x18\x02 \x03(\x0b\x32\x18.jacana.drafter.v1.Draft\"\x1a\n\x05\x44raft\x12\x11\n\ttoken_ids\x18\x01 \x03(\r2S\n\x07\x44rafter\x12H\n\x05\x44raft\x12\x1c.jacana.drafter.v1.DraftStep\x1a\x1d.jacana.drafter.v1.DraftReply(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'jacana.drafter.v1.drafter_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DRAFTSTEP']._serialized_start=54
-  _globals['_DRAFTSTEP']._serialized_end=181
-  _globals['_REQUESTDELTA']._serialized_start=183
-  _globals['_REQUESTDELTA']._serialized_end=304
-  _globals['_DRAFTREPLY']._serialized_start=306
-  _globals['_DRAFTREPLY']._serialized_end=377
-  _globals['_DRAFT']._serialized_start=379
-  _globals['_DRAFT']._serialized_end=405
-  _globals['_DRAFTER']._serialized_start=407
-  _globals['_DRAFTER']._serialized_end=490
+  _globals['_DRAFTSTEP']._serialized_start=55
+  _globals['_DRAFTSTEP']._serialized_end=233
+  _globals['_REQUESTDELTA']._serialized_start=235
+  _globals['_REQUESTDELTA']._serialized_end=356
+  _globals['_DRAFTREPLY']._serialized_start=358
+  _globals['_DRAFTREPLY']._serialized_end=429
+  _globals['_DRAFT']._serialized_start=431
+  _globals['_DRAFT']._serialized_end=457
+  _globals['_DRAFTER']._serialized_start=459
+  _globals['_DRAFTER']._serialized_end=542
 # @@protoc_insertion_point(module_scope)

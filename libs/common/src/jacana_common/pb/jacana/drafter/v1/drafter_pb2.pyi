@@ -7,16 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DraftStep(_message.Message):
-    __slots__ = ("step_id", "proposer", "requests", "finished_request_ids")
+    __slots__ = ("step_id", "proposer", "requests", "finished_request_ids", "finished")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     PROPOSER_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
     step_id: int
     proposer: str
     requests: _containers.RepeatedCompositeFieldContainer[RequestDelta]
     finished_request_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, step_id: _Optional[int] = ..., proposer: _Optional[str] = ..., requests: _Optional[_Iterable[_Union[RequestDelta, _Mapping]]] = ..., finished_request_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    finished: _containers.RepeatedCompositeFieldContainer[RequestDelta]
+    def __init__(self, step_id: _Optional[int] = ..., proposer: _Optional[str] = ..., requests: _Optional[_Iterable[_Union[RequestDelta, _Mapping]]] = ..., finished_request_ids: _Optional[_Iterable[str]] = ..., finished: _Optional[_Iterable[_Union[RequestDelta, _Mapping]]] = ...) -> None: ...
 
 class RequestDelta(_message.Message):
     __slots__ = ("request_id", "token_ids", "full_history", "num_prompt_tokens", "max_draft")
