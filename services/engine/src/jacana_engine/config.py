@@ -42,6 +42,9 @@ class EngineConfig:
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
         ``max_num_seqs``); larger decode batches run eagerly.
     speculative: speculative decoding (proposer, k, transport); off by default.
+    pooling: embeddings (the ``Embed`` RPC): "auto" (what the checkpoint declares, see
+        ``pooling_config.py``), "none", or a pooling method ("last", "mean", "cls").
+    embed_normalize: L2-normalize embeddings; None follows the checkpoint (else True).
     """
 
     model: str
@@ -63,3 +66,5 @@ class EngineConfig:
     enforce_eager: bool = False
     cuda_graph_max_batch_size: int = 512
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    pooling: str = "auto"
+    embed_normalize: bool | None = None

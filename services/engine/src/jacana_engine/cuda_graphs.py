@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,84 @@ def padded_size(sizes: Sequence[int], batch: int) -> int | None:
 ForwardFn = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor]
 
 
+def is_plain_decode(scheduled: Sequence[ScheduledSequence]) -> bool:
+    """Every chunk is one known token (no prefill, no drafts to verify)."""
+    return all(s.num_new_tokens == 1 and not s.num_draft_tokens for s in scheduled)
+
+
+class DecodeStaging:
+    """Host staging of a decode step, filled straight from the scheduled sequences.
+
+    Layout (what the graphs' device buffers mirror):
+    - ``host64`` [3 * max_batch] int64: input_ids | positions | slot_mapping;
+    - ``host32`` [max_batch * (1 + max_blocks)] int32: seq_lens | block_tables
+      [max_batch, max_blocks].
+    Padding rows (past the batch) hold token 0 at position 0, slot -1 (no KV write) and
+    KV length 1; their table rows keep whatever they held (always valid block ids).
+
+    Why not ``build_batch``: at 64 rows it spends ~0.5 ms per step building tensors the
+    graphs then copy again. Here every step writes numpy views of the buffers, and a
+    table row is only extended: row ``i`` remembers which sequence (and which
+    ``block_table_epoch`` of it) it holds and how many entries are written, so a decode
+    step usually writes no table entry at all (one when a block fills up).
+    """
+
+    def __init__(self, max_batch: int, max_blocks: int, block_size: int, pin: bool) -> None:
+        n = self.max_batch = max_batch
+        self.max_blocks = max_blocks
+        self.block_size = block_size
+        self.host64 = torch.zeros(3 * n, dtype=torch.int64, pin_memory=pin)
+        self.host32 = torch.zeros(n + n * max_blocks, dtype=torch.int32, pin_memory=pin)
+        self._i64 = self.host64.numpy()
+        self._i32 = self.host32.numpy()
+        self._tables = self._i32[n:].reshape(n, max_blocks)
+        self._i64[2 * n :] = -1  # padding rows write no KV
+        self._i32[:n] = 1  # padding rows attend one token
+        # Row i holds the table of _row_seq[i] (a reference, not an id: ids are reused)
+        # as of its _row_epoch[i], _row_written[i] entries of it.
+        self._row_seq: list[object] = [None] * n
+        self._row_epoch = [0] * n
+        self._row_written = [0] * n
+        self.batch = 0
+
+    def fits(self, scheduled: Sequence[ScheduledSequence]) -> bool:
+        return len(scheduled) <= self.max_batch and all(
+            len(s.seq.block_table) <= self.max_blocks for s in scheduled
+        )
+
+    def fill(self, scheduled: Sequence[ScheduledSequence]) -> int:
+        """Write one plain decode step (``is_plain_decode``); returns its batch size."""
+        n, bs = self.max_batch, self.block_size
+        ids, positions, slots, seq_lens = [], [], [], []
+        for row, s in enumerate(scheduled):
+            seq, pos = s.seq, s.start
+            table = seq.block_table
+            ids.append(seq.token_slice(pos, pos + 1)[0])
+            positions.append(pos)
+            slots.append(table[pos // bs] * bs + pos % bs)
+            seq_lens.append(pos + 1)
+            epoch = seq.block_table_epoch
+            same = self._row_seq[row] is seq and self._row_epoch[row] == epoch
+            written = self._row_written[row] if same else 0
+            if written < len(table):
+                self._tables[row, written : len(table)] = table[written:]
+                self._row_seq[row], self._row_epoch[row] = seq, epoch
+                self._row_written[row] = len(table)
+        batch = len(scheduled)
+        i64, i32 = self._i64, self._i32
+        i64[:batch] = ids
+        i64[n : n + batch] = positions
+        i64[2 * n : 2 * n + batch] = slots
+        i32[:batch] = seq_lens
+        if batch < self.batch:  # rows that were real last step are padding now
+            i64[batch : self.batch] = 0
+            i64[n + batch : n + self.batch] = 0
+            i64[2 * n + batch : 2 * n + self.batch] = -1
+            i32[batch : self.batch] = 1
+        self.batch = batch
+        return batch
+
+
 class DecodeGraphs:
     """Captured decode steps for a fixed set of padded batch sizes.
 
@@ -89,20 +168,13 @@ class DecodeGraphs:
         self.device = device
         self._forward = forward
         n = self.max_batch
-        # int64 staging: [input_ids | positions | slot_mapping], each [n]
-        self._host64 = torch.zeros(3 * n, dtype=torch.int64, pin_memory=True)
-        self._dev64 = torch.zeros(3 * n, dtype=torch.int64, device=device)
-        # int32 staging: [seq_lens [n] | block_tables [n, max_blocks]]
-        self._host32 = torch.zeros(n + n * max_blocks, dtype=torch.int32, pin_memory=True)
-        self._dev32 = torch.zeros(n + n * max_blocks, dtype=torch.int32, device=device)
-        self._host64[2 * n :].fill_(-1)  # padding rows write no KV
-        self._host32[:n].fill_(1)  # padding rows attend one token
-        self._dev64.copy_(self._host64)
-        self._dev32.copy_(self._host32)
+        self.staging = DecodeStaging(n, max_blocks, block_size, pin=True)
+        # Device mirrors of the staging buffers (layout: DecodeStaging).
+        self._dev64 = self.staging.host64.to(device)
+        self._dev32 = self.staging.host32.to(device)
         self._query_start = torch.arange(n + 1, dtype=torch.int32, device=device)
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._outputs: dict[int, torch.Tensor] = {}
-        self._last_batch = 0
         self._copied: torch.cuda.Event | None = None  # the last step's H2D copies
         self.capture_seconds = 0.0
         self.replays = 0
@@ -164,45 +236,23 @@ class DecodeGraphs:
     def padded_size(self, batch: int) -> int | None:
         return padded_size(self.sizes, batch)
 
-    def can_run(self, meta: AttentionMetadata, num_tokens: int) -> bool:
-        """A decode-only batch (one token per sequence) no larger than the largest graph."""
-        return (
-            bool(self._graphs)
-            and num_tokens == meta.num_seqs
-            and num_tokens <= self.max_batch
-            and meta.block_tables.shape[1] <= self.max_blocks
-        )
+    def can_run(self, scheduled: Sequence[ScheduledSequence]) -> bool:
+        """A plain decode step (one known token per sequence) that a captured graph holds."""
+        return bool(self._graphs) and is_plain_decode(scheduled) and self.staging.fits(scheduled)
 
-    def run(
-        self,
-        input_ids: torch.Tensor,  # [B] int64, host
-        positions: torch.Tensor,  # [B] int64, host
-        meta: AttentionMetadata,  # host copy; decode-only
-    ) -> torch.Tensor:  # [B, hidden] on the device, valid until the next replay
-        """Copy one decode step into the static buffers and replay its graph."""
-        batch = input_ids.shape[0]
-        bs = self.padded_size(batch)
+    def run(self, scheduled: Sequence[ScheduledSequence]) -> torch.Tensor:
+        """Stage one plain decode step and replay its graph: hidden states [B, hidden] on
+        the device, valid until the next replay."""
+        bs = self.padded_size(len(scheduled))
         if bs is None or bs not in self._graphs:
-            raise ValueError(f"no captured graph holds a decode batch of {batch}")
-        n = self.max_batch
-        h64, h32 = self._host64, self._host32
+            raise ValueError(f"no captured graph holds a decode batch of {len(scheduled)}")
         if self._copied is not None:  # the staging buffers may still be in flight
             self._copied.synchronize()
-        h64[:batch] = input_ids
-        h64[n : n + batch] = positions
-        h64[2 * n : 2 * n + batch] = meta.slot_mapping
-        h32[:batch] = meta.seq_lens
-        width = meta.block_tables.shape[1]
-        h32[n:].view(n, self.max_blocks)[:batch, :width] = meta.block_tables
-        if batch < self._last_batch:  # rows that were real last step are padding now
-            h64[batch : self._last_batch] = 0
-            h64[n + batch : n + self._last_batch] = 0
-            h64[2 * n + batch : 2 * n + self._last_batch] = -1
-            h32[batch : self._last_batch] = 1
-        self._last_batch = batch
-        self._dev64.copy_(h64, non_blocking=True)
+        batch = self.staging.fill(scheduled)
+        n = self.max_batch
+        self._dev64.copy_(self.staging.host64, non_blocking=True)
         used = n + bs * self.max_blocks
-        self._dev32[:used].copy_(h32[:used], non_blocking=True)
+        self._dev32[:used].copy_(self.staging.host32[:used], non_blocking=True)
         self._copied = torch.cuda.Event()
         self._copied.record()
         self._graphs[bs].replay()

@@ -16,6 +16,12 @@ from typing import Literal
 
 from jacana_engine.config import EngineConfig
 from jacana_engine.detokenizer import Detokenizer
+from jacana_engine.embedding import (
+    EmbeddingOutput,
+    embedding_outputs,
+    embedding_sequence,
+    finished_embeddings,
+)
 from jacana_engine.engine_stats import EngineStats, ThroughputMeter
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.kv_cache.block_manager import BlockManager
@@ -23,6 +29,8 @@ from jacana_engine.logits_processors import LogitsProcessors
 from jacana_engine.model_runner import ModelRunner
 from jacana_engine.models.base import CausalLM
 from jacana_engine.outputs import FinishReason, RequestOutput, TokenLogprob
+from jacana_engine.pooling import PoolingSpec
+from jacana_engine.pooling_config import resolve_pooling
 from jacana_engine.sampler import RequestRng, Sampler
 from jacana_engine.sampling_params import SamplingParams
 from jacana_engine.scheduler import Scheduler
@@ -45,6 +53,8 @@ class ModelInfo:
     device: str
     eos_token_ids: tuple[int, ...]
     has_chat_template: bool
+    pooling: PoolingSpec | None = None  # set when the engine serves embeddings
+    hidden_size: int = 0  # the length of an embedding
 
     @property
     def eos_token_id(self) -> int | None:
@@ -86,6 +96,7 @@ class LLMEngine:
         if self.tokenizer is not None:
             eos |= set(self.tokenizer.eos_token_ids)
         self.eos_token_ids = frozenset(eos)
+        self.pooling = resolve_pooling(config.model, config.pooling, config.embed_normalize)
 
         self.sampler = Sampler(processors=LogitsProcessors(self.vocab_size, self.eos_token_ids))
         self.runner = ModelRunner(model, config, self.sampler, self.max_model_len)
@@ -129,6 +140,8 @@ class LLMEngine:
             device=config.device,
             eos_token_ids=tuple(main_eos + sorted(self.eos_token_ids - set(main_eos))),
             has_chat_template=self.tokenizer is not None and bool(self.tokenizer.chat_template),
+            pooling=self.pooling,
+            hidden_size=cfg.hidden_size,
         )
 
     # ---- requests -----------------------------------------------------------------------
@@ -187,6 +200,30 @@ class LLMEngine:
             # from serving this prompt from another request's blocks.
             seq.cache_salt = f"{seq.cache_salt or ''}/prompt-logprobs/{uuid.uuid4().hex}"
         self.scheduler.add(seq)
+
+    def add_embed_request(
+        self, request_id: str, prompt_token_ids: Seq[int], *, priority: int = 0
+    ) -> None:
+        """Queue an embedding request (prefill only, pooled by ``self.pooling``); its one
+        output is an :class:`EmbeddingOutput`. Raises :class:`InvalidRequestError`."""
+        if self.pooling is None:
+            raise InvalidRequestError(
+                f"The model '{self.config.model_id}' does not support embeddings.", "model"
+            )
+        prompt = list(prompt_token_ids)
+        if self.scheduler.get(request_id) is not None:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        if not prompt:
+            raise InvalidRequestError("an input is empty", "input")
+        if any(not (0 <= t < self.vocab_size) for t in prompt):
+            raise InvalidRequestError(f"token ids must be in [0, {self.vocab_size})", "input")
+        if len(prompt) > self.max_request_tokens:
+            raise InvalidRequestError(
+                f"an input has {len(prompt)} tokens; this model embeds at most "
+                f"{self.max_request_tokens}",
+                "input",
+            )
+        self.scheduler.add(embedding_sequence(request_id, prompt, self.pooling, priority=priority))
 
     @property
     def max_request_tokens(self) -> int:
@@ -259,6 +296,16 @@ class LLMEngine:
             outputs += self.speculator.commit(
                 plan.scheduled, result.verified, self._append_token, self.block_manager.trim
             )
+        return outputs + self._finish_embeddings(plan.scheduled)
+
+    def _finish_embeddings(self, scheduled) -> list[EmbeddingOutput]:
+        """Outputs of the embedding requests whose prompt this step completed."""
+        done = finished_embeddings(scheduled)
+        outputs = embedding_outputs(done)
+        for seq in done:
+            self._prompt_tokens_total += seq.num_prompt_tokens - seq.num_cached_tokens
+            self.scheduler.finish(seq, FinishReason.STOP)
+            self._requests_finished_total += 1
         return outputs
 
     def _append_token(
@@ -334,6 +381,25 @@ class LLMEngine:
             while self.has_unfinished_requests():
                 for out in self.step():
                     results[out.request_id].extend(out.new_token_ids)
+        finally:
+            for rid in ids:
+                self.abort_request(rid)
+        return [results[rid] for rid in ids]
+
+    def embed(self, inputs: Seq[Seq[int]]) -> list:
+        """Embed token id lists on an otherwise idle engine, all queued at once (so they
+        batch together); one [hidden] float32 tensor per input."""
+        if self.has_unfinished_requests():
+            raise RuntimeError("embed() needs an idle engine; drive step() instead")
+        self._generate_calls += 1
+        ids = [f"embed-{self._generate_calls}-{i}" for i in range(len(inputs))]
+        results = {}
+        try:
+            for rid, prompt in zip(ids, inputs, strict=True):
+                self.add_embed_request(rid, prompt)
+            while self.has_unfinished_requests():
+                for out in self.step():
+                    results[out.request_id] = out.embedding
         finally:
             for rid in ids:
                 self.abort_request(rid)

@@ -32,6 +32,7 @@ from jacana_engine.kv_cache import sizing
 from jacana_engine.loader import torch_dtype
 from jacana_engine.models.base import CausalLM, ModelConfig
 from jacana_engine.outputs import TokenLogprob
+from jacana_engine.pooling import pool_step
 from jacana_engine.sampler import Sampler, token_logprobs
 from jacana_engine.scheduler import ScheduledSequence
 
@@ -60,14 +61,11 @@ class Batch:
 
     input_ids / positions: [T] int64, the scheduled tokens of every sequence end to end.
     meta: attention metadata (host copy).
-    logits_indices: [N] int64, row in ``[0, T)`` of the last token of each sequence that
-        samples this step, in batch order.
     """
 
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    logits_indices: torch.Tensor
 
 
 def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
@@ -77,7 +75,6 @@ def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
     slots: list[int] = []
     query_start = [0]
     seq_lens: list[int] = []
-    logits_indices: list[int] = []
     for s in scheduled:
         start, end = s.start, s.start + s.num_new_tokens
         table = s.seq.block_table
@@ -94,14 +91,13 @@ def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
             pos += take
         query_start.append(query_start[-1] + s.num_new_tokens)
         seq_lens.append(end)
-        if s.samples:
-            logits_indices.append(query_start[-1] - 1)
 
     max_blocks = max((len(s.seq.block_table) for s in scheduled), default=0)
-    block_tables = torch.zeros((len(scheduled), max_blocks), dtype=torch.int32)
-    for i, s in enumerate(scheduled):
-        table = s.seq.block_table
-        block_tables[i, : len(table)] = torch.tensor(table, dtype=torch.int32)
+    # One tensor from zero-padded rows (a tensor per row costs ~5 µs each).
+    block_tables = torch.tensor(
+        [t + [0] * (max_blocks - len(t)) for t in (s.seq.block_table for s in scheduled)],
+        dtype=torch.int32,
+    ).reshape(len(scheduled), max_blocks)
     meta = AttentionMetadata(
         query_start_loc=torch.tensor(query_start, dtype=torch.int32),  # [B + 1]
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32),  # [B]
@@ -115,7 +111,6 @@ def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
         input_ids=torch.tensor(input_ids, dtype=torch.int64),  # [T]
         positions=torch.tensor(positions, dtype=torch.int64),  # [T]
         meta=meta,
-        logits_indices=torch.tensor(logits_indices, dtype=torch.int64),  # [N]
     )
 
 
@@ -170,27 +165,37 @@ class ModelRunner:
         """Run one step; returns the sampled token of each sampling sequence, in order."""
         if not scheduled:
             return StepOutput([], [])
-        batch = build_batch(scheduled, self.block_size)
-        hidden = self._forward(batch)  # [T, hidden]
-        self._prompt_logprobs(hidden, scheduled, batch.meta.query_start_loc.tolist())
-        verified = self._verify(hidden, scheduled, batch)
+        if self.graphs is not None and self.graphs.can_run(scheduled):
+            # One token per sequence: the graphs stage the step from the sequences
+            # themselves (no Batch to build) and replay.
+            hidden = self.graphs.run(scheduled)  # [B, hidden]
+            query_start = list(range(len(scheduled) + 1))
+        else:
+            batch = build_batch(scheduled, self.block_size)
+            hidden = self._forward(batch)  # [T, hidden]
+            query_start = batch.meta.query_start_loc.tolist()  # [B + 1]
+        pool_step(hidden, scheduled)  # embedding requests: fold in their final hidden states
+        self._prompt_logprobs(hidden, scheduled, query_start)
+        verified = self._verify(hidden, scheduled, query_start)
         sampling = [s.seq for s in scheduled if s.samples]
         if not sampling:
             return StepOutput([], [], verified)
         if len(sampling) == hidden.shape[0]:  # every token samples (decode): no gather
             last = hidden
-        else:
-            last = hidden[batch.logits_indices.to(self.device)]  # [N, hidden]
+        else:  # the row of each sampling chunk's last token
+            rows = [query_start[i + 1] - 1 for i, s in enumerate(scheduled) if s.samples]
+            last = hidden[torch.tensor(rows, device=self.device)]  # [N, hidden]
         logits = self.model.compute_logits(last)  # [N, vocab] float32
         out = self._sample(logits, sampling)
         out.verified = verified
         return out
 
-    def _verify(self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], batch: Batch):
+    def _verify(
+        self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], query_start: list[int]
+    ):
         """Tokens gained by the chunks that carry drafts (``spec.Speculator.verify``)."""
         if self.speculator is None or not any(s.num_draft_tokens for s in scheduled):
             return []
-        query_start = batch.meta.query_start_loc.tolist()
         return self.speculator.verify(hidden, scheduled, query_start, self.model.compute_logits)
 
     # ---- forward: CUDA graphs or eager ----------------------------------------------------
@@ -235,14 +240,11 @@ class ModelRunner:
         return self.model.forward(input_ids, positions, self.kv_caches, meta)
 
     def _forward(self, batch: Batch) -> torch.Tensor:  # [T, hidden] on the device
-        """Replay a captured graph for a decode batch that fits one, else run eagerly.
+        """Run a step eagerly (steps that a captured graph holds never get here).
 
         Eager decode batches that a graph could hold use the graph's split count, so
         graphs on and off compute the same attention sums."""
         meta, num_tokens = batch.meta, batch.input_ids.shape[0]
-        graphs = self.graphs
-        if graphs is not None and graphs.can_run(meta, num_tokens):
-            return graphs.run(batch.input_ids, batch.positions, meta)
         if num_tokens == meta.num_seqs and self._graph_sizes:
             size = padded_size(self._graph_sizes, num_tokens)
             if size is not None:

@@ -22,6 +22,11 @@ One step, under ``max_num_batched_tokens`` tokens and ``max_num_seqs`` sequences
    taking as much of the rest as the budget leaves (a chunk when it does not all fit).
    Admission stops at the first sequence that does not fit, so nothing overtakes it.
 
+Embedding requests (``seq.pool`` set) are planned like any prompt but never sample:
+their last chunk ends them (the engine finishes them after the step). Those whose pooling
+reads every position (mean, cls) are admitted without a prefix-cache match, as are
+requests that want prompt logprobs.
+
 Preemption (by recompute). When a running sequence needs a block and none is free, the
 running sequence with the worst key is preempted, even one already planned for this
 step (its tokens leave the plan and their budget comes back): its blocks are freed (full
@@ -223,7 +228,7 @@ class Scheduler:
             seq = self.waiting[0]
             if seq in step.out.preempted:
                 break
-            match = NO_MATCH if _needs_prompt_logits(seq) else bm.match_prefix(seq)
+            match = NO_MATCH if _needs_every_position(seq) else bm.match_prefix(seq)
             n = min(seq.num_tokens - match.num_tokens, step.budget)
             if len(self.running) < self.max_num_seqs and bm.can_allocate(seq, n, match):
                 self._start(seq, n, match, step)
@@ -257,7 +262,8 @@ class Scheduler:
 
     def _plan(self, step: _Step, seq: Sequence, n: int, num_drafts: int = 0) -> None:
         start = seq.num_computed_tokens
-        samples = num_drafts == 0 and start + n == seq.num_tokens
+        # An embedding request ends with its prompt: it is pooled, never sampled.
+        samples = num_drafts == 0 and start + n == seq.num_tokens and not seq.is_embedding
         scheduled = ScheduledSequence(seq, start, n, samples, num_drafts)
         step.out.scheduled.append(scheduled)
         step.planned[seq] = scheduled
@@ -304,7 +310,9 @@ def _num_drafts(seq: Sequence, budget: int) -> int:
     return max(0, min(len(seq.spec_token_ids), budget - 1))
 
 
-def _needs_prompt_logits(seq: Sequence) -> bool:
-    """Prompt logprobs need the logits of every prompt position, so no prefix may be
-    skipped."""
+def _needs_every_position(seq: Sequence) -> bool:
+    """Prompt logprobs need the logits of every prompt position, and mean / first-token
+    pooling the hidden states of every position, so no prefix may be skipped."""
+    if seq.pool is not None and seq.pool.spec.pooling.needs_every_position:
+        return True
     return getattr(seq.sampling_params, "prompt_logprobs", None) is not None

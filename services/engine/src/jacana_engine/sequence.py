@@ -57,6 +57,9 @@ class Sequence:
     output_token_ids: list[int] = field(default_factory=list)
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)
+    # Bumped by the block manager whenever entries leave block_table (free, trim), so a
+    # cached copy of the table (cuda_graphs.DecodeStaging) knows it can only be extended.
+    block_table_epoch: int = 0
     num_computed_tokens: int = 0
     num_preemptions: int = 0
     finish_reason: FinishReason | None = None
@@ -76,6 +79,15 @@ class Sequence:
     speculative: bool = True  # False: this request never drafts (per-request opt-out)
     spec_token_ids: list[int] = field(default_factory=list)  # drafts for the coming step
     spec_tracker: Any = None  # its AcceptanceTracker (dynamic k), once it has drafted
+
+    # Embedding requests (see pooling.py): prefill only, never sampled; the model runner
+    # folds their hidden states into this PoolState, the engine finishes them after the
+    # prompt's last chunk.
+    pool: Any = None
+
+    @property
+    def is_embedding(self) -> bool:
+        return self.pool is not None
 
     # ---- token views --------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ thread, so a 200k-character prompt does not stall the event loop); everything el
 the engine's. A cancelled ``Generate`` call (client gone, deadline passed) closes the
 output iterator, which aborts the request inside the engine and frees its KV blocks.
 ``n`` > 1 runs as ``n`` engine requests (:mod:`jacana_engine.choices`) on one call; the
-servicer remembers each call's ``n`` so ``Abort`` reaches every choice.
+servicer remembers each call's ``n`` so ``Abort`` reaches every choice. ``Embed`` runs
+each input as a prefill-only engine request (:mod:`jacana_engine.embedding`) and packs
+the pooled vectors as little-endian float32.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import grpc
 from jacana_common.errors import grpc_details
 from jacana_common.pb.jacana.engine.v1 import engine_pb2, engine_pb2_grpc
 from jacana_engine.choices import choice_request_id, generate_choices
+from jacana_engine.embed_inputs import EmbedInput, prepare_texts, prepare_token_ids
+from jacana_engine.embedding import MAX_EMBED_INPUTS
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.logprob_messages import TokenBytes, to_pb
 from jacana_engine.outputs import FinishReason
@@ -172,6 +176,64 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                 msg.matched_stop = str(out.matched_stop)
         return msg
 
+    async def Embed(self, request, context):
+        request_id = request.request_id or uuid.uuid4().hex
+        try:
+            if self.info.pooling is None:
+                raise InvalidRequestError(
+                    f"The model '{self.info.model_id}' does not support embeddings.", "model"
+                )
+            dim = self.info.hidden_size
+            if request.HasField("dimensions") and request.dimensions != dim:
+                raise InvalidRequestError(
+                    f"The model '{self.info.model_id}' does not support 'dimensions' other "
+                    f"than its own {dim} (it was not trained for Matryoshka truncation).",
+                    "dimensions",
+                )
+            inputs = await asyncio.to_thread(self._embed_inputs, request)
+            outputs = await self.engine.embed(
+                request_id, [x.ids for x in inputs], priority=request.priority
+            )
+        except InvalidRequestError as exc:
+            code = (
+                grpc.StatusCode.FAILED_PRECONDITION
+                if exc.param == "model"
+                else grpc.StatusCode.INVALID_ARGUMENT
+            )
+            await context.abort(code, grpc_details(exc.message, exc.param))
+        num_tokens = sum(len(x.ids) for x in inputs)
+        return engine_pb2.EmbedResponse(
+            embeddings=[
+                engine_pb2.PackedEmbedding(
+                    packed=out.embedding.numpy().astype("<f4").tobytes(),
+                    num_tokens=len(x.ids),
+                    truncated=x.truncated,
+                )
+                for x, out in zip(inputs, outputs, strict=True)
+            ],
+            dimension=dim,
+            usage=engine_pb2.EmbedUsage(prompt_tokens=num_tokens, total_tokens=num_tokens),
+        )
+
+    def _embed_inputs(self, request: engine_pb2.EmbedRequest) -> list[EmbedInput]:
+        """The request's inputs as token ids (worker thread); raises InvalidRequestError."""
+        kind = request.WhichOneof("input")
+        if kind == "texts":
+            return prepare_texts(
+                list(request.texts.texts),
+                self.tokenizer,
+                self.max_request_tokens,
+                truncate=request.truncate,
+            )
+        if kind == "token_ids":
+            return prepare_token_ids(
+                [list(t.ids) for t in request.token_ids.inputs],
+                self.info.vocab_size,
+                self.max_request_tokens,
+                truncate=request.truncate,
+            )
+        raise InvalidRequestError("request has no input (texts or token ids)", "input")
+
     async def Abort(self, request, context):
         n = self._num_choices.get(request.request_id, 1)
         found = False
@@ -182,7 +244,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
 
     async def GetModelInfo(self, request, context):
         i = self.info
-        return engine_pb2.ModelInfo(
+        info = engine_pb2.ModelInfo(
             model_id=i.model_id,
             architecture=i.architecture,
             max_model_len=i.max_model_len,
@@ -192,6 +254,17 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             device=i.device,
             eos_token_id=i.eos_token_id or 0,
         )
+        if i.pooling is not None:
+            info.embedding.CopyFrom(
+                engine_pb2.EmbeddingInfo(
+                    pooling=i.pooling.method,
+                    normalized=i.pooling.normalize,
+                    dimension=i.hidden_size,
+                    max_input_tokens=self.max_request_tokens,
+                    max_inputs_per_request=MAX_EMBED_INPUTS,
+                )
+            )
+        return info
 
     async def GetStats(self, request, context):
         s = self.engine.stats()

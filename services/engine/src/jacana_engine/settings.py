@@ -139,6 +139,18 @@ class EngineSettings(ServiceSettings):
         "drafting when it does not pay; false always drafts up to the maximum.",
     )
 
+    pooling: Literal["auto", "none", "last", "mean", "cls"] = Field(
+        "auto",
+        description="Embeddings (the Embed RPC, /v1/embeddings): auto serves them when the "
+        "checkpoint declares a pooling (GGUF pooling_type, sentence-transformers modules), "
+        "none never; last, mean or cls pool the final hidden states of any model that way.",
+    )
+    embed_normalize: bool | None = Field(
+        None,
+        description="L2-normalize embeddings; unset follows the checkpoint (a "
+        "sentence-transformers Normalize module), else true.",
+    )
+
     @model_validator(mode="after")
     def _one_kv_budget(self) -> EngineSettings:
         if self.kv_cache_memory is not None and self.kv_cache_fraction is not None:
@@ -206,6 +218,8 @@ class EngineSettings(ServiceSettings):
             attention_backend=self.attention_backend,
             enforce_eager=self.enforce_eager,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
+            pooling=self.pooling,
+            embed_normalize=self.embed_normalize,
             speculative=SpeculativeConfig(
                 proposer=self.speculative_proposer,
                 num_speculative_tokens=self.num_speculative_tokens,

@@ -54,8 +54,13 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     install_error_handlers(app)
     app.include_router(routes_v1.build_router())
     app.include_router(routes_ops.build_router())
-    # The router's lifespan opens and closes the embeddings channels.
-    app.include_router(embeddings_router(state.embeddings, timeout_s=settings.request_timeout_s))
+    # The router's lifespan opens and closes the embeddings channels; engine-served models
+    # embed over the engine pool, which the app's lifespan owns.
+    app.include_router(
+        embeddings_router(
+            state.embeddings, engines=state.pool, timeout_s=settings.request_timeout_s
+        )
+    )
     # Added last = runs first: authentication before reading any body.
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     if settings.api_keys:

@@ -1,8 +1,13 @@
-"""POST /v1/embeddings: the OpenAI embeddings API over the embeddings service's gRPC API.
+"""POST /v1/embeddings: the OpenAI embeddings API over the embeddings service's gRPC API,
+and over the engine's ``Embed`` RPC for models an engine serves.
 
 Self-contained: :func:`embeddings_router` returns an ``APIRouter`` whose lifespan opens
 one grpc.aio channel per endpoint of ``model -> [host:port, ...]`` and closes them at
-shutdown (FastAPI merges a router's lifespan into the app's).
+shutdown (FastAPI merges a router's lifespan into the app's). Engine-served models go
+over the app's engine :class:`ReplicaPool` (opened by the app), whose replicas answer
+``Embed`` when they are configured to pool (``JACANA_ENGINE_POOLING``); an engine that
+is not answers FAILED_PRECONDITION, shown as a 400 ``model_not_supported`` naming
+``model``. Both backends take the same request fields and return the same packed vectors.
 
 Request handling, in order: body shape and limits (400 via FastAPI validation, with
 ``param``), model served here (404 ``model_not_found``), then the service (its
@@ -39,6 +44,7 @@ from pydantic import StrictStr as Str
 from jacana_common.errors import ApiError, api_error_from_grpc
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2 as pb
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
+from jacana_common.pb.jacana.engine.v1 import engine_pb2
 from jacana_gateway.disconnect import cancel_on_disconnect
 from jacana_gateway.replica_pool import ReplicaPool
 
@@ -160,19 +166,52 @@ class EmbeddingsBackends:
 
         Raises :class:`ApiError` for every failure.
         """
-        candidates = self.pool.candidates(model)
-        for n, replica in enumerate(candidates, start=1):
-            self.pool.acquire(replica)
-            try:
-                return await replica.stub.Embed(request, timeout=timeout)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    self.pool.mark_failed(replica)
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or n == len(candidates):
-                    raise api_error_from_grpc(exc.code(), exc.details()) from None
-            finally:
-                self.pool.release(replica)
-        raise RuntimeError(f"model {model!r} has no endpoints")
+        return await call_embed(self.pool, model, request, timeout)
+
+
+async def call_embed(pool: ReplicaPool, model: str, request: Any, timeout: float) -> Any:
+    """``Embed`` on the least busy replica of ``model`` in ``pool`` (embeddings services or
+    engines: both stubs have it), moving on while replicas are UNAVAILABLE (embedding is
+    idempotent, so a retry cannot double anything). Raises :class:`ApiError`."""
+    candidates = pool.candidates(model)
+    for n, replica in enumerate(candidates, start=1):
+        pool.acquire(replica)
+        try:
+            return await replica.stub.Embed(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                pool.mark_failed(replica)
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or n == len(candidates):
+                raise api_error_from_grpc(exc.code(), exc.details()) from None
+        finally:
+            pool.release(replica)
+    raise RuntimeError(f"model {model!r} has no endpoints")
+
+
+def _grpc_request(body: EmbeddingsRequest, messages: Any, **fields: Any) -> Any:
+    """``body`` as ``messages.EmbedRequest``: ``messages`` is the embeddings service's or
+    the engine's generated module, whose Embed requests name these fields alike."""
+    texts, token_ids = body.input
+    # No "model" field: the gateway's name for the model may differ from the backend's.
+    request = messages.EmbedRequest(truncate=body.truncate, **fields)
+    if texts is not None:
+        request.texts.texts.extend(texts)
+    else:
+        request.token_ids.inputs.extend(messages.TokenIds(ids=ids) for ids in token_ids)
+    if body.dimensions is not None:
+        request.dimensions = body.dimensions
+    return request
+
+
+async def _engine_embed(
+    engines: ReplicaPool, model: str, request: engine_pb2.EmbedRequest, timeout: float
+) -> engine_pb2.EmbedResponse:
+    try:
+        return await call_embed(engines, model, request, timeout)
+    except ApiError as exc:
+        if exc.status == 400 and exc.param == "model":  # an engine that does not pool
+            exc.code = "model_not_supported"
+        raise
 
 
 def _vector_json(packed: bytes, encoding_format: str) -> str | list[float]:
@@ -210,9 +249,14 @@ def _model_not_found(model: str) -> ApiError:
 
 
 def embeddings_router(
-    backends: EmbeddingsBackends | Mapping[str, Sequence[str]], *, timeout_s: float = 600.0
+    backends: EmbeddingsBackends | Mapping[str, Sequence[str]],
+    *,
+    engines: ReplicaPool | None = None,
+    timeout_s: float = 600.0,
 ) -> APIRouter:
-    """``POST /v1/embeddings`` served by ``backends`` (or a ``model -> endpoints`` mapping).
+    """``POST /v1/embeddings`` served by ``backends`` (or a ``model -> endpoints`` mapping)
+    and, for the models in ``engines`` (the app's engine pool, opened and closed by the
+    app), by those engines' ``Embed``.
 
     ``timeout_s`` is the deadline of one Embed call.
     """
@@ -231,21 +275,16 @@ def embeddings_router(
     @router.post("/embeddings", response_model=None)
     async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Response:
         """Vectors for a text, texts or token id lists, in the OpenAI shape."""
-        if body.model not in pool:
-            raise _model_not_found(body.model)
-        texts, token_ids = body.input
-        # No "model" field: the gateway's name for the model may differ from the service's.
-        grpc_request = pb.EmbedRequest(
-            truncate=body.truncate, encoding=pb.VECTOR_ENCODING_PACKED_FLOAT32
-        )
-        if texts is not None:
-            grpc_request.texts.texts.extend(texts)
+        if body.model in pool:
+            grpc_request = _grpc_request(body, pb, encoding=pb.VECTOR_ENCODING_PACKED_FLOAT32)
+            call = pool.embed(body.model, grpc_request, timeout_s)
+        elif engines is not None and body.model in engines:
+            grpc_request = _grpc_request(body, engine_pb2)
+            call = _engine_embed(engines, body.model, grpc_request, timeout_s)
         else:
-            grpc_request.token_ids.inputs.extend(pb.TokenIds(ids=ids) for ids in token_ids)
-        if body.dimensions is not None:
-            grpc_request.dimensions = body.dimensions
+            raise _model_not_found(body.model)
         async with cancel_on_disconnect(request.receive):
-            reply = await pool.embed(body.model, grpc_request, timeout_s)
+            reply = await call
         content = json.dumps(embeddings_response(body, reply), separators=(",", ":"))
         return Response(content, media_type="application/json")
 

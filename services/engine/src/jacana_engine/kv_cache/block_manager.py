@@ -231,6 +231,7 @@ class BlockManager:
         for block_id in reversed(seq.block_table):
             self._release(block_id)
         seq.block_table.clear()
+        seq.block_table_epoch += 1
         seq.num_committed_blocks = 0
 
     def trim(self, seq: Sequence, num_tokens: int) -> int:
@@ -254,6 +255,8 @@ class BlockManager:
         for block_id in reversed(dropped):
             self._release(block_id)
         del seq.block_table[keep:]
+        if dropped:
+            seq.block_table_epoch += 1
         seq.num_committed_blocks = min(seq.num_committed_blocks, keep)
         return len(dropped)
 

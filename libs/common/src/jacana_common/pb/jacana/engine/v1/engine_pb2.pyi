@@ -182,7 +182,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model_id", "architecture", "max_model_len", "vocab_size", "dtype", "has_chat_template", "device", "eos_token_id")
+    __slots__ = ("model_id", "architecture", "max_model_len", "vocab_size", "dtype", "has_chat_template", "device", "eos_token_id", "embedding")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +191,7 @@ class ModelInfo(_message.Message):
     HAS_CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     EOS_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     architecture: str
     max_model_len: int
@@ -199,7 +200,78 @@ class ModelInfo(_message.Message):
     has_chat_template: bool
     device: str
     eos_token_id: int
-    def __init__(self, model_id: _Optional[str] = ..., architecture: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., dtype: _Optional[str] = ..., has_chat_template: _Optional[bool] = ..., device: _Optional[str] = ..., eos_token_id: _Optional[int] = ...) -> None: ...
+    embedding: EmbeddingInfo
+    def __init__(self, model_id: _Optional[str] = ..., architecture: _Optional[str] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., dtype: _Optional[str] = ..., has_chat_template: _Optional[bool] = ..., device: _Optional[str] = ..., eos_token_id: _Optional[int] = ..., embedding: _Optional[_Union[EmbeddingInfo, _Mapping]] = ...) -> None: ...
+
+class EmbeddingInfo(_message.Message):
+    __slots__ = ("pooling", "normalized", "dimension", "max_input_tokens", "max_inputs_per_request")
+    POOLING_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_FIELD_NUMBER: _ClassVar[int]
+    DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    pooling: str
+    normalized: bool
+    dimension: int
+    max_input_tokens: int
+    max_inputs_per_request: int
+    def __init__(self, pooling: _Optional[str] = ..., normalized: _Optional[bool] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ...) -> None: ...
+
+class EmbedTexts(_message.Message):
+    __slots__ = ("texts",)
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, texts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EmbedTokenInputs(_message.Message):
+    __slots__ = ("inputs",)
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    inputs: _containers.RepeatedCompositeFieldContainer[TokenIds]
+    def __init__(self, inputs: _Optional[_Iterable[_Union[TokenIds, _Mapping]]] = ...) -> None: ...
+
+class EmbedRequest(_message.Message):
+    __slots__ = ("request_id", "texts", "token_ids", "truncate", "dimensions", "priority")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    texts: EmbedTexts
+    token_ids: EmbedTokenInputs
+    truncate: bool
+    dimensions: int
+    priority: int
+    def __init__(self, request_id: _Optional[str] = ..., texts: _Optional[_Union[EmbedTexts, _Mapping]] = ..., token_ids: _Optional[_Union[EmbedTokenInputs, _Mapping]] = ..., truncate: _Optional[bool] = ..., dimensions: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class PackedEmbedding(_message.Message):
+    __slots__ = ("packed", "num_tokens", "truncated")
+    PACKED_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    packed: bytes
+    num_tokens: int
+    truncated: bool
+    def __init__(self, packed: _Optional[bytes] = ..., num_tokens: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class EmbedUsage(_message.Message):
+    __slots__ = ("prompt_tokens", "total_tokens")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    total_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
+
+class EmbedResponse(_message.Message):
+    __slots__ = ("embeddings", "dimension", "usage")
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    embeddings: _containers.RepeatedCompositeFieldContainer[PackedEmbedding]
+    dimension: int
+    usage: EmbedUsage
+    def __init__(self, embeddings: _Optional[_Iterable[_Union[PackedEmbedding, _Mapping]]] = ..., dimension: _Optional[int] = ..., usage: _Optional[_Union[EmbedUsage, _Mapping]] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ()

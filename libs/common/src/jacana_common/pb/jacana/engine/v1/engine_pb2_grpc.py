@@ -54,6 +54,11 @@ class EngineStub:
                 request_serializer=jacana_dot_engine_dot_v1_dot_engine__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=jacana_dot_engine_dot_v1_dot_engine__pb2.EngineStats.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/jacana.engine.v1.Engine/Embed',
+                request_serializer=jacana_dot_engine_dot_v1_dot_engine__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=jacana_dot_engine_dot_v1_dot_engine__pb2.EmbedResponse.FromString,
+                _registered_method=True)
 
 
 class EngineServicer:
@@ -89,6 +94,19 @@ class EngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """Embeds texts or token-id lists with the served model (pooled final hidden states),
+        when the engine is configured for it (ModelInfo.embedding is set). The inputs run as
+        prefill-only requests in the engine's batches, next to generation requests; the
+        response keeps the request's order. Errors: FAILED_PRECONDITION (this engine does not
+        embed; details name `model`), INVALID_ARGUMENT (no inputs, too many, an empty one, one
+        too long without `truncate`, a bad token id, unsupported `dimensions`; details name
+        the field).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +129,11 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=jacana_dot_engine_dot_v1_dot_engine__pb2.GetStatsRequest.FromString,
                     response_serializer=jacana_dot_engine_dot_v1_dot_engine__pb2.EngineStats.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=jacana_dot_engine_dot_v1_dot_engine__pb2.EmbedRequest.FromString,
+                    response_serializer=jacana_dot_engine_dot_v1_dot_engine__pb2.EmbedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +244,33 @@ class Engine:
             '/jacana.engine.v1.Engine/GetStats',
             jacana_dot_engine_dot_v1_dot_engine__pb2.GetStatsRequest.SerializeToString,
             jacana_dot_engine_dot_v1_dot_engine__pb2.EngineStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jacana.engine.v1.Engine/Embed',
+            jacana_dot_engine_dot_v1_dot_engine__pb2.EmbedRequest.SerializeToString,
+            jacana_dot_engine_dot_v1_dot_engine__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,

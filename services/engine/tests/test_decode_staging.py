@@ -1,0 +1,119 @@
+"""DecodeStaging (the host side of CUDA-graph decode steps) against build_batch.
+
+The staging buffers are filled incrementally (a table row is only extended while it holds
+the same sequence at the same ``block_table_epoch``), so these tests drive real block
+manager histories: growth across block boundaries, a batch that shrinks and regrows,
+rows changing hands, a preempted sequence re-allocated, a trimmed table. After every
+step the staged rows must equal what ``build_batch`` computes from scratch.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from jacana_engine.cuda_graphs import DecodeStaging, is_plain_decode
+from jacana_engine.kv_cache.block_manager import BlockManager
+from jacana_engine.model_runner import build_batch
+from jacana_engine.sampling_params import SamplingParams
+from jacana_engine.scheduler import ScheduledSequence
+from jacana_engine.sequence import Sequence
+
+BLOCK = 4
+MAX_BATCH = 8
+MAX_BLOCKS = 16
+
+
+def _new_seq(name: str, prompt_len: int, bm: BlockManager) -> Sequence:
+    seq = Sequence(name, [100 + i for i in range(prompt_len)], SamplingParams(), 64)
+    bm.allocate(seq, prompt_len)
+    seq.num_computed_tokens = prompt_len
+    seq.output_token_ids.append(7)  # the token the prefill sampled: decoded next
+    return seq
+
+
+def _decode_step(seqs: list[Sequence], bm: BlockManager) -> list[ScheduledSequence]:
+    """Plan one decode step: each sequence computes its last token."""
+    plan = []
+    for seq in seqs:
+        bm.append_slot(seq)
+        plan.append(ScheduledSequence(seq, seq.num_tokens - 1, 1, True))
+    return plan
+
+
+def _finish_step(plan: list[ScheduledSequence], rng: random.Random) -> None:
+    for s in plan:
+        s.seq.num_computed_tokens += 1
+        s.seq.output_token_ids.append(rng.randrange(1000))
+
+
+def _assert_staged(staging: DecodeStaging, plan: list[ScheduledSequence]) -> None:
+    expected = build_batch(plan, BLOCK)
+    n, b = MAX_BATCH, len(plan)
+    i64, i32 = staging.host64, staging.host32
+    assert i64[:b].tolist() == expected.input_ids.tolist()
+    assert i64[n : n + b].tolist() == expected.positions.tolist()
+    assert i64[2 * n : 2 * n + b].tolist() == expected.meta.slot_mapping.tolist()
+    assert i32[:b].tolist() == expected.meta.seq_lens.tolist()
+    tables = i32[n:].view(n, MAX_BLOCKS)
+    for row, s in enumerate(plan):
+        width = len(s.seq.block_table)
+        assert tables[row, :width].tolist() == s.seq.block_table, f"row {row}"
+    # Padding rows: token 0 at position 0, no KV write, one token of KV.
+    assert i64[b:n].eq(0).all() and i64[n + b : 2 * n].eq(0).all()
+    assert i64[2 * n + b :].eq(-1).all()
+    assert i32[b:n].eq(1).all()
+
+
+def test_staging_matches_build_batch_through_a_changing_batch():
+    rng = random.Random(0)
+    bm = BlockManager(200, BLOCK)
+    staging = DecodeStaging(MAX_BATCH, MAX_BLOCKS, BLOCK, pin=False)
+    seqs = [_new_seq(f"s{i}", rng.randrange(1, 9), bm) for i in range(5)]
+    for step in range(40):
+        if step == 6:  # the batch shrinks: rows move to other sequences
+            bm.deallocate(seqs.pop(1))
+        if step == 12:  # and regrows past its old size
+            seqs += [_new_seq(f"n{step}-{k}", rng.randrange(1, 9), bm) for k in range(4)]
+        if step == 20:  # a preempted sequence comes back with other blocks, same length
+            victim = seqs[2]
+            bm.deallocate(victim)
+            _new_seq("hog", 4 * BLOCK, bm)  # takes the blocks the victim freed
+            victim.num_computed_tokens = 0
+            bm.allocate(victim, victim.num_tokens - 1)  # recomputed into new blocks
+            victim.num_computed_tokens = victim.num_tokens - 1
+        if step == 28:  # spec-style trim: reserve ahead, then give the tail back
+            seq = seqs[0]
+            bm.allocate(seq, 2 * BLOCK + 1)
+            bm.trim(seq, seq.num_tokens - 1)
+        if step == 33:  # the same sequences in another order
+            rng.shuffle(seqs)
+        plan = _decode_step(seqs, bm)
+        assert is_plain_decode(plan) and staging.fits(plan)
+        assert staging.fill(plan) == len(plan)
+        _assert_staged(staging, plan)
+        _finish_step(plan, rng)
+
+
+def test_fits_and_plain_decode_reject_what_a_graph_cannot_hold():
+    bm = BlockManager(200, BLOCK)
+    staging = DecodeStaging(2, 3, BLOCK, pin=False)
+    short, long = _new_seq("a", 3, bm), _new_seq("b", 3 * BLOCK, bm)
+    assert staging.fits(_decode_step([short], bm))
+    assert not staging.fits(_decode_step([long], bm))  # table wider than the buffer
+    three = [_new_seq(f"c{i}", 2, bm) for i in range(3)]
+    assert not staging.fits(_decode_step(three, bm))  # more rows than the largest graph
+    assert not is_plain_decode([ScheduledSequence(short, 0, 3, False)])  # a prefill chunk
+    short.spec_token_ids = [5]
+    assert not is_plain_decode([ScheduledSequence(short, short.num_tokens - 1, 2, False, 1)])
+
+
+def test_buffers_are_views_the_device_copy_reads():
+    staging = DecodeStaging(MAX_BATCH, MAX_BLOCKS, BLOCK, pin=False)
+    bm = BlockManager(50, BLOCK)
+    plan = _decode_step([_new_seq("a", 5, bm)], bm)
+    staging.fill(plan)
+    # The tensors the graphs copy to the device see what fill wrote through numpy.
+    assert staging.host64.dtype == torch.int64 and staging.host32.dtype == torch.int32
+    assert staging.host64[0].item() == 7 and staging.host32[0].item() == 6
