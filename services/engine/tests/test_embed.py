@@ -254,6 +254,29 @@ def test_qwen3_embedding_matches_sentence_transformers(qwen3_embedding_dir):
     assert torch.allclose(got.norm(dim=-1), torch.ones(len(texts)), atol=1e-5)
 
 
+def test_bare_decoder_checkpoint_embeds_like_the_causal_lm_one(qwen3_embedding_dir, tmp_path):
+    """Qwen3-Embedding ships the bare ``Qwen3Model`` tensors: no ``model.`` prefix, no
+    lm_head. The same weights stored that way give the same vectors."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    for item in qwen3_embedding_dir.iterdir():
+        if item.name != "model.safetensors":
+            copy = shutil.copytree if item.is_dir() else shutil.copy
+            copy(item, tmp_path / item.name)
+    full = load_file(qwen3_embedding_dir / "model.safetensors")
+    bare = {k.removeprefix("model."): v for k, v in full.items() if k.startswith("model.")}
+    assert "embed_tokens.weight" in bare and not any(k.startswith("lm_head") for k in bare)
+    save_file(bare, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    ids = [[5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 0]]
+    got = [
+        torch.stack(LLMEngine(EngineConfig(model=str(d), num_kv_blocks=64)).embed(ids))
+        for d in (qwen3_embedding_dir, tmp_path)
+    ]
+    assert torch.equal(got[0], got[1])
+
+
 def test_embeddings_share_steps_with_generation(qwen3_embedding_dir):
     """Mean-pooled inputs and greedy generations in the same steps (budget 64 tokens):
     vectors vs transformers' mean over the final hidden states, tokens vs a solo run."""

@@ -33,6 +33,8 @@ _FUSED = {
     "gate_proj": ("gate_up_proj", "gate"),
     "up_proj": ("gate_up_proj", "up"),
 }
+# Top-level names of a bare decoder checkpoint (no lm_head, no "model." prefix).
+_BARE_DECODER_ROOTS = frozenset({"embed_tokens", "layers", "norm"})
 # Checkpoint entries that are not parameters of ours (recomputed buffers).
 _IGNORED = re.compile(r".*\.rotary_emb\.inv_freq$")
 
@@ -178,7 +180,12 @@ class DecoderForCausalLM(nn.Module):
 
     @staticmethod
     def _resolve(hf_name: str) -> tuple[str, str | None]:
-        """HF parameter name -> (our parameter name, fused shard or None)."""
+        """HF parameter name -> (our parameter name, fused shard or None).
+
+        Checkpoints of the bare decoder (``Qwen3Model``, as Qwen3-Embedding ships) name
+        its tensors without the ``model.`` prefix of the ``*ForCausalLM`` classes."""
+        if hf_name.split(".", 1)[0] in _BARE_DECODER_ROOTS:
+            hf_name = f"model.{hf_name}"
         parts = hf_name.split(".")
         if len(parts) >= 2 and parts[-2] in _FUSED:
             module, shard = _FUSED[parts[-2]]
