@@ -1,4 +1,4 @@
-"""DecodeStaging (the host side of CUDA-graph decode steps) against build_batch.
+"""DecodeStaging (the host side of CUDA-graph decode and verify steps) against build_batch.
 
 The staging buffers are filled incrementally (a table row is only extended while it holds
 the same sequence at the same ``block_table_epoch``), so these tests drive real block
@@ -13,7 +13,7 @@ import random
 
 import torch
 
-from jacana_engine.cuda_graphs import DecodeStaging, is_plain_decode
+from jacana_engine.cuda_graphs import DecodeStaging, is_graph_shaped
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.model_runner import build_batch
 from jacana_engine.sampling_params import SamplingParams
@@ -48,22 +48,32 @@ def _finish_step(plan: list[ScheduledSequence], rng: random.Random) -> None:
         s.seq.output_token_ids.append(rng.randrange(1000))
 
 
-def _assert_staged(staging: DecodeStaging, plan: list[ScheduledSequence]) -> None:
+def _assert_staged(staging: DecodeStaging, plan: list[ScheduledSequence], q: int = 1) -> None:
+    """The real rows equal build_batch's; every sequence's q query rows sit at the
+    positions the attention kernel gives them (seq_len - q + j); padding writes no KV."""
     expected = build_batch(plan, BLOCK)
-    n, b = MAX_BATCH, len(plan)
+    n, b = staging.rows, len(plan)
     i64, i32 = staging.host64, staging.host32
-    assert i64[:b].tolist() == expected.input_ids.tolist()
-    assert i64[n : n + b].tolist() == expected.positions.tolist()
-    assert i64[2 * n : 2 * n + b].tolist() == expected.meta.slot_mapping.tolist()
+    real = i64[3 * n : 3 * n + len(expected.input_ids)]
+    assert i64[:n][real].tolist() == expected.input_ids.tolist()
+    assert i64[n : 2 * n][real].tolist() == expected.positions.tolist()
+    assert i64[2 * n : 3 * n][real].tolist() == expected.meta.slot_mapping.tolist()
     assert i32[:b].tolist() == expected.meta.seq_lens.tolist()
-    tables = i32[n:].view(n, MAX_BLOCKS)
+    for row, s in enumerate(plan):
+        end = s.start + s.num_new_tokens
+        assert i64[n + row * q : n + row * q + q].tolist() == list(range(end - q, end))
+        pad = q - s.num_new_tokens
+        assert i64[2 * n + row * q : 2 * n + row * q + pad].eq(-1).all()
+    tables = i32[staging.max_batch :].view(staging.max_batch, MAX_BLOCKS)
     for row, s in enumerate(plan):
         width = len(s.seq.block_table)
         assert tables[row, :width].tolist() == s.seq.block_table, f"row {row}"
-    # Padding rows: token 0 at position 0, no KV write, one token of KV.
-    assert i64[b:n].eq(0).all() and i64[n + b : 2 * n].eq(0).all()
-    assert i64[2 * n + b :].eq(-1).all()
-    assert i32[b:n].eq(1).all()
+    # Padding sequences: token 0 at positions 0..q-1, no KV write, q tokens of KV.
+    total, used = staging.max_batch * q, b * q
+    assert i64[used:total].eq(0).all()
+    assert i64[n + used : n + total].tolist() == list(range(q)) * (staging.max_batch - b)
+    assert i64[2 * n + used : 2 * n + total].eq(-1).all()
+    assert i32[b : staging.max_batch].eq(q).all()
 
 
 def test_staging_matches_build_batch_through_a_changing_batch():
@@ -90,30 +100,61 @@ def test_staging_matches_build_batch_through_a_changing_batch():
         if step == 33:  # the same sequences in another order
             rng.shuffle(seqs)
         plan = _decode_step(seqs, bm)
-        assert is_plain_decode(plan) and staging.fits(plan)
-        assert staging.fill(plan) == len(plan)
+        assert is_graph_shaped(plan) and staging.fits(plan, 1)
+        assert staging.fill(plan, 1, MAX_BATCH) == len(plan)
         _assert_staged(staging, plan)
         _finish_step(plan, rng)
 
 
-def test_fits_and_plain_decode_reject_what_a_graph_cannot_hold():
+def test_verify_steps_put_each_chunk_in_the_last_rows_of_its_q():
+    """Chunks of one known token plus 0..3 drafts, staged at width 4, over a few steps
+    (drafts of different lengths, a batch that shrinks)."""
+    rng = random.Random(1)
     bm = BlockManager(200, BLOCK)
-    staging = DecodeStaging(2, 3, BLOCK, pin=False)
+    q = 4
+    staging = DecodeStaging(MAX_BATCH, MAX_BLOCKS, BLOCK, pin=False, max_query=q)
+    seqs = [_new_seq(f"s{i}", rng.randrange(4, 12), bm) for i in range(6)]
+    for step in range(12):
+        if step == 5:
+            bm.deallocate(seqs.pop(0))
+        plan = []
+        for seq in seqs:
+            k = rng.randrange(0, q)
+            seq.spec_token_ids = [rng.randrange(1000) for _ in range(k)]
+            bm.allocate(seq, 1 + k)
+            plan.append(ScheduledSequence(seq, seq.num_tokens - 1, 1 + k, False, k))
+        assert is_graph_shaped(plan) and staging.fits(plan, q)
+        real = staging.fill(plan, q, MAX_BATCH)
+        assert real == sum(s.num_new_tokens for s in plan)
+        _assert_staged(staging, plan, q)
+        for s in plan:  # keep the first draft, roll the rest back
+            s.seq.num_computed_tokens += 1 + min(1, s.num_draft_tokens)
+            s.seq.output_token_ids += [*s.seq.spec_token_ids[:1], 7]  # accepted + bonus
+            bm.trim(s.seq, s.seq.num_computed_tokens)
+
+
+def test_fits_and_graph_shape_reject_what_a_graph_cannot_hold():
+    bm = BlockManager(200, BLOCK)
+    staging = DecodeStaging(2, 3, BLOCK, pin=False, max_query=3)
     short, long = _new_seq("a", 3, bm), _new_seq("b", 3 * BLOCK, bm)
-    assert staging.fits(_decode_step([short], bm))
-    assert not staging.fits(_decode_step([long], bm))  # table wider than the buffer
+    assert staging.fits(_decode_step([short], bm), 1)
+    assert staging.fits(_decode_step([short], bm), 3)
+    assert not staging.fits(_decode_step([long], bm), 1)  # table wider than the buffer
     three = [_new_seq(f"c{i}", 2, bm) for i in range(3)]
-    assert not staging.fits(_decode_step(three, bm))  # more rows than the largest graph
-    assert not is_plain_decode([ScheduledSequence(short, 0, 3, False)])  # a prefill chunk
+    assert not staging.fits(_decode_step(three, bm), 1)  # more rows than the largest graph
+    tiny = _new_seq("d", 1, bm)  # KV length 1 < width 3: its padding would sit before 0
+    assert not staging.fits(_decode_step([tiny], bm), 3)
+    assert not staging.fits(_decode_step([short], bm), 4)  # wider than the buffers
+    assert not is_graph_shaped([ScheduledSequence(short, 0, 3, False)])  # a prefill chunk
     short.spec_token_ids = [5]
-    assert not is_plain_decode([ScheduledSequence(short, short.num_tokens - 1, 2, False, 1)])
+    assert is_graph_shaped([ScheduledSequence(short, short.num_tokens - 1, 2, False, 1)])
 
 
 def test_buffers_are_views_the_device_copy_reads():
     staging = DecodeStaging(MAX_BATCH, MAX_BLOCKS, BLOCK, pin=False)
     bm = BlockManager(50, BLOCK)
     plan = _decode_step([_new_seq("a", 5, bm)], bm)
-    staging.fill(plan)
+    staging.fill(plan, 1, 1)
     # The tensors the graphs copy to the device see what fill wrote through numpy.
     assert staging.host64.dtype == torch.int64 and staging.host32.dtype == torch.int32
     assert staging.host64[0].item() == 7 and staging.host32[0].item() == 6

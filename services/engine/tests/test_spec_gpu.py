@@ -1,5 +1,5 @@
 """Speculative decoding on the GPU path (bf16, Triton attention, CUDA graphs for plain
-decode steps, eager k+1-token verification chunks), on a small random Qwen3 with peaked
+decode steps and for k+1-token verification steps), on a small random Qwen3 with peaked
 logits. Oracle (DESIGN: bf16 GPU output is exact or departs only at a near-tie): greedy
 output with speculation on equals output with it off, or first departs where the
 reference's two best tokens are within ``NEAR_TIE`` in log-probability (the verification
@@ -111,7 +111,9 @@ def test_greedy_and_sampled_speculation_on_cuda(checkpoint):
             "acceptance_rate": round(s.acceptance_rate, 3),
             "mean_accepted_length": round(s.mean_accepted_length, 3),
             "exact_prompts": sum(a == b for a, b in zip(out, reference, strict=True)),
+            "verify_graph_replays": engine.runner.graphs.verify_replays,
         }
+        assert engine.runner.graphs.verify_replays > 0, "verification never replayed a graph"
         firsts = [
             (p, a, next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y))
             for p, a, b in zip(prompts, out, reference, strict=True)

@@ -1,19 +1,26 @@
 """CUDA graphs for decode steps: captured once at start-up, replayed for every decode batch.
 
 State ownership: ``DecodeGraphs`` owns the static input buffers (device, plus pinned host
-staging), one captured graph per padded batch size, and the graphs' shared memory pool.
-The model and the KV cache tensors stay the model runner's; graphs read and write them
-in place, so they must never be reallocated after capture.
+staging), one captured graph per (padded batch size, query width), and the graphs'
+shared memory pool. The model and the KV cache tensors stay the model runner's; graphs
+read and write them in place, so they must never be reallocated after capture.
 
-A decode-only batch of ``B`` sequences runs as the graph of the smallest captured size
-``>= B``. Padding rows write no KV (slot -1) and attend one token of whatever block their
-stale table row names (a valid block id, since every table entry ever written is one);
-their outputs are dropped. Batches with prefill chunks, or larger than the largest
-captured size, run eagerly (``can_run`` says which).
+Query width ``q``: a plain decode step gives every sequence one query (``q = 1``); with
+speculative decoding a verifying step gives sequence ``i`` its last known token plus
+``k_i`` drafts, and runs in the ``q = num_speculative_tokens + 1`` graphs: each sequence
+owns ``q`` query rows, its ``n_i = k_i + 1`` real tokens in the last ``n_i`` of them
+(where the attention kernel's causal positions ``seq_len - q + j`` are theirs) and
+padding in front (no KV write, positions before its own, outputs dropped).
+
+A batch of ``B`` sequences runs as the graph of the smallest captured size ``>= B``.
+Padding sequences write no KV (slot -1) and attend ``q`` tokens of whatever blocks their
+stale table row names (valid block ids, since every table entry ever written is one);
+their outputs are dropped. Batches with prefill chunks, wider chunks, or more sequences
+than the largest size run eagerly (``query_width`` says which).
 
 What makes this safe: the attention backend must be ``graph_safe`` (no host reads of
 device tensors, grids sized from host bounds), so the metadata used at capture fixes
-``max_query_len = 1``, ``max_seq_len = max_model_len`` and the decode split count per
+``max_query_len = q``, ``max_seq_len = max_model_len`` and the decode split count per
 size; every step copies its inputs into the same buffers and replays.
 """
 
@@ -56,24 +63,28 @@ def padded_size(sizes: Sequence[int], batch: int) -> int | None:
     return None
 
 
-# forward(input_ids [B], positions [B], meta) -> hidden [B, hidden]
+# forward(input_ids [T], positions [T], meta) -> hidden [T, hidden]
 ForwardFn = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor]
 
 
-def is_plain_decode(scheduled: Sequence[ScheduledSequence]) -> bool:
-    """Every chunk is one known token (no prefill, no drafts to verify)."""
-    return all(s.num_new_tokens == 1 and not s.num_draft_tokens for s in scheduled)
+def is_graph_shaped(scheduled: Sequence[ScheduledSequence]) -> bool:
+    """Every chunk is one known token plus its drafts (no prefill of several tokens)."""
+    return all(s.num_new_tokens - s.num_draft_tokens == 1 for s in scheduled)
 
 
 class DecodeStaging:
-    """Host staging of a decode step, filled straight from the scheduled sequences.
+    """Host staging of a decode or verify step, filled straight from the sequences.
 
-    Layout (what the graphs' device buffers mirror):
-    - ``host64`` [3 * max_batch] int64: input_ids | positions | slot_mapping;
+    Layout (what the graphs' device buffers mirror), for ``N = max_batch * max_query``
+    token rows:
+    - ``host64`` [4 * N] int64: input_ids | positions | slot_mapping | real_rows (the
+      rows of real tokens, in chunk order: what the caller keeps of the output);
     - ``host32`` [max_batch * (1 + max_blocks)] int32: seq_lens | block_tables
       [max_batch, max_blocks].
-    Padding rows (past the batch) hold token 0 at position 0, slot -1 (no KV write) and
-    KV length 1; their table rows keep whatever they held (always valid block ids).
+    Each step writes the ``padded * q`` token rows and ``padded`` sequences its graph
+    reads: padding queries hold token 0 at their would-be positions with slot -1 (no KV
+    write); padding sequences hold ``q`` queries at positions ``0..q-1`` over a KV length
+    of ``q``. Table rows of padding sequences keep what they held.
 
     Why not ``build_batch``: at 64 rows it spends ~0.5 ms per step building tensors the
     graphs then copy again. Here every step writes numpy views of the buffers, and a
@@ -82,40 +93,56 @@ class DecodeStaging:
     step usually writes no table entry at all (one when a block fills up).
     """
 
-    def __init__(self, max_batch: int, max_blocks: int, block_size: int, pin: bool) -> None:
-        n = self.max_batch = max_batch
+    def __init__(
+        self, max_batch: int, max_blocks: int, block_size: int, pin: bool, max_query: int = 1
+    ) -> None:
+        self.max_batch, self.max_query = max_batch, max_query
         self.max_blocks = max_blocks
         self.block_size = block_size
-        self.host64 = torch.zeros(3 * n, dtype=torch.int64, pin_memory=pin)
-        self.host32 = torch.zeros(n + n * max_blocks, dtype=torch.int32, pin_memory=pin)
+        self.rows = max_batch * max_query  # N
+        self.host64 = torch.zeros(4 * self.rows, dtype=torch.int64, pin_memory=pin)
+        self.host32 = torch.zeros(max_batch * (1 + max_blocks), dtype=torch.int32, pin_memory=pin)
         self._i64 = self.host64.numpy()
         self._i32 = self.host32.numpy()
-        self._tables = self._i32[n:].reshape(n, max_blocks)
-        self._i64[2 * n :] = -1  # padding rows write no KV
-        self._i32[:n] = 1  # padding rows attend one token
+        self._tables = self._i32[max_batch:].reshape(max_batch, max_blocks)
         # Row i holds the table of _row_seq[i] (a reference, not an id: ids are reused)
         # as of its _row_epoch[i], _row_written[i] entries of it.
-        self._row_seq: list[object] = [None] * n
-        self._row_epoch = [0] * n
-        self._row_written = [0] * n
-        self.batch = 0
+        self._row_seq: list[object] = [None] * max_batch
+        self._row_epoch = [0] * max_batch
+        self._row_written = [0] * max_batch
 
-    def fits(self, scheduled: Sequence[ScheduledSequence]) -> bool:
-        return len(scheduled) <= self.max_batch and all(
-            len(s.seq.block_table) <= self.max_blocks for s in scheduled
+    def fits(self, scheduled: Sequence[ScheduledSequence], q: int) -> bool:
+        """The step fits the buffers at query width ``q`` (and every chunk's KV length
+        covers its ``q`` query positions)."""
+        return (
+            len(scheduled) <= self.max_batch
+            and q <= self.max_query
+            and all(
+                len(s.seq.block_table) <= self.max_blocks
+                and s.num_new_tokens <= q <= s.start + s.num_new_tokens
+                for s in scheduled
+            )
         )
 
-    def fill(self, scheduled: Sequence[ScheduledSequence]) -> int:
-        """Write one plain decode step (``is_plain_decode``); returns its batch size."""
-        n, bs = self.max_batch, self.block_size
-        ids, positions, slots, seq_lens = [], [], [], []
+    def fill(self, scheduled: Sequence[ScheduledSequence], q: int, padded: int) -> int:
+        """Write one step (``is_graph_shaped``, ``fits``) at query width ``q`` for a graph
+        of ``padded`` sequences; returns how many real token rows it has."""
+        n, bs = self.rows, self.block_size
+        ids, positions, slots, real = [], [], [], []
+        seq_lens = []
         for row, s in enumerate(scheduled):
-            seq, pos = s.seq, s.start
+            seq, start = s.seq, s.start
+            end = start + s.num_new_tokens
+            pad = q - s.num_new_tokens
             table = seq.block_table
-            ids.append(seq.token_slice(pos, pos + 1)[0])
-            positions.append(pos)
-            slots.append(table[pos // bs] * bs + pos % bs)
-            seq_lens.append(pos + 1)
+            ids += [0] * pad
+            ids += seq.token_slice(start, end - s.num_draft_tokens)
+            ids += seq.spec_token_ids[: s.num_draft_tokens]
+            positions += range(end - q, end)
+            slots += [-1] * pad
+            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            real += range(row * q + pad, row * q + q)
+            seq_lens.append(end)
             epoch = seq.block_table_epoch
             same = self._row_seq[row] is seq and self._row_epoch[row] == epoch
             written = self._row_written[row] if same else 0
@@ -123,26 +150,29 @@ class DecodeStaging:
                 self._tables[row, written : len(table)] = table[written:]
                 self._row_seq[row], self._row_epoch[row] = seq, epoch
                 self._row_written[row] = len(table)
-        batch = len(scheduled)
+        batch, used = len(scheduled), len(ids)
+        total = padded * q
         i64, i32 = self._i64, self._i32
-        i64[:batch] = ids
-        i64[n : n + batch] = positions
-        i64[2 * n : 2 * n + batch] = slots
+        i64[:used] = ids
+        i64[n : n + used] = positions
+        i64[2 * n : 2 * n + used] = slots
+        i64[3 * n : 3 * n + len(real)] = real
         i32[:batch] = seq_lens
-        if batch < self.batch:  # rows that were real last step are padding now
-            i64[batch : self.batch] = 0
-            i64[n + batch : n + self.batch] = 0
-            i64[2 * n + batch : 2 * n + self.batch] = -1
-            i32[batch : self.batch] = 1
-        self.batch = batch
-        return batch
+        # Padding sequences: token 0 at positions 0..q-1, no KV write, KV length q.
+        i64[used:total] = 0
+        i64[n + used : n + total] = list(range(q)) * (padded - batch)
+        i64[2 * n + used : 2 * n + total] = -1
+        i32[batch:padded] = q
+        return len(real)
 
 
 class DecodeGraphs:
-    """Captured decode steps for a fixed set of padded batch sizes.
+    """Captured decode (and verify) steps for a fixed set of padded batch sizes.
 
     forward: runs the model on device tensors (KV caches bound by the caller).
     sizes: batch sizes to capture, ascending.
+    query_widths: widths ``q`` to capture at every size (1 = plain decode; with
+        speculation also ``num_speculative_tokens + 1``).
     max_blocks: block-table width of the static buffer (``ceil(max_model_len / block_size)``).
     max_model_len: bound on any sequence's KV length (sizes the decode kernel's splits).
     num_splits: split-K factor of the decode kernel for a padded size.
@@ -158,8 +188,10 @@ class DecodeGraphs:
         max_model_len: int,
         num_splits: Callable[[int], int],
         device: torch.device,
+        query_widths: Sequence[int] = (1,),
     ) -> None:
         self.sizes = sorted(sizes)
+        self.query_widths = sorted(set(query_widths))
         self.max_batch = self.sizes[-1]
         self.block_size = block_size
         self.max_blocks = max_blocks
@@ -168,65 +200,77 @@ class DecodeGraphs:
         self.device = device
         self._forward = forward
         n = self.max_batch
-        self.staging = DecodeStaging(n, max_blocks, block_size, pin=True)
+        self.staging = DecodeStaging(
+            n, max_blocks, block_size, pin=True, max_query=self.query_widths[-1]
+        )
         # Device mirrors of the staging buffers (layout: DecodeStaging).
         self._dev64 = self.staging.host64.to(device)
         self._dev32 = self.staging.host32.to(device)
-        self._query_start = torch.arange(n + 1, dtype=torch.int32, device=device)
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self._outputs: dict[int, torch.Tensor] = {}
+        # query_start_loc per width: [n + 1] = 0, q, 2q, ...
+        self._query_start = {
+            q: torch.arange(0, n * q + 1, q, dtype=torch.int32, device=device)
+            for q in self.query_widths
+        }
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._outputs: dict[tuple[int, int], torch.Tensor] = {}
         self._copied: torch.cuda.Event | None = None  # the last step's H2D copies
         self.capture_seconds = 0.0
         self.replays = 0
+        self.verify_replays = 0
 
     # -- static views ------------------------------------------------------------------
 
-    def _input_ids(self, bs: int) -> torch.Tensor:
-        return self._dev64[:bs]
+    def _token_view(self, part: int, tokens: int) -> torch.Tensor:
+        start = part * self.staging.rows
+        return self._dev64[start : start + tokens]
 
-    def _positions(self, bs: int) -> torch.Tensor:
-        return self._dev64[self.max_batch : self.max_batch + bs]
-
-    def _meta(self, bs: int) -> AttentionMetadata:
+    def _meta(self, bs: int, q: int) -> AttentionMetadata:
         n = self.max_batch
         tables = self._dev32[n:].view(n, self.max_blocks)
         return AttentionMetadata(
-            query_start_loc=self._query_start[: bs + 1],  # [bs + 1]
+            query_start_loc=self._query_start[q][: bs + 1],  # [bs + 1]
             seq_lens=self._dev32[:bs],  # [bs]
             block_tables=tables[:bs],  # [bs, max_blocks]
-            slot_mapping=self._dev64[2 * n : 2 * n + bs],  # [bs]
-            query_lens_cpu=[1] * bs,
+            slot_mapping=self._token_view(2, bs * q),  # [bs * q]
+            query_lens_cpu=[q] * bs,
             seq_lens_cpu=[self.max_model_len] * bs,
             block_size=self.block_size,
-            max_query_len=1,
+            max_query_len=q,
             max_seq_len=self.max_model_len,
-            decode_num_splits=self.num_splits(bs),
+            decode_num_splits=self.num_splits(bs) if q == 1 else None,
         )
 
     # -- capture -----------------------------------------------------------------------
 
     @torch.inference_mode()
     def capture(self) -> float:
-        """Warm up and capture every size, largest first (so smaller graphs reuse the
-        pool's blocks). Returns the seconds it took."""
+        """Warm up and capture every (size, width), largest first (so smaller graphs reuse
+        the pool's blocks). Returns the seconds it took."""
         start = time.perf_counter()
         pool = None
-        for bs in reversed(self.sizes):
-            ids, pos, meta = self._input_ids(bs), self._positions(bs), self._meta(bs)
-            self._forward(ids, pos, meta)  # compiles kernels, builds lazy tables
-            torch.cuda.synchronize(self.device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                out = self._forward(ids, pos, meta)
-            pool = graph.pool()
-            self._graphs[bs] = graph
-            self._outputs[bs] = out
+        for q in reversed(self.query_widths):
+            for bs in reversed(self.sizes):
+                # Inputs as padding (every sequence attends q tokens, writes nothing).
+                self.staging.fill([], q, bs)
+                self._dev64.copy_(self.staging.host64)
+                self._dev32.copy_(self.staging.host32)
+                ids, pos = self._token_view(0, bs * q), self._token_view(1, bs * q)
+                meta = self._meta(bs, q)
+                self._forward(ids, pos, meta)  # compiles kernels, builds lazy tables
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    out = self._forward(ids, pos, meta)
+                pool = graph.pool()
+                self._graphs[(bs, q)] = graph
+                self._outputs[(bs, q)] = out
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - start
         log.info(
-            "captured %d CUDA graphs (decode batch sizes %s) in %.2f s",
-            len(self.sizes),
+            "captured %d CUDA graphs (batch sizes %s, query widths %s) in %.2f s",
+            len(self._graphs),
             self.sizes,
+            self.query_widths,
             self.capture_seconds,
         )
         return self.capture_seconds
@@ -236,25 +280,39 @@ class DecodeGraphs:
     def padded_size(self, batch: int) -> int | None:
         return padded_size(self.sizes, batch)
 
-    def can_run(self, scheduled: Sequence[ScheduledSequence]) -> bool:
-        """A plain decode step (one known token per sequence) that a captured graph holds."""
-        return bool(self._graphs) and is_plain_decode(scheduled) and self.staging.fits(scheduled)
+    def query_width(self, scheduled: Sequence[ScheduledSequence]) -> int | None:
+        """The width of the captured graphs that run this step, or None (run it eagerly):
+        1 for one token per sequence, else the smallest captured width that holds every
+        chunk of one known token plus drafts."""
+        if not self._graphs or not scheduled or not is_graph_shaped(scheduled):
+            return None
+        widest = max(s.num_new_tokens for s in scheduled)
+        q = next((w for w in self.query_widths if w >= widest), None)
+        if q is None or not self.staging.fits(scheduled, q):
+            return None
+        return q
 
-    def run(self, scheduled: Sequence[ScheduledSequence]) -> torch.Tensor:
-        """Stage one plain decode step and replay its graph: hidden states [B, hidden] on
-        the device, valid until the next replay."""
+    def run(self, scheduled: Sequence[ScheduledSequence], q: int) -> torch.Tensor:
+        """Stage one step at width ``q`` (``query_width``) and replay its graph: the
+        hidden states of the real tokens, chunks end to end as ``build_batch`` lays them
+        out ([T, hidden] on the device, valid until the next replay)."""
         bs = self.padded_size(len(scheduled))
-        if bs is None or bs not in self._graphs:
-            raise ValueError(f"no captured graph holds a decode batch of {len(scheduled)}")
+        if bs is None or (bs, q) not in self._graphs:
+            raise ValueError(f"no captured graph holds {len(scheduled)} sequences at width {q}")
         if self._copied is not None:  # the staging buffers may still be in flight
             self._copied.synchronize()
-        batch = self.staging.fill(scheduled)
+        real = self.staging.fill(scheduled, q, bs)
         n = self.max_batch
+        rows = self.staging.rows
         self._dev64.copy_(self.staging.host64, non_blocking=True)
         used = n + bs * self.max_blocks
         self._dev32[:used].copy_(self.staging.host32[:used], non_blocking=True)
         self._copied = torch.cuda.Event()
         self._copied.record()
-        self._graphs[bs].replay()
+        self._graphs[(bs, q)].replay()
         self.replays += 1
-        return self._outputs[bs][:batch]
+        out = self._outputs[(bs, q)]
+        if q == 1:
+            return out[: len(scheduled)]
+        self.verify_replays += 1
+        return out.index_select(0, self._dev64[3 * rows : 3 * rows + real])

@@ -165,11 +165,14 @@ class ModelRunner:
         """Run one step; returns the sampled token of each sampling sequence, in order."""
         if not scheduled:
             return StepOutput([], [])
-        if self.graphs is not None and self.graphs.can_run(scheduled):
-            # One token per sequence: the graphs stage the step from the sequences
-            # themselves (no Batch to build) and replay.
-            hidden = self.graphs.run(scheduled)  # [B, hidden]
-            query_start = list(range(len(scheduled) + 1))
+        width = self.graphs.query_width(scheduled) if self.graphs is not None else None
+        if width is not None:
+            # Decode (and verify) steps: the graphs stage the step from the sequences
+            # themselves (no Batch to build), replay, and hand back the real rows.
+            hidden = self.graphs.run(scheduled, width)  # [T, hidden]
+            query_start = [0]
+            for s in scheduled:
+                query_start.append(query_start[-1] + s.num_new_tokens)
         else:
             batch = build_batch(scheduled, self.block_size)
             hidden = self._forward(batch)  # [T, hidden]
@@ -216,9 +219,12 @@ class ModelRunner:
         if config.enforce_eager:
             log.info("CUDA graphs off (enforce_eager): decode steps run eagerly")
             return None
+        spec = config.speculative
+        widths = (1, spec.num_speculative_tokens + 1) if spec.enabled else (1,)
         graphs = DecodeGraphs(
             self._run_model,
             sizes=self._graph_sizes,
+            query_widths=widths,
             block_size=self.block_size,
             max_blocks=-(-self.max_model_len // self.block_size),
             max_model_len=self.max_model_len,
