@@ -31,7 +31,8 @@ export PYTHONPATH=services/engine/src:services/embeddings/src:services/drafter/s
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader
 eval "$(bash bench/gpu_assets.sh receive)"
 export JACANA_MODEL_CACHE=/tmp/jacana-assets
-[ -n "${JACANA_ASSET_SMOLLM2:-}" ] && export JACANA_SMOLLM2_GGUF=$JACANA_ASSET_SMOLLM2
+smollm2=${JACANA_ASSET_SMOLLM2_135M_INSTRUCT_Q4_1_GGUF:-}
+[ -n "$smollm2" ] && export JACANA_SMOLLM2_GGUF=$smollm2
 
 PYTEST=(python3 -m pytest -p no:cacheprovider -o "addopts=-ra --import-mode=importlib" -q)
 for phase in "$@"; do
@@ -62,9 +63,12 @@ for phase in "$@"; do
         | tee "$OUT/online_stdout.log" | tail -12
       ;;
     spec)
+      stamp "speculative decoding GPU test (graph-replayed verification)"
+      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout 70 "${PYTEST[@]}" -m gpu \
+        services/engine/tests/test_spec_gpu.py 2>&1 | tail -6
       stamp "speculative decoding grid"
-      timeout 330 python3 bench/spec_bench.py --grid gpu --device cuda --out "$OUT" 2>&1 \
-        | tee "$OUT/spec_stdout.log" | tail -40
+      timeout "${SPEC_TIMEOUT:-300}" python3 bench/spec_bench.py --grid gpu --device cuda --out "$OUT" 2>&1 \
+        | tee "$OUT/spec_stdout.log" | tail -60
       ;;
     overhead)
       stamp "drafter transport overhead"

@@ -13,7 +13,7 @@ import random
 
 import torch
 
-from jacana_engine.cuda_graphs import DecodeStaging, is_graph_shaped
+from jacana_engine.cuda_graphs import DecodeStaging
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.model_runner import build_batch
 from jacana_engine.sampling_params import SamplingParams
@@ -100,7 +100,7 @@ def test_staging_matches_build_batch_through_a_changing_batch():
         if step == 33:  # the same sequences in another order
             rng.shuffle(seqs)
         plan = _decode_step(seqs, bm)
-        assert is_graph_shaped(plan) and staging.fits(plan, 1)
+        assert staging.fits(plan, 1)
         assert staging.fill(plan, 1, MAX_BATCH) == len(plan)
         _assert_staged(staging, plan)
         _finish_step(plan, rng)
@@ -123,7 +123,7 @@ def test_verify_steps_put_each_chunk_in_the_last_rows_of_its_q():
             seq.spec_token_ids = [rng.randrange(1000) for _ in range(k)]
             bm.allocate(seq, 1 + k)
             plan.append(ScheduledSequence(seq, seq.num_tokens - 1, 1 + k, False, k))
-        assert is_graph_shaped(plan) and staging.fits(plan, q)
+        assert staging.fits(plan, q)
         real = staging.fill(plan, q, MAX_BATCH)
         assert real == sum(s.num_new_tokens for s in plan)
         _assert_staged(staging, plan, q)
@@ -145,9 +145,21 @@ def test_fits_and_graph_shape_reject_what_a_graph_cannot_hold():
     tiny = _new_seq("d", 1, bm)  # KV length 1 < width 3: its padding would sit before 0
     assert not staging.fits(_decode_step([tiny], bm), 3)
     assert not staging.fits(_decode_step([short], bm), 4)  # wider than the buffers
-    assert not is_graph_shaped([ScheduledSequence(short, 0, 3, False)])  # a prefill chunk
-    short.spec_token_ids = [5]
-    assert is_graph_shaped([ScheduledSequence(short, short.num_tokens - 1, 2, False, 1)])
+    assert not staging.fits([ScheduledSequence(long, 0, 3, False)], 2)  # wider than q
+
+
+def test_a_short_prompt_tail_stages_like_build_batch():
+    """A chunk of several known tokens (the end of a prompt, a draft model's catch-up)
+    fits a graph of its width as a verify chunk does."""
+    bm = BlockManager(50, BLOCK)
+    staging = DecodeStaging(MAX_BATCH, MAX_BLOCKS, BLOCK, pin=False, max_query=3)
+    seq = Sequence("p", list(range(100, 109)), SamplingParams(), 8)
+    bm.allocate(seq, 9)
+    seq.num_computed_tokens = 6
+    plan = [ScheduledSequence(seq, 6, 3, True)]
+    assert staging.fits(plan, 3)
+    assert staging.fill(plan, 3, MAX_BATCH) == 3
+    _assert_staged(staging, plan, 3)
 
 
 def test_buffers_are_views_the_device_copy_reads():

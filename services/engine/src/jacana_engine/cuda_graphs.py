@@ -7,10 +7,12 @@ read and write them in place, so they must never be reallocated after capture.
 
 Query width ``q``: a plain decode step gives every sequence one query (``q = 1``); with
 speculative decoding a verifying step gives sequence ``i`` its last known token plus
-``k_i`` drafts, and runs in the ``q = num_speculative_tokens + 1`` graphs: each sequence
-owns ``q`` query rows, its ``n_i = k_i + 1`` real tokens in the last ``n_i`` of them
-(where the attention kernel's causal positions ``seq_len - q + j`` are theirs) and
-padding in front (no KV write, positions before its own, outputs dropped).
+``k_i`` drafts, and runs in the graphs of the smallest captured width ``q`` (up to
+``num_speculative_tokens + 1``, see ``query_widths``) that holds its widest chunk; a
+short prompt tail fits the same way. Each sequence owns ``q`` query rows, its ``n_i``
+real tokens in the last ``n_i`` of them (where the attention kernel's causal positions
+``seq_len - q + j`` are theirs) and padding in front (no KV write, positions before its
+own, outputs dropped).
 
 A batch of ``B`` sequences runs as the graph of the smallest captured size ``>= B``.
 Padding sequences write no KV (slot -1) and attend ``q`` tokens of whatever blocks their
@@ -55,6 +57,19 @@ def capture_sizes(max_batch: int) -> list[int]:
     return sizes
 
 
+def query_widths(num_speculative_tokens: int) -> list[int]:
+    """Query widths to capture for up to ``num_speculative_tokens`` drafts per sequence:
+    1 (plain decode), then ``k + 1`` for k = 1, 2, 4, 8, … below the most, and the most
+    itself (so a step of short drafts does not pay for the widest graph)."""
+    widths, k = {1}, 1
+    while k < num_speculative_tokens:
+        widths.add(k + 1)
+        k *= 2
+    if num_speculative_tokens > 0:
+        widths.add(num_speculative_tokens + 1)
+    return sorted(widths)
+
+
 def padded_size(sizes: Sequence[int], batch: int) -> int | None:
     """The smallest of the ascending ``sizes`` that holds ``batch``; None if none does."""
     for size in sizes:
@@ -65,11 +80,6 @@ def padded_size(sizes: Sequence[int], batch: int) -> int | None:
 
 # forward(input_ids [T], positions [T], meta) -> hidden [T, hidden]
 ForwardFn = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor]
-
-
-def is_graph_shaped(scheduled: Sequence[ScheduledSequence]) -> bool:
-    """Every chunk is one known token plus its drafts (no prefill of several tokens)."""
-    return all(s.num_new_tokens - s.num_draft_tokens == 1 for s in scheduled)
 
 
 class DecodeStaging:
@@ -125,7 +135,7 @@ class DecodeStaging:
         )
 
     def fill(self, scheduled: Sequence[ScheduledSequence], q: int, padded: int) -> int:
-        """Write one step (``is_graph_shaped``, ``fits``) at query width ``q`` for a graph
+        """Write one step (``fits``) at query width ``q`` for a graph
         of ``padded`` sequences; returns how many real token rows it has."""
         n, bs = self.rows, self.block_size
         ids, positions, slots, real = [], [], [], []
@@ -283,8 +293,8 @@ class DecodeGraphs:
     def query_width(self, scheduled: Sequence[ScheduledSequence]) -> int | None:
         """The width of the captured graphs that run this step, or None (run it eagerly):
         1 for one token per sequence, else the smallest captured width that holds every
-        chunk of one known token plus drafts."""
-        if not self._graphs or not scheduled or not is_graph_shaped(scheduled):
+        chunk (a known token plus drafts, or a short tail of a prompt)."""
+        if not self._graphs or not scheduled:
             return None
         widest = max(s.num_new_tokens for s in scheduled)
         q = next((w for w in self.query_widths if w >= widest), None)

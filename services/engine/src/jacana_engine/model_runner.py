@@ -26,7 +26,7 @@ import torch
 from jacana_engine import device_sampling
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.config import EngineConfig
-from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size
+from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
 from jacana_engine.device_sampling import DeviceSampler
 from jacana_engine.kv_cache import sizing
 from jacana_engine.loader import torch_dtype
@@ -220,7 +220,7 @@ class ModelRunner:
             log.info("CUDA graphs off (enforce_eager): decode steps run eagerly")
             return None
         spec = config.speculative
-        widths = (1, spec.num_speculative_tokens + 1) if spec.enabled else (1,)
+        widths = query_widths(spec.num_speculative_tokens) if spec.enabled else [1]
         graphs = DecodeGraphs(
             self._run_model,
             sizes=self._graph_sizes,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.scheduler import ScheduledSequence
 from jacana_engine.spec.proposer import DraftRequest, Proposer
 
 
@@ -29,13 +30,32 @@ class _DraftState:
     tokens: list[int] = field(default_factory=list)  # tokens whose K/V the cache holds
     blocks: list[int] = field(default_factory=list)
 
+    # What cuda_graphs.DecodeStaging reads of a sequence: blocks are only ever appended
+    # while a state lives (truncated tokens keep theirs), so the epoch never moves.
+    block_table_epoch = 0
+    spec_token_ids: tuple[int, ...] = ()
+
+    @property
+    def block_table(self) -> list[int]:
+        return self.blocks
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        return self.tokens[start:end]
+
 
 class DraftModelProposer(Proposer):
     """Greedy drafts from ``model`` (a ``CausalLM``) over its own paged KV cache."""
 
     name = "draft_model"
 
-    def __init__(self, model, num_blocks: int = 256, block_size: int = 16) -> None:
+    def __init__(
+        self,
+        model,
+        num_blocks: int = 256,
+        block_size: int = 16,
+        max_batch: int = 64,
+        max_draft: int = 4,
+    ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
         cfg = model.config
@@ -53,6 +73,7 @@ class DraftModelProposer(Proposer):
         self._free = list(range(num_blocks - 1, -1, -1))
         self._states: dict[str, _DraftState] = {}
         self.max_len = cfg.max_position_embeddings
+        self.graphs = self._capture_graphs(max_batch, max_draft)
 
     # ---- interface -------------------------------------------------------------------------
 
@@ -98,8 +119,56 @@ class DraftModelProposer(Proposer):
             state.blocks.append(self._free.pop())
         return True
 
+    def _capture_graphs(self, max_batch: int, max_draft: int):
+        """CUDA graphs (CUDA with a graph-safe attention backend; None otherwise) for the
+        one-token draft steps and for the catch-up chunks that start each call (the
+        tokens accepted since the last one: at most ``max_draft + 1``), bounded by what
+        the draft cache can hold."""
+        backend = getattr(self.model, "backend", None)
+        if self.device.type != "cuda" or not getattr(backend, "graph_safe", False):
+            return None
+        from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, query_widths
+        from jacana_engine.kernels.decode_attention import choose_num_splits
+
+        max_len = min(self.max_len, len(self._free) * self.block_size)
+        n_kv = self.model.config.num_key_value_heads
+        graphs = DecodeGraphs(
+            lambda ids, positions, meta: self.model.forward(ids, positions, self.kv_caches, meta),
+            sizes=capture_sizes(max_batch),
+            block_size=self.block_size,
+            max_blocks=-(-max_len // self.block_size),
+            max_model_len=max_len,
+            num_splits=lambda padded: choose_num_splits(padded, n_kv, max_len, self.device),
+            device=self.device,
+            query_widths=query_widths(max_draft),
+        )
+        graphs.capture()
+        return graphs
+
+    def _step_graph(self, chunks: list[tuple[_DraftState, list[int]]]) -> list[int] | None:
+        """The step through the captured graphs; None (nothing appended) when it does
+        not fit them (a long catch-up chunk, too many requests)."""
+        if self.graphs is None:
+            return None
+        plan = []
+        for state, new in chunks:
+            plan.append(ScheduledSequence(state, len(state.tokens), len(new), True))
+            state.tokens.extend(new)
+        width = self.graphs.query_width(plan)
+        if width is None:
+            for (state, _), s in zip(chunks, plan, strict=True):
+                del state.tokens[s.start :]
+            return None
+        hidden = self.graphs.run(plan, width)  # [T, hidden], chunks end to end
+        ends = torch.tensor([len(new) for _, new in chunks]).cumsum(0) - 1  # [B]
+        last = hidden.index_select(0, ends.to(self.device))  # [B, hidden]
+        return self.model.compute_logits(last).argmax(dim=-1).tolist()
+
     def _step(self, chunks: list[tuple[_DraftState, list[int]]]) -> list[int]:
         """Append ``new`` tokens to each state's cache; the argmax after each chunk."""
+        replayed = self._step_graph(chunks)
+        if replayed is not None:
+            return replayed
         bs = self.block_size
         ids: list[int] = []
         positions: list[int] = []

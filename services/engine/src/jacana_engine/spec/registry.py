@@ -26,7 +26,9 @@ def _draft_model(c: SpeculativeConfig) -> Proposer:
     if not c.draft_model:
         raise ValueError("the draft_model proposer needs a draft model path (draft_model)")
     config = EngineConfig(model=c.draft_model, dtype=c.draft_dtype, device=c.draft_device)
-    return DraftModelProposer(load_model(config), c.draft_num_kv_blocks)
+    return DraftModelProposer(
+        load_model(config), c.draft_num_kv_blocks, max_draft=c.num_speculative_tokens
+    )
 
 
 PROPOSERS: dict[str, ProposerFactory] = {
