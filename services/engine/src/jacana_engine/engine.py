@@ -9,6 +9,7 @@ one thread drives it (``AsyncEngine`` runs it on a dedicated thread).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
@@ -272,6 +273,7 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Run one scheduled forward pass; one output per request that got a token."""
+        started = time.perf_counter()
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running)
         plan = self.scheduler.schedule()
@@ -296,6 +298,8 @@ class LLMEngine:
             outputs += self.speculator.commit(
                 plan.scheduled, result.verified, self._append_token, self.block_manager.trim
             )
+        if self.speculator is not None:
+            self.speculator.observe(time.perf_counter() - started, plan.scheduled, result.verified)
         return outputs + self._finish_embeddings(plan.scheduled)
 
     def _finish_embeddings(self, scheduled) -> list[EmbeddingOutput]:

@@ -30,7 +30,9 @@ class SpeculativeConfig:
         the whole draft (product of continuation frequencies) falls below this.
     suffix_max_cached_requests: finished requests whose outputs feed the shared suffix trie.
     dynamic_k: adapt each request's k to its running acceptance, down to 0 (no drafting)
-        when drafting does not pay; False always drafts up to ``num_speculative_tokens``.
+        when drafting does not pay, and pause all drafting while measured decode steps
+        gain fewer tokens per second with drafts than without (``spec/gate.py``); False
+        always drafts up to ``num_speculative_tokens``.
     draft_model: for the "draft_model" proposer, a .gguf file or HF directory of a small
         model with the target's tokenizer.
     draft_num_kv_blocks: blocks of 16 tokens in the draft model's own KV cache.

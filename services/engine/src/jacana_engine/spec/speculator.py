@@ -34,6 +34,7 @@ from jacana_engine.scheduler import ScheduledSequence
 from jacana_engine.sequence import Sequence, SequenceStatus
 from jacana_engine.spec.acceptance import AcceptanceTracker, ProposerStats
 from jacana_engine.spec.config import SpeculativeConfig
+from jacana_engine.spec.gate import SpeculationGate
 from jacana_engine.spec.proposer import DraftRequest, Proposer
 from jacana_engine.spec.registry import create_proposer
 from jacana_engine.spec.verify import greedy_accept, rejection_sample
@@ -64,12 +65,17 @@ class Speculator:
         self.proposer = proposer if proposer is not None else create_proposer(config)
         self._stats = ProposerStats()
         self._tracked: dict[str, Sequence] = {}
+        self.gate = SpeculationGate() if config.dynamic_k else None
 
     # ---- before the step ----------------------------------------------------------------
 
     def propose(self, running: Iterable[Sequence]) -> None:
         """Set ``spec_token_ids`` of every running sequence (empty when it does not draft)."""
         self._forget_finished()
+        if self.gate is not None and not self.gate.drafts_allowed():
+            for seq in running:
+                seq.spec_token_ids = []
+            return
         wanted: list[tuple[Sequence, DraftRequest]] = []
         for seq in running:
             seq.spec_token_ids = []
@@ -147,6 +153,18 @@ class Speculator:
         return rejection_sample(probs, draft, None, seq.generator)
 
     # ---- after the step (engine) ------------------------------------------------------------
+
+    def observe(
+        self, seconds: float, scheduled: Seq[ScheduledSequence], verified: Seq[list[int]]
+    ) -> None:
+        """Feed the gate one step's wall time (propose to commit). Only decode steps count:
+        a prefill chunk's cost says nothing about what drafting costs."""
+        if self.gate is None or not scheduled:
+            return
+        if any(s.num_new_tokens - s.num_draft_tokens != 1 for s in scheduled):
+            return
+        gained = sum(len(v) for v in verified) + sum(1 for s in scheduled if s.samples)
+        self.gate.record(seconds, gained / len(scheduled))
 
     def commit(
         self,

@@ -1,0 +1,90 @@
+"""Engine-wide speculation gate: draft only while drafting raises decode throughput.
+
+Per-request dynamic k (``acceptance.py``) knows how often drafts are accepted, not what a
+speculative step costs. That cost is the machine's: on a GPU a tiny target's step is
+mostly host work, and proposing, verifying k + 1 positions and committing can cost more
+than the accepted drafts save, however well they are accepted. So the gate measures it.
+
+Decode steps (no prefill chunk) alternate between phases:
+- ``SPEC`` (``window`` steps): proposers run; each step's rate is the tokens it gained per
+  sequence over its wall time (propose + forward + commit).
+- ``PLAIN`` (``probe`` steps): nobody drafts; the rate is one token per sequence over the
+  step's wall time.
+After a PLAIN phase the gate compares the phases' median rates: if speculation was at
+least as fast it opens the next SPEC window, else it stays shut for ``cooldown`` decode
+steps and then measures again (the batch, the text and the proposer's luck change). So
+with speculation that does not pay, decoding runs at the plain speed but for the
+measuring windows.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import statistics
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+
+class Phase(enum.Enum):
+    SPEC = "spec"
+    PLAIN = "plain"
+    SHUT = "shut"
+
+
+@dataclass
+class SpeculationGate:
+    """``drafts_allowed()`` before a step, ``record(...)`` after each decode step."""
+
+    window: int = 8
+    probe: int = 4
+    cooldown: int = 256
+    phase: Phase = Phase.SPEC
+    steps_in_phase: int = 0
+    shut_total: int = 0  # times the gate shut since start-up
+    _spec_rates: list[float] = field(default_factory=list)
+    _plain_rates: list[float] = field(default_factory=list)
+
+    def drafts_allowed(self) -> bool:
+        return self.phase is Phase.SPEC
+
+    def record(self, seconds: float, tokens_per_sequence: float) -> None:
+        """One decode step's wall time and the tokens it gained per sequence (1 for a
+        step without drafts)."""
+        if seconds <= 0:
+            return
+        self.steps_in_phase += 1
+        if self.phase is Phase.SPEC:
+            self._spec_rates.append(tokens_per_sequence / seconds)
+            if self.steps_in_phase >= self.window:
+                self._enter(Phase.PLAIN)
+        elif self.phase is Phase.PLAIN:
+            self._plain_rates.append(1.0 / seconds)
+            if self.steps_in_phase >= self.probe:
+                self._decide()
+        elif self.steps_in_phase >= self.cooldown:
+            self._enter(Phase.SPEC)
+
+    def _decide(self) -> None:
+        spec = statistics.median(self._spec_rates)
+        plain = statistics.median(self._plain_rates)
+        if spec >= plain:
+            self._enter(Phase.SPEC)
+            return
+        self.shut_total += 1
+        log.info(
+            "speculation paused for %d decode steps: %.1f tokens/s per sequence with "
+            "drafts vs %.1f without",
+            self.cooldown,
+            spec,
+            plain,
+        )
+        self._enter(Phase.SHUT)
+
+    def _enter(self, phase: Phase) -> None:
+        if phase is Phase.SPEC:
+            self._spec_rates.clear()
+            self._plain_rates.clear()
+        self.phase = phase
+        self.steps_in_phase = 0

@@ -1,0 +1,75 @@
+"""The engine-wide speculation gate: drafting pauses while it does not raise measured
+decode throughput, and is measured again after a cooldown."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from jacana_engine.sampling_params import SamplingParams
+from jacana_engine.spec.config import SpeculativeConfig
+from jacana_engine.spec.gate import Phase, SpeculationGate
+from jacana_engine.spec.proposer import Proposer
+from jacana_engine.spec.speculator import Speculator
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+def _run(gate: SpeculationGate, steps: int, spec: tuple[float, float], plain: float) -> list:
+    """Feed ``steps`` decode steps: (seconds, tokens per sequence) while drafting, else
+    ``plain`` seconds for one token; returns the phase before each step."""
+    phases = []
+    for _ in range(steps):
+        phases.append(gate.phase)
+        if gate.drafts_allowed():
+            gate.record(*spec)
+        else:
+            gate.record(plain, 1.0)
+    return phases
+
+
+def test_gate_stays_open_while_drafts_pay():
+    gate = SpeculationGate(window=8, probe=4, cooldown=50)
+    phases = _run(gate, 120, spec=(0.012, 2.5), plain=0.010)  # 208 vs 100 tokens/s
+    assert gate.shut_total == 0
+    assert Phase.SHUT not in phases
+    assert phases.count(Phase.PLAIN) == 4 * (120 // 12)  # one probe per window
+
+
+def test_gate_shuts_when_drafts_cost_more_than_they_gain_and_measures_again():
+    gate = SpeculationGate(window=8, probe=4, cooldown=50)
+    phases = _run(gate, 12 + 50 + 12, spec=(0.030, 2.0), plain=0.010)  # 67 vs 100
+    assert phases[:8] == [Phase.SPEC] * 8 and phases[8:12] == [Phase.PLAIN] * 4
+    assert phases[12:62] == [Phase.SHUT] * 50  # plain speed for the cooldown
+    assert phases[62:70] == [Phase.SPEC] * 8  # then it measures again
+    assert gate.shut_total == 2
+
+
+class SlowWrongProposer(Proposer):
+    """Drafts tokens the toy model never picks, and takes 20 ms doing it: speculation
+    that only costs."""
+
+    name = "slow-wrong"
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab, self.calls = vocab, 0
+
+    def propose(self, requests):
+        self.calls += 1
+        time.sleep(0.02)
+        return [[(r.token_ids[-1] + 1) % self.vocab] * r.max_draft for r in requests]
+
+
+def test_engine_pauses_speculation_that_does_not_pay(toy):
+    cfg = SpeculativeConfig(proposer="ngram", num_speculative_tokens=4, dynamic_k=True)
+    engine = toy.engine(speculative=cfg)
+    proposer = SlowWrongProposer(toy.LM.VOCAB)
+    engine.speculator = engine.runner.speculator = Speculator(cfg, proposer)
+    gate = engine.speculator.gate
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    sp = SamplingParams(temperature=0.0, max_tokens=80, ignore_eos=True)
+    assert engine.generate([prompt], sp) == [toy.greedy(prompt, 80)]
+    assert gate.shut_total >= 1 and gate.phase is Phase.SHUT
+    # the first window proposed; then the per-request back-off and the gate kept it quiet
+    assert 1 <= proposer.calls <= gate.window + 2
