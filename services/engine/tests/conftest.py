@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -236,3 +237,36 @@ def smollm2_engine(smollm2_gguf):
         model=str(smollm2_gguf), model_id="smollm2", num_kv_blocks=256, max_model_len=1024
     )
     return LLMEngine(config)
+
+
+def write_peaked_qwen3(path: Path) -> Path:
+    """A small random Qwen3 checkpoint in ``path`` (bf16 safetensors: GQA, q/k norm, an
+    untied head) whose weights are scaled so its logits are peaked: greedy continuations
+    are then decided by clear margins, not by bf16 rounding."""
+    import transformers
+
+    cfg = transformers.Qwen3Config(
+        vocab_size=2048,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not name.endswith("norm.weight"):
+                p.normal_(0.0, 0.06)
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def peaked_qwen3(tmp_path_factory) -> Path:
+    """:func:`write_peaked_qwen3` once per session (the GPU tests share it)."""
+    return write_peaked_qwen3(tmp_path_factory.mktemp("peaked-qwen3"))

@@ -173,34 +173,9 @@ def _check_and_report(
     assert not failures, f"{name}: departures from transformers off a near-tie: {failures}"
 
 
-@pytest.fixture(scope="module")
-def random_qwen3(tmp_path_factory) -> Path:
-    """A small random Qwen3 checkpoint (bf16 safetensors) with peaked logits."""
-    cfg = transformers.Qwen3Config(
-        vocab_size=2048,
-        hidden_size=512,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if not name.endswith("norm.weight"):
-                p.normal_(0.0, 0.06)
-    path = tmp_path_factory.mktemp("qwen3")
-    model.save_pretrained(path)
-    return path
-
-
-def test_random_qwen3_matches_transformers(random_qwen3):
+def test_random_qwen3_matches_transformers(peaked_qwen3):
     hf = transformers.AutoModelForCausalLM.from_pretrained(
-        random_qwen3, dtype=torch.bfloat16
+        peaked_qwen3, dtype=torch.bfloat16
     ).cuda()
     hf.eval()
     gen = torch.Generator().manual_seed(1)
@@ -209,8 +184,8 @@ def test_random_qwen3_matches_transformers(random_qwen3):
     run_to_run = hf_run_to_run_set(hf, prompts)
     del hf
     engines = {
-        "graphs": _engine(str(random_qwen3), "safetensors", eager=False),
-        "eager": _engine(str(random_qwen3), "safetensors", eager=True),
+        "graphs": _engine(str(peaked_qwen3), "safetensors", eager=False),
+        "eager": _engine(str(peaked_qwen3), "safetensors", eager=True),
     }
     _check_and_report("random-qwen3", ref, prompts, engines, run_to_run)
 

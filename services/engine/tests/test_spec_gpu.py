@@ -29,27 +29,8 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    cfg = transformers.Qwen3Config(
-        vocab_size=2048,
-        hidden_size=512,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if not name.endswith("norm.weight"):
-                p.normal_(0.0, 0.06)
-    path = tmp_path_factory.mktemp("qwen3")
-    model.save_pretrained(path)
-    return str(path)
+def checkpoint(peaked_qwen3) -> str:
+    return str(peaked_qwen3)
 
 
 def _engine(path: str, proposer: str) -> LLMEngine:
