@@ -69,6 +69,8 @@ def import_model_code():
     """jacana_embeddings' model modules (from the source tree when not installed)."""
     if importlib.util.find_spec("jacana_embeddings") is None:
         sys.path.insert(0, str(ROOT / "services" / "embeddings" / "src"))
+    if importlib.util.find_spec("jacana_common") is None:  # its GEMM backends
+        sys.path.insert(0, str(ROOT / "libs" / "common" / "src"))
     from jacana_embeddings import batcher, config, embedder, model_spec, service
 
     return batcher, config, embedder, model_spec, service

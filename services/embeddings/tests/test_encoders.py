@@ -14,9 +14,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from jacana_common.linear_backends import select_linear_backend
 from jacana_embeddings.encoders import ENCODER_FAMILIES, load_encoder, resolve_family
 from jacana_embeddings.errors import ModelLoadError
-from jacana_embeddings.linear_backends import select_linear_backend
 
 CPU = torch.device("cpu")
 TINY = dict(

@@ -9,7 +9,8 @@
 :func:`select_linear_backend` resolves ``auto`` once at load time: ``onednn`` on CPU when
 the op exists in this torch build and agrees with ``torch`` on a probe, ``torch``
 otherwise (and always on CUDA). Backends hold no state; the weights stay ordinary
-``nn.Linear`` parameters.
+``nn.Linear`` parameters. Shared by the services that run torch models (the engine, the
+embeddings service); it imports torch, so only they import it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-
-from jacana_embeddings.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -113,19 +112,18 @@ LINEAR_BACKENDS: dict[str, type[LinearBackend]] = {
 def select_linear_backend(name: str, device: torch.device, dtype: torch.dtype) -> LinearBackend:
     """The backend named ``name`` (``auto``, ``torch`` or ``onednn``) for ``device``.
 
-    Raises :class:`ModelLoadError` when ``onednn`` is asked for explicitly and cannot run.
+    Raises ``ValueError`` for an unknown name, or when ``onednn`` is asked for explicitly
+    and cannot run.
     """
     if name == "torch":
         return TorchLinear()
     if name not in ("auto", OneDnnLinear.name):
-        raise ModelLoadError(
-            f"unknown linear backend {name!r}; known: auto, {list(LINEAR_BACKENDS)}"
-        )
+        raise ValueError(f"unknown linear backend {name!r}; known: auto, {list(LINEAR_BACKENDS)}")
     why_not = "it runs on CPU only" if device.type != "cpu" else OneDnnLinear.usable(dtype)
     if why_not is None:
         return OneDnnLinear()
     if name == OneDnnLinear.name:
-        raise ModelLoadError(f"linear backend 'onednn' is not usable: {why_not}")
+        raise ValueError(f"linear backend 'onednn' is not usable: {why_not}")
     if device.type == "cpu":
         log.info("linear backend: torch (oneDNN not usable: %s)", why_not)
     return TorchLinear()

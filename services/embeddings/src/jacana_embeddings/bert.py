@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from jacana_common.linear_backends import ACTIVATIONS, LinearBackend, TorchLinear
 from jacana_embeddings.errors import ModelLoadError
-from jacana_embeddings.linear_backends import ACTIVATIONS, LinearBackend, TorchLinear
 from jacana_embeddings.varlen import PackedLayout
 
 

@@ -15,7 +15,7 @@ class EmbedderConfig:
     to ``1_Pooling/config.json``, ``normalize`` to a trailing ``Normalize`` module,
     ``matryoshka_dims`` to the model card. An empty ``matryoshka_dims`` turns it off.
     ``linear_backend`` names the dense-layer backend (``auto``, ``torch``, ``onednn``; see
-    :mod:`jacana_embeddings.linear_backends`).
+    :mod:`jacana_common.linear_backends`).
     """
 
     model_dir: Path

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from jacana_common.linear_backends import select_linear_backend
 from jacana_embeddings.config import EmbedderConfig
 from jacana_embeddings.encoders import load_encoder
 from jacana_embeddings.errors import ModelLoadError
 from jacana_embeddings.heads import HEADS, Head, NormalizeHead
-from jacana_embeddings.linear_backends import select_linear_backend
 from jacana_embeddings.model_spec import read_pipeline
 from jacana_embeddings.pooling import Pooling
 from jacana_embeddings.tokenizer import TextTokenizer
@@ -55,7 +55,10 @@ class Embedder:
         self.device = torch.device(config.device)
         dtype = _DTYPES[config.dtype]
         arch, self.encoder = load_encoder(spec.transformer_dir, dtype, self.device)
-        self.encoder.dense = select_linear_backend(config.linear_backend, self.device, dtype)
+        try:
+            self.encoder.dense = select_linear_backend(config.linear_backend, self.device, dtype)
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
         cfg = self.encoder.cfg
         self.pad_token_id = cfg.pad_token_id
 

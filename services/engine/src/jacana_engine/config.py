@@ -38,6 +38,8 @@ class EngineConfig:
     seed: seed for requests that bring none and for dummy weights.
     attention_backend: a registered attention backend ("torch", "triton") or "auto"
         (triton on CUDA, torch elsewhere); its namesake layer ops come with it.
+    linear_backend: GEMMs of the dense layers: "auto" (oneDNN on CPU when this torch build
+        runs it correctly, else F.linear), "torch" or "onednn".
     enforce_eager: never capture or replay CUDA graphs.
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
         ``max_num_seqs``); larger decode batches run eagerly.
@@ -63,6 +65,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     seed: int = 0
     attention_backend: str = "auto"
+    linear_backend: str = "auto"
     enforce_eager: bool = False
     cuda_graph_max_batch_size: int = 512
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)

@@ -87,6 +87,9 @@ class EngineSettings(ServiceSettings):
     attention_backend: Literal["auto", "torch", "triton"] = Field(
         "auto", description="Attention kernels: auto is triton on CUDA and torch on CPU."
     )
+    linear_backend: Literal["auto", "torch", "onednn"] = Field(
+        "auto", description="Dense-layer GEMMs: auto is oneDNN on CPU where usable, else torch."
+    )
     enforce_eager: bool = Field(
         False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
     )
@@ -216,6 +219,7 @@ class EngineSettings(ServiceSettings):
             max_num_batched_tokens=self.max_num_batched_tokens,
             seed=self.seed,
             attention_backend=self.attention_backend,
+            linear_backend=self.linear_backend,
             enforce_eager=self.enforce_eager,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
             pooling=self.pooling,

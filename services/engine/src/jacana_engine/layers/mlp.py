@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from jacana_engine.layers.linear import MergedLinear
+from jacana_engine.layers.linear import Linear, MergedLinear
 from jacana_engine.layers.ops import LayerOps, TorchOps
 
 
@@ -19,7 +19,7 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = MergedLinear(
             hidden_size, {"gate": intermediate_size, "up": intermediate_size}, bias=False
         )
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
         self.ops = ops or TorchOps()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import torch
 
+from jacana_common.linear_backends import select_linear_backend
 from jacana_engine.config import EngineConfig
+from jacana_engine.layers.linear import use_linear_backend
 from jacana_engine.loader.registry import resolve_format
 from jacana_engine.models.base import ModelConfig
 from jacana_engine.models.decoder import DecoderForCausalLM
@@ -33,7 +35,8 @@ def get_model_config(path: str | Path, load_format: str = "auto") -> ModelConfig
 
 def load_model(config: EngineConfig, *, attention_backend: str | None = None) -> DecoderForCausalLM:
     """Build the model of ``config.model`` on ``config.device`` in ``config.dtype`` and fill
-    its weights; returned in eval mode with gradients off. ``attention_backend`` overrides
+    its weights; returned in eval mode with gradients off, its dense layers on the GEMM
+    backend of ``config.linear_backend``. ``attention_backend`` overrides
     ``config.attention_backend`` ("auto": triton on CUDA, torch elsewhere)."""
     dtype = torch_dtype(config.dtype)
     fmt = resolve_format(config.model, config.load_format)
@@ -49,4 +52,7 @@ def load_model(config: EngineConfig, *, attention_backend: str | None = None) ->
         fmt.load_into(model, path, seed=config.seed)
     model.eval()
     model.requires_grad_(False)
+    use_linear_backend(
+        model, select_linear_backend(config.linear_backend, torch.device(config.device), dtype)
+    )
     return model

@@ -9,7 +9,7 @@ from torch import nn
 
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import AttentionBackend
-from jacana_engine.layers.linear import MergedLinear
+from jacana_engine.layers.linear import Linear, MergedLinear
 from jacana_engine.layers.norm import RMSNorm
 from jacana_engine.layers.ops import LayerOps, TorchOps
 from jacana_engine.models.base import ModelConfig
@@ -42,7 +42,7 @@ class DecoderAttention(nn.Module):
             {"q": q_size, "k": kv_size, "v": kv_size},
             bias=config.attention_bias,
         )
-        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=config.attention_out_bias)
+        self.o_proj = Linear(q_size, config.hidden_size, bias=config.attention_out_bias)
         norm = (lambda: RMSNorm(self.head_dim, config.rms_norm_eps)) if config.qk_norm else None
         self.q_norm = norm() if norm else nn.Identity()
         self.k_norm = norm() if norm else nn.Identity()

@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from jacana_common.linear_backends import LinearBackend, TorchLinear
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import AttentionBackend
-from jacana_engine.layers.linear import MergedLinear
+from jacana_engine.layers.linear import Linear, MergedLinear
 from jacana_engine.layers.mlp import GatedMLP
 from jacana_engine.layers.norm import RMSNorm
 from jacana_engine.layers.ops import LayerOps, TorchOps
@@ -114,8 +114,9 @@ class DecoderForCausalLM(nn.Module):
         self.lm_head = (
             None
             if config.tie_word_embeddings
-            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            else Linear(config.hidden_size, config.vocab_size, bias=False)
         )
+        self.logits_gemm: LinearBackend = TorchLinear()  # see layers.linear.use_linear_backend
 
     def forward(
         self,
@@ -138,7 +139,7 @@ class DecoderForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [N, hidden] -> [N, vocab] float32
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        return self.logits_gemm.linear(hidden, weight, None).float()
 
     def reset_buffers(self) -> None:
         """Recompute non-persistent buffers after ``to_empty``/dtype casts."""
