@@ -15,90 +15,26 @@ import random
 import pytest
 import torch
 
-from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.config import EngineConfig
 from jacana_engine.default_model import default_model_path
 from jacana_engine.engine import LLMEngine
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.model_runner import build_batch
-from jacana_engine.models.base import ModelConfig
 from jacana_engine.outputs import FinishReason
 from jacana_engine.sampling_params import SamplingParams
 from jacana_engine.scheduler import ScheduledSequence
 from jacana_engine.sequence import Sequence
+from toy_model import ToyLM, make_toy_engine
 
 # ------------------------------------------------------------------------------------------
 # toy model
 # ------------------------------------------------------------------------------------------
 
-TOY_VOCAB = 97
-TOY_EOS = 96
-
-
-def toy_next(history: list[int]) -> int:
-    """The toy model's greedy next token after ``history``."""
-    return (31 * sum(t * (i + 1) for i, t in enumerate(history)) + 7) % TOY_VOCAB
-
-
-def toy_greedy(prompt: list[int], n: int) -> list[int]:
-    tokens = list(prompt)
-    for _ in range(n):
-        tokens.append(toy_next(tokens))
-    return tokens[len(prompt) :]
-
-
-class ToyLM:
-    """Writes (token, position) as K/V of every layer, then rebuilds each sequence's
-    history from the last layer's cache through its block table."""
-
-    def __init__(self, num_layers: int = 2, max_len: int = 512) -> None:
-        self.config = ModelConfig(
-            architecture="ToyForCausalLM",
-            vocab_size=TOY_VOCAB,
-            hidden_size=TOY_VOCAB,
-            intermediate_size=1,
-            num_hidden_layers=num_layers,
-            num_attention_heads=1,
-            num_key_value_heads=1,
-            head_dim=2,
-            rms_norm_eps=1e-6,
-            rope_theta=1e4,
-            max_position_embeddings=max_len,
-            tie_word_embeddings=False,
-            eos_token_ids=(TOY_EOS,),
-        )
-        self.steps = 0
-
-    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata):
-        self.steps += 1
-        for cache in kv_caches:  # [2, num_blocks, block_size, 1, 2]
-            flat = cache.view(2, -1, 2)  # [2, slots, 2]
-            flat[0, meta.slot_mapping, 0] = input_ids.to(cache.dtype)
-            flat[1, meta.slot_mapping, 0] = positions.to(cache.dtype)
-        flat = kv_caches[-1].view(2, -1, 2)
-        bs = meta.block_size
-        hidden = torch.zeros(input_ids.shape[0], TOY_VOCAB)  # [T, V]
-        for i in range(meta.num_seqs):
-            q0, q1 = int(meta.query_start_loc[i]), int(meta.query_start_loc[i + 1])
-            length = int(meta.seq_lens[i])
-            pos = torch.arange(length)
-            slots = meta.block_tables[i, pos // bs].long() * bs + pos % bs
-            tokens = flat[0, slots, 0].long()  # [length]
-            if not torch.equal(flat[1, slots, 0].long(), pos):
-                raise AssertionError("KV cache holds tokens at the wrong positions")
-            weighted = torch.cumsum(tokens * (pos + 1), 0)  # [length]
-            for j in range(q0, q1):
-                hidden[j, (31 * int(weighted[int(positions[j])]) + 7) % TOY_VOCAB] = 1.0
-        return hidden
-
-    def compute_logits(self, hidden):
-        return hidden.float() * 4.0  # [N, V]; soft enough that sampling is random
-
-
-def toy_engine(**overrides) -> LLMEngine:
-    kw = dict(model="toy", load_format="dummy", block_size=4, num_kv_blocks=64)
-    kw.update(overrides)
-    return LLMEngine(EngineConfig(**kw), model=ToyLM(), tokenizer=None)
+TOY_VOCAB = ToyLM.VOCAB
+TOY_EOS = ToyLM.EOS
+toy_next = ToyLM.next_token
+toy_greedy = ToyLM.greedy
+toy_engine = make_toy_engine
 
 
 def random_prompts(n: int, seed: int = 0, lo: int = 1, hi: int = 40) -> list[list[int]]:
