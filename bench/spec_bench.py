@@ -157,7 +157,16 @@ def gpu_grid(smoke: bool) -> Grid:
     return grid
 
 
-GRIDS: dict[str, Callable[[bool], Grid]] = {"cpu": cpu_grid, "gpu": gpu_grid}
+def cpu_speed_grid(smoke: bool) -> Grid:
+    """The CPU grid's speed groups alone (to re-measure speed after an engine change)."""
+    return Grid(speed=cpu_grid(smoke).speed)
+
+
+GRIDS: dict[str, Callable[[bool], Grid]] = {
+    "cpu": cpu_grid,
+    "cpu-speed": cpu_speed_grid,
+    "gpu": gpu_grid,
+}
 
 
 # ---- models --------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ MAX_TOKENS = 24
 def spec_engine() -> Iterator[Service]:
     service = start_engine(
         JACANA_ENGINE_SPECULATIVE_PROPOSER="ngram",
+        # Draft at every step (no timing-driven pause), so the counters are deterministic.
+        JACANA_ENGINE_SPECULATIVE_DYNAMIC_K="false",
         JACANA_ENGINE_NUM_THREADS="1",
     )
     yield service

@@ -80,6 +80,8 @@ def spec_stack(tmp_path_factory) -> Iterator[RunningStack]:
     env = {
         **os.environ,
         "JACANA_ENGINE_SPECULATIVE_PROPOSER": "ngram",  # the one setting
+        # and drafting at every step (no timing-driven pause): deterministic counters
+        "JACANA_ENGINE_SPECULATIVE_DYNAMIC_K": "false",
         "JACANA_STACK_EMBEDDINGS": "0",
         "JACANA_ENGINE_PORT": str(engine_port),
         "JACANA_DRAFTER_PORT": str(drafter_port),

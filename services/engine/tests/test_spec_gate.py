@@ -33,13 +33,16 @@ def test_gate_stays_open_while_drafts_pay():
     gate = SpeculationGate(window=8, probe=4, cooldown=50)
     phases = _run(gate, 120, spec=(0.012, 2.5), plain=0.010)  # 208 vs 100 tokens/s
     assert gate.shut_total == 0
+    gate.record(0.001, 1.0, drafted=False)  # nothing drafted: not a sample of drafting
+    assert gate.steps_in_phase == 120 % 12 and gate.phase is Phase.SPEC
+    assert gate.shut_total == 0
     assert Phase.SHUT not in phases
     assert phases.count(Phase.PLAIN) == 4 * (120 // 12)  # one probe per window
 
 
 def test_gate_shuts_when_drafts_cost_more_than_they_gain_and_measures_again():
     gate = SpeculationGate(window=8, probe=4, cooldown=50)
-    phases = _run(gate, 12 + 50 + 12, spec=(0.030, 2.0), plain=0.010)  # 67 vs 100
+    phases = _run(gate, 12 + 50 + 12, spec=(0.030, 2.0), plain=0.010)  # 67 vs 100 (< 90)
     assert phases[:8] == [Phase.SPEC] * 8 and phases[8:12] == [Phase.PLAIN] * 4
     assert phases[12:62] == [Phase.SHUT] * 50  # plain speed for the cooldown
     assert phases[62:70] == [Phase.SPEC] * 8  # then it measures again

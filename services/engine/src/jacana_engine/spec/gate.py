@@ -6,12 +6,14 @@ mostly host work, and proposing, verifying k + 1 positions and committing can co
 than the accepted drafts save, however well they are accepted. So the gate measures it.
 
 Decode steps (no prefill chunk) alternate between phases:
-- ``SPEC`` (``window`` steps): proposers run; each step's rate is the tokens it gained per
-  sequence over its wall time (propose + forward + commit).
+- ``SPEC`` (``window`` steps that verified drafts; steps where nothing was drafted say
+  nothing and are not counted): proposers run; each step's rate is the tokens it gained
+  per sequence over its wall time (propose + forward + commit).
 - ``PLAIN`` (``probe`` steps): nobody drafts; the rate is one token per sequence over the
   step's wall time.
-After a PLAIN phase the gate compares the phases' median rates: if speculation was at
-least as fast it opens the next SPEC window, else it stays shut for ``cooldown`` decode
+After a PLAIN phase the gate compares the phases' median rates: unless speculation was
+clearly slower (below ``margin`` times the plain rate: timing noise must not shut it) it
+opens the next SPEC window, else it stays shut for ``cooldown`` decode
 steps and then measures again (the batch, the text and the proposer's luck change). So
 with speculation that does not pay, decoding runs at the plain speed but for the
 measuring windows.
@@ -40,6 +42,7 @@ class SpeculationGate:
     window: int = 8
     probe: int = 4
     cooldown: int = 256
+    margin: float = 0.9
     phase: Phase = Phase.SPEC
     steps_in_phase: int = 0
     shut_total: int = 0  # times the gate shut since start-up
@@ -49,10 +52,10 @@ class SpeculationGate:
     def drafts_allowed(self) -> bool:
         return self.phase is Phase.SPEC
 
-    def record(self, seconds: float, tokens_per_sequence: float) -> None:
-        """One decode step's wall time and the tokens it gained per sequence (1 for a
-        step without drafts)."""
-        if seconds <= 0:
+    def record(self, seconds: float, tokens_per_sequence: float, drafted: bool = True) -> None:
+        """One decode step's wall time, the tokens it gained per sequence (1 for a step
+        without drafts) and whether it verified any draft."""
+        if seconds <= 0 or (self.phase is Phase.SPEC and not drafted):
             return
         self.steps_in_phase += 1
         if self.phase is Phase.SPEC:
@@ -69,7 +72,7 @@ class SpeculationGate:
     def _decide(self) -> None:
         spec = statistics.median(self._spec_rates)
         plain = statistics.median(self._plain_rates)
-        if spec >= plain:
+        if spec >= self.margin * plain:
             self._enter(Phase.SPEC)
             return
         self.shut_total += 1

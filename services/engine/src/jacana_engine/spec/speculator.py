@@ -164,7 +164,7 @@ class Speculator:
         if any(s.num_new_tokens - s.num_draft_tokens != 1 for s in scheduled):
             return
         gained = sum(len(v) for v in verified) + sum(1 for s in scheduled if s.samples)
-        self.gate.record(seconds, gained / len(scheduled))
+        self.gate.record(seconds, gained / len(scheduled), drafted=bool(verified))
 
     def commit(
         self,
