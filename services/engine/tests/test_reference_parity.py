@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hf_reference import assert_greedy_matches_transformers
 from jacana_engine.config import EngineConfig
 from jacana_engine.default_model import default_model_path
 from jacana_engine.loader import load_model
@@ -115,18 +116,7 @@ def our_generations(ours, prompt_ids, paged_driver):
 
 def test_greedy_generation_token_exact(hf, prompt_ids, our_generations):
     model, tok = hf
-    for ids, own in zip(prompt_ids, our_generations, strict=True):
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                do_sample=False,
-                max_new_tokens=NEW_TOKENS,
-            )
-        want = out[0, len(ids) :].tolist()
-        assert own == want, (
-            f"prompt {tok.decode(ids)!r}:\n{tok.decode(own)!r}\n{tok.decode(want)!r}"
-        )
+    assert_greedy_matches_transformers(model, tok, prompt_ids, our_generations, NEW_TOKENS)
 
 
 def test_chat_prompt_answers_paris(hf, our_generations):

@@ -15,6 +15,7 @@ import os
 import pytest
 import torch
 
+from hf_reference import assert_greedy_matches_transformers
 from jacana_engine.config import EngineConfig
 from jacana_engine.engine import LLMEngine
 from jacana_engine.loader.gguf_config import model_config_from_gguf
@@ -129,17 +130,6 @@ def test_greedy_generation_token_exact(engine, hf, prompt_ids):
     model, tok = hf
     sp = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     ours = engine.generate(prompt_ids, sp)  # all prompts batched through the paged cache
-    for ids, own in zip(prompt_ids, ours, strict=True):
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                do_sample=False,
-                max_new_tokens=NEW_TOKENS,
-            )
-        want = out[0, len(ids) :].tolist()
-        assert own == want, (
-            f"prompt {tok.decode(ids)!r}:\n{tok.decode(own)!r}\n{tok.decode(want)!r}"
-        )
+    assert_greedy_matches_transformers(model, tok, prompt_ids, ours, NEW_TOKENS)
     # a sensible model: the code-editing answer quotes the function it rewrites
     assert "def summarize(rows):" in tok.decode(ours[0])
