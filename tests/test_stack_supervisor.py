@@ -211,8 +211,9 @@ def test_plan_joins_engine_embeddings_and_gateway(tmp_path):
     assert 'client.embeddings.create(\n      model="all-minilm-l6-v2"' in banner
 
 
-async def test_the_planned_embeddings_child_is_probed_on_its_port(tmp_path, monkeypatch):
-    """The embeddings probe asks gRPC health at the port the child was told to use."""
+@pytest.mark.parametrize("service", ["embeddings", "drafter"])
+async def test_a_planned_grpc_child_is_probed_on_its_port(tmp_path, monkeypatch, service):
+    """The probe asks gRPC health at the port the child was told to use."""
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -223,12 +224,14 @@ async def test_the_planned_embeddings_child_is_probed_on_its_port(tmp_path, monk
     await server.start()
     try:
         await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-        env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0"}
+        names = ("ENGINE", "GATEWAY", "EMBEDDINGS", "DRAFTER")
+        env = {f"JACANA_{name}_PORT": "0" for name in names}
+        env[f"JACANA_{service.upper()}_PORT"] = str(port)
         monkeypatch.setattr(stack, "_check_free", lambda *args: None)  # the port is ours
-        plan = stack.plan({**env, "JACANA_EMBEDDINGS_PORT": str(port)}, tmp_path)
-        assert not await plan.embeddings.probe()
+        child = getattr(stack.plan(env, tmp_path), service)
+        assert not await child.probe()
         await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        assert await plan.embeddings.probe()
+        assert await child.probe()
     finally:
         await server.stop(None)
 
@@ -329,28 +332,6 @@ def test_plan_can_leave_the_drafter_out(tmp_path):
     assert "JACANA_ENGINE_DRAFTER_ADDRESS" not in plan.engine.env
     with pytest.raises(SystemExit, match="JACANA_STACK_DRAFTER"):
         stack.plan({**env, "JACANA_STACK_DRAFTER": "sometimes"}, tmp_path)
-
-
-async def test_the_planned_drafter_is_probed_on_its_port(tmp_path, monkeypatch):
-    """The drafter probe asks gRPC health at the port the child was told to use."""
-    import grpc
-    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
-    server = grpc.aio.server()
-    servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-        env = {"JACANA_ENGINE_PORT": "0", "JACANA_GATEWAY_PORT": "0", "JACANA_EMBEDDINGS_PORT": "0"}
-        monkeypatch.setattr(stack, "_check_free", lambda *args: None)  # the port is ours
-        plan = stack.plan({**env, "JACANA_DRAFTER_PORT": str(port)}, tmp_path)
-        assert not await plan.drafter.probe()
-        await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        assert await plan.drafter.probe()
-    finally:
-        await server.stop(None)
 
 
 def test_plan_refuses_a_busy_port(tmp_path):
