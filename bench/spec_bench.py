@@ -62,7 +62,7 @@ from common import (
 )
 
 PROMPTS_FILE = Path(__file__).resolve().parent / "spec_prompts.json"
-K = 4  # num_speculative_tokens of the real proposers
+K = 4  # num_speculative_tokens of the real proposers (--k)
 VERIFY_KS = (0, 1, 2, 4, 8)  # forced draft lengths of the verify-cost runs
 
 
@@ -77,7 +77,7 @@ class ProposerSpec:
     label: str
     kind: str
     draft: str | None = None
-    k: int = K
+    k: int = 4
 
 
 @dataclass(frozen=True)
@@ -117,15 +117,15 @@ class Grid:
 
 
 def ngram() -> ProposerSpec:
-    return ProposerSpec("ngram", "ngram")
+    return ProposerSpec("ngram", "ngram", k=K)
 
 
 def suffix() -> ProposerSpec:
-    return ProposerSpec("suffix", "suffix")
+    return ProposerSpec("suffix", "suffix", k=K)
 
 
 def draft(model: str) -> ProposerSpec:
-    return ProposerSpec(f"draft:{model}", "draft_model", draft=model)
+    return ProposerSpec(f"draft:{model}", "draft_model", draft=model, k=K)
 
 
 def cpu_grid(smoke: bool) -> Grid:
@@ -632,6 +632,11 @@ def render(doc: dict[str, Any]) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--grid", choices=sorted(GRIDS), default="cpu")
+    p.add_argument("--k", type=int, default=K, help="most draft tokens per step (default 4)")
+    p.add_argument(
+        "--workload", choices=["code_edit", "chat"], default=None, help="speed groups of one"
+    )
+    p.add_argument("--concurrency", type=int, default=None, help="speed groups of one")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, to check it runs")
@@ -654,11 +659,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
 
     args = parse_args(argv)
+    global K
+    K = args.k  # read when the grid's proposers and engines are built
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
     started = time.perf_counter()
     grid = GRIDS[args.grid](args.smoke)
+    if args.workload:
+        grid.speed = [g for g in grid.speed if g.workload == args.workload]
+    if args.concurrency:
+        grid.speed = [g for g in grid.speed if g.concurrency == args.concurrency]
     # KV blocks of 16 tokens: a code-editing request needs about 42 (600 prompt + 48 new
     # tokens); room for the largest concurrency (4 on CPU, 32 on GPU) plus the cached
     # prompts. The same count sizes each draft model's own cache.
