@@ -11,6 +11,7 @@
 #   /tmp/jacana-assets/NAME (a directory again when it was packed from one), checks its
 #   sha256, and prints `export` lines for the assets present:
 #     eval "$(bench/gpu_assets.sh receive)"
+#   ($JACANA_XFER_STORE and $JACANA_ASSETS_DIR move those two folders.)
 #   JACANA_ASSET_<NAME> (upper case, other than letters and digits -> '_') names each
 #   assembled file or directory; /tmp/jacana-assets also serves as JACANA_MODEL_CACHE
 #   (jacana_engine.model_assets), so pack cached models under their cache file names.
@@ -36,7 +37,7 @@ pack() {
 }
 
 receive() {
-  local store=/tmp/jacana-xfer assets=/tmp/jacana-assets
+  local store=${JACANA_XFER_STORE:-/tmp/jacana-xfer} assets=${JACANA_ASSETS_DIR:-/tmp/jacana-assets}
   mkdir -p "$store" "$assets"
   if [ -d .xfer ]; then cp -r .xfer/. "$store/"; fi
   for dir in "$store"/*/; do
