@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hf_reference import transformers_from_gguf
 from jacana_engine.attention_metadata import AttentionMetadata
 from toy_model import ToyLM, make_toy_engine
 
@@ -139,16 +140,7 @@ def smollm2_gguf():
 @pytest.fixture(scope="session")
 def hf_smollm2(smollm2_gguf):
     """(model, tokenizer) from transformers on the same GGUF, fp32, CPU, eval mode."""
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    transformers = pytest.importorskip("transformers")
-    kw = dict(gguf_file=smollm2_gguf.name)
-    tok = transformers.AutoTokenizer.from_pretrained(smollm2_gguf.parent, **kw)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        smollm2_gguf.parent, dtype=torch.float32, **kw
-    )
-    return model.eval(), tok
+    return transformers_from_gguf(smollm2_gguf)
 
 
 @pytest.fixture(scope="session")

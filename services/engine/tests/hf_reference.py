@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
 import torch
+
+
+def transformers_from_gguf(path: Path):
+    """(model, tokenizer) that transformers loads from the GGUF at ``path``: float32, CPU,
+    eval mode, offline (skips when transformers is not installed)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    )
+    return model.eval(), tok
 
 
 def assert_greedy_matches_transformers(model, tok, prompt_ids, ours, new_tokens: int) -> None:

@@ -6,13 +6,12 @@ through our paged KV cache must be token-exact; logits must agree closely.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from hf_reference import assert_greedy_matches_transformers
+from hf_reference import assert_greedy_matches_transformers, transformers_from_gguf
 from jacana_engine.config import EngineConfig
 from jacana_engine.default_model import default_model_path
 from jacana_engine.loader import load_model
@@ -48,13 +47,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def hf():
     """(model, tokenizer) from transformers, loading the same GGUF; never stops at EOS."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    transformers = pytest.importorskip("transformers")
-    tok = transformers.AutoTokenizer.from_pretrained(SMOLLM2_DIR, gguf_file=GGUF_NAME)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        SMOLLM2_DIR, gguf_file=GGUF_NAME, dtype=torch.float32
-    )
-    model.eval()
+    model, tok = transformers_from_gguf(Path(SMOLLM2_DIR) / GGUF_NAME)
     model.generation_config.eos_token_id = None  # compare all NEW_TOKENS tokens
     return model, tok
 

@@ -10,12 +10,10 @@ Slow: transformers needs about a minute to load this GGUF on a 2-core CPU.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-from hf_reference import assert_greedy_matches_transformers
+from hf_reference import assert_greedy_matches_transformers, transformers_from_gguf
 from jacana_engine.config import EngineConfig
 from jacana_engine.engine import LLMEngine
 from jacana_engine.loader.gguf_config import model_config_from_gguf
@@ -66,14 +64,7 @@ def gguf_path():
 @pytest.fixture(scope="module")
 def hf(gguf_path):
     """(model, tokenizer) from transformers on the same GGUF; never stops at EOS."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    transformers = pytest.importorskip("transformers")
-    kw = dict(gguf_file=gguf_path.name)
-    tok = transformers.AutoTokenizer.from_pretrained(gguf_path.parent, **kw)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, dtype=torch.float32, **kw
-    )
-    model.eval()
+    model, tok = transformers_from_gguf(gguf_path)
     model.generation_config.eos_token_id = None  # compare all NEW_TOKENS tokens
     return model, tok
 
