@@ -410,7 +410,11 @@ def measure(args: argparse.Namespace) -> dict:
 def machine(device: str) -> dict:
     import torch
 
-    info = {"device": device, "logical_cpus": os.cpu_count()}
+    info = {
+        "device": device,
+        "logical_cpus": os.cpu_count(),
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM", ""),
+    }
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(torch.device(device))
         info |= {"gpu": props.name, "gpu_memory_gib": round(props.total_memory / 2**30, 1)}

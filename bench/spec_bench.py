@@ -62,7 +62,7 @@ from common import (
 )
 
 PROMPTS_FILE = Path(__file__).resolve().parent / "spec_prompts.json"
-K = 4  # num_speculative_tokens of the real proposers (--k)
+K = 8  # num_speculative_tokens of the real proposers (--k)
 VERIFY_KS = (0, 1, 2, 4, 8)  # forced draft lengths of the verify-cost runs
 
 
@@ -369,7 +369,8 @@ def forced_proposer_class():
     return ForcedProposer
 
 
-def make_speculator(models: Models, spec: ProposerSpec):
+def make_speculator(models: Models, spec: ProposerSpec, gate=None):
+    """A speculator for ``spec``; ``gate`` (from an earlier one) replaces its own gate."""
     from jacana_engine.spec.config import SpeculativeConfig
     from jacana_engine.spec.draft_model import DraftModelProposer
     from jacana_engine.spec.registry import create_local_proposer
@@ -380,11 +381,16 @@ def make_speculator(models: Models, spec: ProposerSpec):
         inner = forced_proposer_class()()
     elif spec.kind == "draft_model":
         config = SpeculativeConfig(proposer=spec.kind, num_speculative_tokens=spec.k)
-        inner = DraftModelProposer(models.engine(spec.draft).model, models.num_kv_blocks)
+        inner = DraftModelProposer(
+            models.engine(spec.draft).model, models.num_kv_blocks, max_draft=spec.k
+        )
     else:
         config = SpeculativeConfig(proposer=spec.kind, num_speculative_tokens=spec.k)
         inner = create_local_proposer(config)
-    return Speculator(config, timed_proposer_class()(inner))
+    speculator = Speculator(config, timed_proposer_class()(inner))
+    if gate is not None and speculator.gate is not None:
+        speculator.gate = gate
+    return speculator
 
 
 def _sync() -> None:
@@ -444,6 +450,7 @@ def measure_speed(models: Models, workloads: Workloads, g: SpeedGroup, args) -> 
     off: list[RunResult] = []
     on: dict[str, list[RunResult]] = {p.label: [] for p in g.proposers}
     identical = {p.label: 0 for p in g.proposers}
+    gates = warm_up_gates(models, engine, pool, g, args) if args.warmup else {}
     for rep in range(reps):
         # concurrency 1 takes a new prompt each repetition; larger ones their first c
         start = rep * g.concurrency if g.concurrency == 1 else 0
@@ -455,7 +462,7 @@ def measure_speed(models: Models, workloads: Workloads, g: SpeedGroup, args) -> 
         results: dict[str, RunResult] = {}
         for label in order:
             spec = next((p for p in g.proposers if p.label == label), None)
-            speculator = make_speculator(models, spec) if spec is not None else None
+            speculator = make_speculator(models, spec, gates.get(label)) if spec else None
             results[label] = run(engine, prompts, greedy(args.max_tokens), speculator)
         off.append(results["off"])
         for p in g.proposers:
@@ -490,6 +497,7 @@ def measure_speed(models: Models, workloads: Workloads, g: SpeedGroup, args) -> 
             "first_propose_ms": spread([1000 * r.first_propose_s for r in on[p.label]]),
             "tokens_per_step": spread([r.tokens / r.steps for r in on[p.label]]),
             "identical_to_off": f"{identical[p.label]}/{reps}",
+            "gate_shuts": gates[p.label].shut_total if gates.get(p.label) else None,
             **acceptance_summary(on[p.label]),
         }
     return {
@@ -501,6 +509,25 @@ def measure_speed(models: Models, workloads: Workloads, g: SpeedGroup, args) -> 
         "off": {"tok_s": spread(off_tps), "step_ms": spread(step_ms(off))},
         "proposers": proposers,
     }
+
+
+def warm_up_gates(models: Models, engine, pool, g: SpeedGroup, args) -> dict[str, Any]:
+    """One untimed run per proposer on other prompts of the pool; returns each one's
+    speculation gate (``spec/gate.py``), which the timed runs then share.
+
+    A server's gate lives as long as its engine, so it has already measured drafting
+    when a request arrives; a fresh gate per timed run would instead time its first
+    measuring window every run. The proposers themselves start fresh each run (the
+    suffix proposer would otherwise have seen the very outputs it is about to draft).
+    """
+    prompts = [pool[-1 - i] for i in range(g.concurrency)]
+    run(engine, prompts, greedy(1))
+    gates = {}
+    for p in g.proposers:
+        speculator = make_speculator(models, p)
+        run(engine, prompts, greedy(args.max_tokens), speculator)
+        gates[p.label] = speculator.gate
+    return gates
 
 
 def measure_acceptance(models: Models, workloads: Workloads, a: AcceptanceRun, args) -> dict:
@@ -553,6 +580,13 @@ def render(doc: dict[str, Any]) -> str:
         f"order rotated), dtype {s['dtype']}. Machine: {json.dumps(doc['machine'])}.",
         "",
     ]
+    if s.get("gate_warmup"):
+        lines += [
+            "Each proposer first ran once untimed on other prompts; its speculation gate "
+            "(which pauses drafting while drafting is measured slower) carried over into "
+            "the timed runs, as in a running server. Proposers started fresh each run.",
+            "",
+        ]
     if doc["speed"]:
         lines += [
             "## Output tokens/s and speedup",
@@ -632,7 +666,7 @@ def render(doc: dict[str, Any]) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--grid", choices=sorted(GRIDS), default="cpu")
-    p.add_argument("--k", type=int, default=K, help="most draft tokens per step (default 4)")
+    p.add_argument("--k", type=int, default=K, help="most draft tokens per step (default 8)")
     p.add_argument(
         "--workload", choices=["code_edit", "chat"], default=None, help="speed groups of one"
     )
@@ -642,6 +676,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="tiny sizes, to check it runs")
     p.add_argument("--reps", type=int, default=None, help="default 2 (smoke: 1)")
     p.add_argument("--max-tokens", type=int, default=None, help="default 48 (smoke: 6)")
+    p.add_argument(
+        "--warmup",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="an untimed run per proposer first, whose speculation gate the timed runs "
+        "keep, as a running server's would (default: on for the gpu grid)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads on CPU")
     p.add_argument("--out", type=Path, default=None, help="default bench/results")
     p.add_argument("--name", default=None, help="results file stem (default spec_<grid>)")
@@ -652,6 +693,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.out is None:
         args.out = Path(tempfile.gettempdir()) / "spec-bench-smoke" if args.smoke else RESULTS_DIR
     args.name = args.name or f"spec_{args.grid}"
+    if args.warmup is None:
+        args.warmup = args.grid == "gpu"
     return args
 
 
@@ -686,6 +729,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "reps": args.reps,
             "k": K,
             "smoke": args.smoke,
+            "gate_warmup": args.warmup,
         },
         "speed": [],
         "acceptance": [],

@@ -49,6 +49,23 @@ def test_gate_shuts_when_drafts_cost_more_than_they_gain_and_measures_again():
     assert gate.shut_total == 2
 
 
+def test_gate_cooldown_doubles_while_drafts_keep_losing_and_resets_when_they_pay():
+    gate = SpeculationGate(window=4, probe=4, cooldown=20, max_cooldown=60)
+    losing, paying = (0.030, 2.0), (0.012, 2.5)
+    phases = _run(gate, 8 + 20 + 8 + 40 + 8 + 60 + 8 + 60, spec=losing, plain=0.010)
+    shut_runs, run = [], 0
+    for phase in [*phases, Phase.SPEC]:
+        if phase is Phase.SHUT:
+            run += 1
+        elif run:
+            shut_runs.append(run)
+            run = 0
+    assert shut_runs == [20, 40, 60, 60]  # doubled, then capped at max_cooldown
+    assert gate.shut_streak == 4
+    _run(gate, 8 + 60, spec=paying, plain=0.010)  # drafting pays again: streak resets
+    assert gate.shut_streak == 0 and gate.current_cooldown == 20
+
+
 class SlowWrongProposer(Proposer):
     """Drafts tokens the toy model never picks, and takes 20 ms doing it: speculation
     that only costs."""

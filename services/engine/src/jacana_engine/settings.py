@@ -103,7 +103,7 @@ class EngineSettings(ServiceSettings):
         "draft_model (a small LM).",
     )
     num_speculative_tokens: int = Field(
-        4, ge=1, le=16, description="Most draft tokens verified per request per step (k)."
+        8, ge=1, le=16, description="Most draft tokens verified per request per step (k)."
     )
     speculative_transport: Literal["inprocess", "remote"] = Field(
         "inprocess",

@@ -40,7 +40,7 @@ class SpeculativeConfig:
     """
 
     proposer: str = "none"
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int = 8
     transport: str = "inprocess"
     drafter_address: str = "127.0.0.1:50071"
     drafter_deadline_s: float = 0.05

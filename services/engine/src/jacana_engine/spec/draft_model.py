@@ -54,7 +54,7 @@ class DraftModelProposer(Proposer):
         num_blocks: int = 256,
         block_size: int = 16,
         max_batch: int = 64,
-        max_draft: int = 4,
+        max_draft: int = 8,
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")

@@ -13,10 +13,13 @@ Decode steps (no prefill chunk) alternate between phases:
   step's wall time.
 After a PLAIN phase the gate compares the phases' median rates: unless speculation was
 clearly slower (below ``margin`` times the plain rate: timing noise must not shut it) it
-opens the next SPEC window, else it stays shut for ``cooldown`` decode
-steps and then measures again (the batch, the text and the proposer's luck change). So
-with speculation that does not pay, decoding runs at the plain speed but for the
-measuring windows.
+opens the next SPEC window, else it stays shut for a cooldown of decode steps and then
+measures again (the batch, the text and the proposer's luck change). Each shut in a row
+doubles the cooldown, from ``cooldown`` up to ``max_cooldown``; a window where drafting
+pays resets it. So with speculation that does not pay, decoding runs at the plain speed
+but for measuring windows that grow rarer: a measuring window costs about
+``window * (1 / ratio - 1)`` plain steps (ratio: drafting's speed relative to plain),
+e.g. ~4 steps per window at 0.5x, under 1% of the cooldowns that follow.
 """
 
 from __future__ import annotations
@@ -39,13 +42,15 @@ class Phase(enum.Enum):
 class SpeculationGate:
     """``drafts_allowed()`` before a step, ``record(...)`` after each decode step."""
 
-    window: int = 8
+    window: int = 4
     probe: int = 4
     cooldown: int = 256
+    max_cooldown: int = 4096
     margin: float = 0.9
     phase: Phase = Phase.SPEC
     steps_in_phase: int = 0
     shut_total: int = 0  # times the gate shut since start-up
+    shut_streak: int = 0  # shuts since drafting last paid
     _spec_rates: list[float] = field(default_factory=list)
     _plain_rates: list[float] = field(default_factory=list)
 
@@ -66,20 +71,28 @@ class SpeculationGate:
             self._plain_rates.append(1.0 / seconds)
             if self.steps_in_phase >= self.probe:
                 self._decide()
-        elif self.steps_in_phase >= self.cooldown:
+        elif self.steps_in_phase >= self.current_cooldown:
             self._enter(Phase.SPEC)
+
+    @property
+    def current_cooldown(self) -> int:
+        """Decode steps the gate stays shut after its latest shut."""
+        doublings = max(0, self.shut_streak - 1)
+        return min(self.max_cooldown, self.cooldown << min(doublings, 30))
 
     def _decide(self) -> None:
         spec = statistics.median(self._spec_rates)
         plain = statistics.median(self._plain_rates)
         if spec >= self.margin * plain:
+            self.shut_streak = 0
             self._enter(Phase.SPEC)
             return
         self.shut_total += 1
+        self.shut_streak += 1
         log.info(
             "speculation paused for %d decode steps: %.1f tokens/s per sequence with "
             "drafts vs %.1f without",
-            self.cooldown,
+            self.current_cooldown,
             spec,
             plain,
         )
