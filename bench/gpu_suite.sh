@@ -10,6 +10,7 @@
 # online      offline c64 without the peer, then online_gpu.py through the gateway
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on)
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
+# skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
 #
 # Wheels the device lacks travel in .whl/ (installed to /tmp/site). Model files larger
 # than one call may carry come over in parts first (bench/gpu_assets.sh): each call copies
@@ -69,12 +70,19 @@ for phase in "$@"; do
       JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout 70 "${PYTEST[@]}" -m gpu \
         services/engine/tests/test_spec_gpu.py 2>&1 | tail -6
       stamp "speculative decoding grid"
-      timeout "${SPEC_TIMEOUT:-300}" python3 bench/spec_bench.py --grid gpu --device cuda --out "$OUT" 2>&1 \
+      timeout "${SPEC_TIMEOUT:-360}" python3 bench/spec_bench.py --grid gpu --device cuda --reps 3 \
+        --max-tokens 128 --out "$OUT" 2>&1 \
         | tee "$OUT/spec_stdout.log" | tail -60
       ;;
     overhead)
       stamp "drafter transport overhead"
       timeout 150 python3 bench/spec_overhead.py --device cuda --out "$OUT" 2>&1 | tail -20
+      ;;
+    skinny)
+      stamp "skinny GEMM tests and microbenchmark"
+      timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py 2>&1 \
+        | tail -6
+      timeout 180 python3 bench/skinny_gemm_gpu.py --out "$OUT" 2>&1 | tail -50
       ;;
     *) echo "unknown phase $phase" >&2 ;;
   esac

@@ -233,6 +233,7 @@ class Models:
         self.num_kv_blocks = num_kv_blocks
         self.engines: dict[str, Any] = {}
         self.load_s: dict[str, float] = {}
+        self.draft_proposers: dict[tuple[str, int], Any] = {}
 
     def available(self, key: str) -> str | None:
         """None when ``key`` can be loaded, else why not."""
@@ -240,6 +241,18 @@ class Models:
         if source.locate(self.args.smoke) is None:
             return f"{key} is not installed ({source.hint})"
         return None
+
+    def draft_proposer(self, key: str, k: int):
+        """One draft-model proposer per (model, k), shared by the runs like a drafter
+        that stays up: its graphs are captured once, and every run's requests finish
+        (freeing their draft KV) before the next run starts."""
+        if (key, k) not in self.draft_proposers:
+            from jacana_engine.spec.draft_model import DraftModelProposer
+
+            model = self.engine(key).model
+            proposer = DraftModelProposer(model, self.num_kv_blocks, max_draft=k)
+            self.draft_proposers[key, k] = proposer
+        return self.draft_proposers[key, k]
 
     def engine(self, key: str):
         if key not in self.engines:
@@ -372,7 +385,6 @@ def forced_proposer_class():
 def make_speculator(models: Models, spec: ProposerSpec, gate=None):
     """A speculator for ``spec``; ``gate`` (from an earlier one) replaces its own gate."""
     from jacana_engine.spec.config import SpeculativeConfig
-    from jacana_engine.spec.draft_model import DraftModelProposer
     from jacana_engine.spec.registry import create_local_proposer
     from jacana_engine.spec.speculator import Speculator
 
@@ -381,9 +393,7 @@ def make_speculator(models: Models, spec: ProposerSpec, gate=None):
         inner = forced_proposer_class()()
     elif spec.kind == "draft_model":
         config = SpeculativeConfig(proposer=spec.kind, num_speculative_tokens=spec.k)
-        inner = DraftModelProposer(
-            models.engine(spec.draft).model, models.num_kv_blocks, max_draft=spec.k
-        )
+        inner = models.draft_proposer(spec.draft, spec.k)
     else:
         config = SpeculativeConfig(proposer=spec.kind, num_speculative_tokens=spec.k)
         inner = create_local_proposer(config)
@@ -417,6 +427,7 @@ def run(engine, prompts: list[list[int]], params, speculator=None) -> RunResult:
         result.accepted_tokens = stats.accepted_tokens
         result.propose_s = speculator.proposer.seconds
         result.first_propose_s = speculator.proposer.first_seconds
+        speculator.forget_finished()  # a shared draft proposer frees this run's requests
     engine.speculator = engine.runner.speculator = None
     return result
 

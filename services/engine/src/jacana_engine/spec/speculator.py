@@ -71,7 +71,7 @@ class Speculator:
 
     def propose(self, running: Iterable[Sequence]) -> None:
         """Set ``spec_token_ids`` of every running sequence (empty when it does not draft)."""
-        self._forget_finished()
+        self.forget_finished()
         if self.gate is not None and not self.gate.drafts_allowed():
             for seq in running:
                 seq.spec_token_ids = []
@@ -96,7 +96,10 @@ class Speculator:
         for (seq, req), draft in zip(wanted, drafts, strict=True):
             seq.spec_token_ids = [int(t) for t in draft[: req.max_draft]]
 
-    def _forget_finished(self) -> None:
+    def forget_finished(self) -> None:
+        """Tell the proposer that the tracked requests which left the batch are done (it
+        frees their state, e.g. the draft model's KV blocks). Runs before each proposal;
+        call it directly when no further step will (the last request finished)."""
         done = [s for s in self._tracked.values() if s.status is not SequenceStatus.RUNNING]
         for seq in done:
             if seq.status is SequenceStatus.WAITING:  # preempted: keeps its tracker

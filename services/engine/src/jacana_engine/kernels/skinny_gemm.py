@@ -1,0 +1,188 @@
+"""Skinny GEMM for decode-sized linear layers: ``x @ weight.T`` with few rows of ``x``.
+
+At decode time a linear layer sees M <= 16 rows against a large weight [N, K]; the
+cost is reading the weight once, and cuBLAS reaches only a fraction of the HBM
+bandwidth on small weights. Here each program owns BLOCK_N output columns for all M
+rows and streams its [BLOCK_N, K] weight slab in BLOCK_K chunks, so the weight is read
+exactly once. BLOCK_N shrinks until the grid has >= ``TARGET_PROGRAMS`` programs (two
+per SM on an H200) or hits its floor.
+
+Two inner products, chosen per call (``pick_config``):
+
+- ``tl.dot`` with x padded to 16 rows (tensor cores; the padding is free, the kernel
+  is memory bound), used from ``DOT_MIN_M`` rows up;
+- a broadcast multiply and ``tl.sum`` over K for fewer rows (no padding, no shared
+  memory round trip for the weight).
+
+Deterministic: each output element is reduced over K by one program in a fixed order,
+no atomics and no split-K, so results are bitwise identical run to run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precision, next_power_of_2
+
+MAX_M = 16  # rows of x handled in one program; larger batches belong to cuBLAS
+DOT_MIN_M = 16  # from this many rows up the inner product is tl.dot (16-row tiles)
+TARGET_PROGRAMS = 264  # 2 programs per SM on a 132-SM H200
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_DOT_BLOCK_M = 16  # tl.dot needs >= 16 rows: x is padded with zero rows
+_MIN_BLOCK_N = {False: 8, True: 16}  # tl.dot needs >= 16 columns too
+_MAX_BLOCK_N = 128
+_MIN_BLOCK_K, _MAX_BLOCK_K = 32, 512
+_MAX_DOT_BLOCK_K = 256
+_DOT_TILE = 8192  # weight elements per K step on the dot path (16 KiB in bf16)
+_SUM_PRODUCTS = 8192  # BLOCK_M * BLOCK_N * BLOCK_K on the sum path (64 fp32/thread)
+
+
+@dataclass(frozen=True)
+class SkinnyConfig:
+    """Launch parameters of one (M, N, K) shape."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    use_dot: bool
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def grid(self, n: int) -> tuple[int]:
+        return (triton.cdiv(n, self.block_n),)
+
+
+def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> SkinnyConfig:
+    """The launch parameters for x [m, k] @ weight[n, k].T (``use_dot`` overrides the
+    inner product choice, for benchmarks)."""
+    if use_dot is None:
+        use_dot = m >= DOT_MIN_M
+    block_m = _DOT_BLOCK_M if use_dot else next_power_of_2(m)
+    block_n = _MAX_BLOCK_N
+    # halve until the grid fills the GPU, never below the floor nor far above N
+    floor = _MIN_BLOCK_N[use_dot]
+    block_n = min(block_n, max(floor, next_power_of_2(n)))
+    while block_n > floor and triton.cdiv(n, block_n) < TARGET_PROGRAMS:
+        block_n //= 2
+    if use_dot:  # capped so 3 float32 stages of x and weight tiles stay < 100 KiB of smem
+        budget = min(_MAX_DOT_BLOCK_K, _DOT_TILE // block_n)
+    else:
+        budget = _SUM_PRODUCTS // (block_m * block_n)
+    block_k = min(_MAX_BLOCK_K, max(_MIN_BLOCK_K, budget), max(_MIN_BLOCK_K, next_power_of_2(k)))
+    return SkinnyConfig(block_m=block_m, block_n=block_n, block_k=block_k, use_dot=use_dot)
+
+
+@triton.jit
+def _skinny_gemm_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_om,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
+    m_mask = rows < M
+    n_mask = cols < N
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
+    w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_wn  # [BLOCK_N, 1]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + ks
+        k_mask = k < K
+        # x: [BLOCK_M, BLOCK_K]; w: [BLOCK_N, BLOCK_K]; padding is zeros
+        x = tl.load(x_rows + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+        if USE_DOT:
+            acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
+        else:
+            # [BLOCK_M, 1, BLOCK_K] * [1, BLOCK_N, BLOCK_K] summed over K -> [BLOCK_M, BLOCK_N]
+            prod = x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+            acc += tl.sum(prod, axis=2)
+    out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+def can_use(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """True when ``skinny_linear(x, weight)`` applies: x [M <= MAX_M, K] and weight [N, K]
+    both contiguous, of one supported dtype, on CUDA (or on CPU under Triton's
+    interpreter, ``TRITON_INTERPRET=1``)."""
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        return False
+    if not 1 <= x.shape[0] <= MAX_M:
+        return False
+    if x.dtype != weight.dtype or x.dtype not in _DTYPES or x.device != weight.device:
+        return False
+    if not (x.is_contiguous() and weight.is_contiguous()):
+        return False
+    if x.device.type == "cuda":
+        return True
+    return x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def skinny_linear(
+    x: torch.Tensor,  # [M, K], M <= MAX_M
+    weight: torch.Tensor,  # [N, K], unit stride on K
+    out: torch.Tensor | None = None,  # [M, N] in x's dtype
+    *,
+    config: SkinnyConfig | None = None,  # launch parameters; pick_config's by default
+) -> torch.Tensor:  # [M, N] in x's dtype
+    """``x @ weight.T`` accumulated in float32, rounded once to x's dtype. Raises
+    ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
+    Never syncs with the host, so it can be captured in a CUDA graph."""
+    if x.dim() != 2 or weight.dim() != 2:
+        raise ValueError(f"x and weight must be 2-D, got {x.dim()}-D and {weight.dim()}-D")
+    m, k = x.shape
+    n = weight.shape[0]
+    if m > MAX_M:
+        raise ValueError(f"skinny_linear takes at most {MAX_M} rows, got {m}")
+    if weight.shape[1] != k:
+        raise ValueError(f"weight {tuple(weight.shape)} does not match x's K={k}")
+    if x.dtype not in _DTYPES or weight.dtype != x.dtype:
+        raise ValueError(f"dtypes x={x.dtype} weight={weight.dtype}: want one of {_DTYPES}")
+    check_last_dim_contiguous("x", x)
+    check_last_dim_contiguous("weight", weight)
+    if out is None:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    elif out.shape != (m, n) or out.dtype != x.dtype:
+        raise ValueError(f"out {tuple(out.shape)} {out.dtype} != ({m}, {n}) {x.dtype}")
+    check_last_dim_contiguous("out", out)
+    if m == 0 or n == 0:
+        return out
+    cfg = config or pick_config(m, n, k)
+    if cfg.block_m < m:
+        raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
+    _skinny_gemm_kernel[cfg.grid(n)](
+        x,
+        weight,
+        out,
+        m,
+        n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        out.stride(0),
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        USE_DOT=cfg.use_dot,
+        PRECISION=dot_precision(x.dtype),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return out

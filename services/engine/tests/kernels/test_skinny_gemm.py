@@ -1,0 +1,143 @@
+"""skinny_linear against the float32-accumulated reference and float64 truth.
+
+Tolerances, relative to the output's magnitude (``Checks.close``: L2 norm and max|diff|
+over max|ref|): float32 within 1e-6 / 1e-5 of float64 (float32 sums of K <= 12288
+products in another order); bfloat16 within 3e-3 / 4e-3 of float64 (one rounding of the
+float32 sum to bfloat16, 2^-9 relative at worst), and at most 1% of the elements
+differ from the reference rounded to bfloat16 (the float32 sums differ only in order, so
+a flip needs a sum within float32 noise of a bfloat16 rounding boundary).
+
+Under Triton's CPU interpreter (triton 3.9) ``tl.dot`` on bfloat16 operands returns
+garbage, so bfloat16 runs on CPU take the ``tl.sum`` path (float32 covers both paths
+there), and float32 -> bfloat16 stores truncate instead of rounding to nearest (within
+2^-8 relative: there the tolerance is 6e-3 / 8e-3), so the 1% check runs on CUDA only.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from jacana_engine.kernels.reference import skinny_linear_ref
+from jacana_engine.kernels.skinny_gemm import MAX_M, pick_config, skinny_linear
+
+TOL = {torch.float32: (1e-6, 1e-5), torch.bfloat16: (3e-3, 4e-3)}
+TOL_BF16_TRUNCATED = (6e-3, 8e-3)  # the CPU interpreter truncates float32 -> bfloat16
+SMALL = [(1, 64, 40), (3, 200, 96), (16, 200, 40), (5, 64, 96), (16, 64, 96)]
+QWEN3_SHAPES = {  # (K, N) of the decoder's linear layers
+    "0.6B qkv": (1024, 4096),
+    "0.6B o": (2048, 1024),
+    "0.6B gate_up": (1024, 6144),
+    "0.6B down": (3072, 1024),
+    "8B qkv": (4096, 6144),
+    "8B o": (4096, 4096),
+    "8B gate_up": (4096, 24576),
+    "8B down": (12288, 4096),
+}
+
+
+def _check(out, x, w, seed, checks, what) -> None:
+    truth = x.double() @ w.double().T  # [M, N]
+    rel_l2, max_rel = TOL[x.dtype]
+    if x.dtype == torch.bfloat16 and out.device.type == "cpu":
+        rel_l2, max_rel = TOL_BF16_TRUNCATED
+    checks.close(out, truth, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=what)
+    if x.dtype != torch.float32 and out.device.type == "cuda":
+        ref = skinny_linear_ref(x, w)
+        checks.mostly_equal(out, ref, max_fraction=0.01, seed=seed, what=what)
+
+
+@pytest.mark.parametrize("m,k,n", SMALL)
+@pytest.mark.parametrize("use_dot", [None, False, True])
+def test_skinny_linear_float32(device, seed, checks, m, k, n, use_dot):
+    x = torch.randn(m, k, device=device)
+    w = torch.randn(n, k, device=device)
+    out = skinny_linear(x, w, config=pick_config(m, n, k, use_dot=use_dot))
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    _check(out, x, w, seed, checks, f"float32 {m}x{k}x{n} dot={use_dot}")
+
+
+@pytest.mark.parametrize("m,k,n", SMALL)
+def test_skinny_linear_bfloat16(device, seed, checks, m, k, n):
+    x = torch.randn(m, k, device=device).bfloat16()
+    w = torch.randn(n, k, device=device).bfloat16()
+    use_dot = None if device.type == "cuda" else False
+    out = skinny_linear(x, w, config=pick_config(m, n, k, use_dot=use_dot))
+    assert out.dtype == torch.bfloat16
+    _check(out, x, w, seed, checks, f"bfloat16 {m}x{k}x{n}")
+
+
+@pytest.mark.parametrize("use_dot", [False, True])
+def test_skinny_linear_deterministic(device, seed, use_dot):
+    m, k, n = 5, 200, 96
+    x = torch.randn(m, k, device=device)
+    w = torch.randn(n, k, device=device)
+    cfg = pick_config(m, n, k, use_dot=use_dot)
+    first = skinny_linear(x, w, config=cfg)
+    second = skinny_linear(x, w, config=cfg)
+    assert torch.equal(first, second), f"seed={seed}: two calls differ"
+
+
+def test_skinny_linear_out_argument(device, seed, checks):
+    m, k, n = 3, 64, 40
+    x = torch.randn(m, k, device=device)
+    w = torch.randn(n, k, device=device)
+    out = torch.full((m, n), float("nan"), device=device)
+    got = skinny_linear(x, w, out=out)
+    assert got is out
+    _check(out, x, w, seed, checks, "out=")
+
+
+def test_skinny_linear_rejects(device):
+    w = torch.randn(8, 32, device=device)
+    with pytest.raises(ValueError, match="at most"):
+        skinny_linear(torch.randn(MAX_M + 1, 32, device=device), w)
+    with pytest.raises(ValueError):
+        skinny_linear(torch.randn(2, 16, device=device), w)  # K mismatch
+    with pytest.raises(ValueError):
+        skinny_linear(torch.randn(2, 32, device=device).bfloat16(), w)  # dtype mismatch
+    with pytest.raises(ValueError):
+        skinny_linear(torch.randn(2, 32, device=device), w, out=torch.empty(2, 9, device=device))
+
+
+def test_pick_config_fills_the_gpu():
+    for k, n in QWEN3_SHAPES.values():
+        for m in (1, 2, 4, 8, 16):
+            cfg = pick_config(m, n, k)
+            assert cfg.block_m >= m and cfg.use_dot == (m >= 16)
+            programs = cfg.grid(n)[0]
+            assert programs >= 264 or cfg.block_n == (16 if cfg.use_dot else 8), (m, k, n, cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(QWEN3_SHAPES))
+def test_skinny_linear_qwen3_gpu(gpu, device, seed, checks, name):
+    k, n = QWEN3_SHAPES[name]
+    w = (torch.randn(n, k, device=device) * k**-0.5).bfloat16()
+    for m in (1, 2, 4, 8, 16):
+        x = torch.randn(m, k, device=device).bfloat16()
+        out = skinny_linear(x, w)
+        _check(out, x, w, seed, checks, f"{name} M={m}")
+        assert torch.equal(out, skinny_linear(x, w)), f"{name} M={m} seed={seed}: not deterministic"
+
+
+@pytest.mark.gpu
+def test_skinny_linear_cuda_graph(gpu, device, seed, checks):
+    k, n = QWEN3_SHAPES["0.6B gate_up"]
+    w = torch.randn(n, k, device=device).bfloat16()
+    for m in (1, 16):
+        x = torch.randn(m, k, device=device).bfloat16()
+        out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
+        skinny_linear(x, w, out=out)  # compile outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            skinny_linear(x, w, out=out)
+        for _ in range(2):
+            x.copy_(torch.randn(m, k, device=device).bfloat16())
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            _check(out, x, w, seed, checks, f"graph replay M={m}")
