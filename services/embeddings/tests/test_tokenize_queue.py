@@ -60,6 +60,23 @@ async def test_requests_arriving_during_a_call_share_the_next_one():
     await queue.close()
 
 
+async def test_a_second_call_starts_only_once_enough_texts_wait():
+    tok = FakeTokenizer(gate=True)
+    queue = TokenizeQueue(tok.encode_requests, threads=2, overlap_texts=4)
+    first = asyncio.create_task(queue.encode(["a"], False))
+    await tok.running()
+    few = [asyncio.create_task(queue.encode([c], False)) for c in "bcd"]
+    await asyncio.sleep(0.05)  # 3 texts wait: too few to start a second call
+    assert queue.calls_total == 1 and not tok.entered.is_set()
+    more = asyncio.create_task(queue.encode(["e", "f"], False))  # 5 >= 4: it starts
+    await tok.running()
+    assert queue.calls_total == 2
+    tok.gate.set()
+    await asyncio.gather(first, *few, more)
+    assert sorted(map(len, tok.calls)) == [1, 4]  # one call of the lone first request
+    await queue.close()
+
+
 async def test_a_bad_request_fails_alone():
     tok = FakeTokenizer(gate=True)
     queue = TokenizeQueue(tok.encode_requests, threads=1)

@@ -4,9 +4,12 @@ Who owns what: the pending list and the count of running calls belong to the eve
 (touched only from coroutines and loop callbacks, so no locks). Tokenizer calls run on
 the queue's own small thread pool. A call takes every request pending when it starts and
 encodes all their texts at once (``TextTokenizer.encode_requests``: one ``encode_batch``,
-spread over the CPU's cores without the GIL); while ``threads`` calls run, new requests
-wait and join the next one. A lone request starts a call at once, so nobody waits for
-company. Each request gets its own result or its own error.
+spread over the CPU's cores without the GIL). With no call running, a request starts one
+at once, so nobody waits for company. While one runs, new requests wait and join the
+next call, which starts when a call ends, or earlier (up to ``threads`` calls at once)
+once ``overlap_texts`` texts are waiting: a call of a handful of texts would keep one
+core busy while the others idle, since a batch is spread over cores text by text.
+Each request gets its own result or its own error.
 """
 
 from __future__ import annotations
@@ -29,12 +32,16 @@ class TokenizeQueue:
     Use on one event loop; :meth:`close` at shutdown.
     """
 
-    def __init__(self, encode_requests: EncodeRequestsFn, threads: int = 2) -> None:
-        if threads < 1:
-            raise ValueError("threads must be at least 1")
+    def __init__(
+        self, encode_requests: EncodeRequestsFn, threads: int = 2, overlap_texts: int = 256
+    ) -> None:
+        if threads < 1 or overlap_texts < 1:
+            raise ValueError("threads and overlap_texts must be at least 1")
         self._encode_requests = encode_requests
         self._threads = threads
+        self._overlap_texts = overlap_texts
         self._pending: list[tuple[Sequence[str], bool, asyncio.Future]] = []
+        self._pending_texts = 0
         self._running = 0
         self._executor: ThreadPoolExecutor | None = None
         self.calls_total = 0
@@ -46,13 +53,20 @@ class TokenizeQueue:
             self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="tokenize")
         future = loop.create_future()
         self._pending.append((texts, truncate, future))
-        if self._running < self._threads:
+        self._pending_texts += len(texts)
+        if self._may_start():
             self._start(loop)
         return await future
+
+    def _may_start(self) -> bool:
+        if self._running == 0:
+            return True
+        return self._running < self._threads and self._pending_texts >= self._overlap_texts
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         taken = [item for item in self._pending if not item[2].done()]  # drop cancelled
         self._pending = []
+        self._pending_texts = 0
         if not taken:
             return
         self._running += 1
@@ -78,6 +92,7 @@ class TokenizeQueue:
     async def close(self) -> None:
         """Fail what is still waiting and stop the threads (after their current call)."""
         pending, self._pending = self._pending, []
+        self._pending_texts = 0
         for _, _, future in pending:
             if not future.done():
                 future.set_exception(RuntimeError("embeddings service is shutting down"))
