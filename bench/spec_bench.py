@@ -531,7 +531,7 @@ def warm_up_gates(models: Models, engine, pool, g: SpeedGroup, args) -> dict[str
     measuring window every run. The proposers themselves start fresh each run (the
     suffix proposer would otherwise have seen the very outputs it is about to draft).
     """
-    prompts = [pool[-1 - i] for i in range(g.concurrency)]
+    prompts = [pool[(-1 - i) % len(pool)] for i in range(g.concurrency)]
     run(engine, prompts, greedy(1))
     gates = {}
     for p in g.proposers:

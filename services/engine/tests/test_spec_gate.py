@@ -66,6 +66,17 @@ def test_gate_cooldown_doubles_while_drafts_keep_losing_and_resets_when_they_pay
     assert gate.shut_streak == 0 and gate.current_cooldown == 20
 
 
+def test_a_shut_gate_measures_again_once_the_batch_has_turned_over():
+    gate = SpeculationGate(window=4, probe=4, cooldown=1000)
+    for _ in range(8):  # measure with requests a and b: drafting loses
+        allowed = gate.drafts_allowed(["a", "b"])
+        gate.record(0.030, 2.0) if allowed else gate.record(0.010, 1.0)
+    assert gate.phase is Phase.SHUT
+    assert not gate.drafts_allowed(["b", "c"])  # b was measured: still shut
+    assert gate.drafts_allowed(["c", "d"])  # nobody measured is left: measure again
+    assert gate.phase is Phase.SPEC and gate.shut_streak == 1
+
+
 class SlowWrongProposer(Proposer):
     """Drafts tokens the toy model never picks, and takes 20 ms doing it: speculation
     that only costs."""

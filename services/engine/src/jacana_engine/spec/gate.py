@@ -20,6 +20,11 @@ pays resets it. So with speculation that does not pay, decoding runs at the plai
 but for measuring windows that grow rarer: a measuring window costs about
 ``window * (1 / ratio - 1)`` plain steps (ratio: drafting's speed relative to plain),
 e.g. ~4 steps per window at 0.5x, under 1% of the cooldowns that follow.
+
+What drafting gains depends on the text as much as on the machine, so a shut gate also
+measures again once none of the requests it measured is still decoding (the batch has
+turned over): with one request at a time, each new request gets its own measurement
+instead of inheriting the pause of a previous one whose text did not repeat.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import enum
 import logging
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -46,15 +52,23 @@ class SpeculationGate:
     probe: int = 4
     cooldown: int = 256
     max_cooldown: int = 4096
-    margin: float = 0.9
+    margin: float = 0.97
     phase: Phase = Phase.SPEC
     steps_in_phase: int = 0
     shut_total: int = 0  # times the gate shut since start-up
     shut_streak: int = 0  # shuts since drafting last paid
     _spec_rates: list[float] = field(default_factory=list)
     _plain_rates: list[float] = field(default_factory=list)
+    _measured: set[str] = field(default_factory=set)  # requests seen while measuring
 
-    def drafts_allowed(self) -> bool:
+    def drafts_allowed(self, request_ids: Iterable[str] = ()) -> bool:
+        """Whether the coming step may draft; ``request_ids``: the decoding requests."""
+        if self.phase is Phase.SHUT:
+            ids = set(request_ids)
+            if ids and ids.isdisjoint(self._measured):  # the batch turned over
+                self._enter(Phase.SPEC)
+        else:
+            self._measured.update(request_ids)
         return self.phase is Phase.SPEC
 
     def record(self, seconds: float, tokens_per_sequence: float, drafted: bool = True) -> None:
@@ -102,5 +116,6 @@ class SpeculationGate:
         if phase is Phase.SPEC:
             self._spec_rates.clear()
             self._plain_rates.clear()
+            self._measured.clear()
         self.phase = phase
         self.steps_in_phase = 0

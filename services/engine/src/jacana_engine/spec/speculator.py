@@ -72,7 +72,10 @@ class Speculator:
     def propose(self, running: Iterable[Sequence]) -> None:
         """Set ``spec_token_ids`` of every running sequence (empty when it does not draft)."""
         self.forget_finished()
-        if self.gate is not None and not self.gate.drafts_allowed():
+        running = list(running)
+        if self.gate is not None and not self.gate.drafts_allowed(
+            seq.request_id for seq in running
+        ):
             for seq in running:
                 seq.spec_token_ids = []
             return
