@@ -40,6 +40,9 @@ class EngineConfig:
         (triton on CUDA, torch elsewhere); its namesake layer ops come with it.
     linear_backend: GEMMs of the dense layers: "auto" (oneDNN on CPU when this torch build
         runs it correctly, else F.linear), "torch" or "onednn".
+    decode_gemm: dense layers of decode-sized steps (<= 16 rows) on CUDA: "auto" times
+        cuBLAS against the skinny Triton kernel per weight shape and row count at
+        start-up and runs the faster (``layers/decode_gemm.py``); "torch" always cuBLAS.
     enforce_eager: never capture or replay CUDA graphs.
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
         ``max_num_seqs``); larger decode batches run eagerly.
@@ -66,6 +69,7 @@ class EngineConfig:
     seed: int = 0
     attention_backend: str = "auto"
     linear_backend: str = "auto"
+    decode_gemm: str = "auto"
     enforce_eager: bool = False
     cuda_graph_max_batch_size: int = 512
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)

@@ -90,6 +90,11 @@ class EngineSettings(ServiceSettings):
     linear_backend: Literal["auto", "torch", "onednn"] = Field(
         "auto", description="Dense-layer GEMMs: auto is oneDNN on CPU where usable, else torch."
     )
+    decode_gemm: Literal["auto", "torch"] = Field(
+        "auto",
+        description="Decode-sized GEMMs on CUDA: auto times cuBLAS against the skinny "
+        "Triton kernel per weight shape at start-up and runs the faster; torch: cuBLAS.",
+    )
     enforce_eager: bool = Field(
         False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
     )
@@ -220,6 +225,7 @@ class EngineSettings(ServiceSettings):
             seed=self.seed,
             attention_backend=self.attention_backend,
             linear_backend=self.linear_backend,
+            decode_gemm=self.decode_gemm,
             enforce_eager=self.enforce_eager,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
             pooling=self.pooling,

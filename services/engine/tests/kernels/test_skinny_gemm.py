@@ -141,3 +141,47 @@ def test_skinny_linear_cuda_graph(gpu, device, seed, checks):
             graph.replay()
             torch.cuda.synchronize()
             _check(out, x, w, seed, checks, f"graph replay M={m}")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_sends_only_its_skinny_rows_to_the_kernel(device, seed, checks, bias, monkeypatch):
+    from jacana_engine.kernels import skinny_gemm
+    from jacana_engine.layers.linear import Linear
+
+    layer = Linear(48, 40, bias=bias).to(device).requires_grad_(False)
+    layer.skinny_rows = frozenset({1, 3})
+    calls = []
+    real = skinny_gemm.skinny_linear
+    monkeypatch.setattr(skinny_gemm, "skinny_linear", lambda *a: calls.append(1) or real(*a))
+    for m in (1, 2, 3):
+        x = torch.randn(m, 48, device=device)
+        expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+        rel_l2, max_rel = TOL[torch.float32]
+        checks.close(layer(x), expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"m={m}")
+    assert len(calls) == 2  # rows 1 and 3, not 2
+
+
+@pytest.mark.gpu
+def test_tune_decode_gemms_keeps_the_outputs(gpu, device, seed, checks):
+    from jacana_engine.layers.decode_gemm import tune_decode_gemms
+    from jacana_engine.layers.linear import Linear
+
+    model = torch.nn.Sequential(
+        *[Linear(2048, 1024, bias=False) for _ in range(8)],
+        *[Linear(1024, 6144, bias=True) for _ in range(2)],
+    ).to(device, torch.bfloat16)
+    model.requires_grad_(False)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=2048**-0.5)
+    chosen = tune_decode_gemms(model, rows=range(1, 5))
+    assert set(chosen) == {(1024, 2048, torch.bfloat16), (6144, 1024, torch.bfloat16)}
+    for layer in model:
+        for m in range(1, 5):
+            x = torch.randn(m, layer.in_features, device=device, dtype=torch.bfloat16)
+            expected = torch.nn.functional.linear(x.float(), layer.weight.float(), None)
+            if layer.bias is not None:
+                expected += layer.bias.float()
+            rel_l2, max_rel = TOL[torch.bfloat16]
+            checks.close(
+                layer(x).float(), expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}"
+            )

@@ -20,12 +20,26 @@ from jacana_common.linear_backends import LinearBackend, TorchLinear
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` whose product runs on ``self.gemm`` (x: [T, in] -> [T, out])."""
+    """``nn.Linear`` whose product runs on ``self.gemm`` (x: [T, in] -> [T, out]), or on
+    the skinny decode kernel for the row counts T in ``skinny_rows`` (set on CUDA by
+    ``decode_gemm.tune_decode_gemms``, empty elsewhere)."""
 
     gemm: LinearBackend = TorchLinear()
+    skinny_rows: frozenset[int] = frozenset()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] in self.skinny_rows:
+            return self.skinny_forward(x)
+        return self.backend_forward(x)
+
+    def backend_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.gemm.linear(x, self.weight, self.bias)
+
+    def skinny_forward(self, x: torch.Tensor) -> torch.Tensor:
+        from jacana_engine.kernels.skinny_gemm import skinny_linear
+
+        y = skinny_linear(x.contiguous(), self.weight)  # [T, out]
+        return y if self.bias is None else y.add_(self.bias)
 
 
 def use_linear_backend(model: nn.Module, backend: LinearBackend) -> None:
