@@ -80,6 +80,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         max_num_seqs=64,
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.eager,
+        decode_gemm=args.decode_gemm,
         seed=1,
     )
     _sync()
@@ -336,6 +337,9 @@ def main() -> None:
     parser.add_argument("--no-hf", action="store_true")
     parser.add_argument("--eager", action="store_true", help="Jacana without CUDA graphs")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--decode-gemm", choices=["auto", "torch"], default="auto", help="EngineConfig.decode_gemm"
+    )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -347,7 +351,12 @@ def main() -> None:
     for name in list(WORKLOADS):
         if name not in args.workloads:
             del WORKLOADS[name]
-    doc: dict[str, Any] = {"environment": environment(), "reps": args.reps, "models": {}}
+    doc: dict[str, Any] = {
+        "environment": environment(),
+        "reps": args.reps,
+        "settings": {"eager": args.eager, "decode_gemm": args.decode_gemm},
+        "models": {},
+    }
     for model in args.model:
         doc["models"][model] = bench_model(model, args)
         args.out.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
 from jacana_engine.device_sampling import DeviceSampler
 from jacana_engine.kv_cache import sizing
-from jacana_engine.layers.decode_gemm import tune_decode_gemms
+from jacana_engine.layers.decode_gemm import SKINNY_MAX_ROWS, tune_decode_gemms
 from jacana_engine.loader import torch_dtype
 from jacana_engine.models.base import CausalLM, ModelConfig
 from jacana_engine.outputs import TokenLogprob
@@ -159,8 +159,6 @@ class ModelRunner:
         self.max_model_len = max_model_len
         if config.decode_gemm not in ("auto", "torch"):
             raise ValueError(f"decode_gemm must be 'auto' or 'torch', not {config.decode_gemm!r}")
-        if self.device.type == "cuda" and config.decode_gemm == "auto":
-            tune_decode_gemms(model)  # before capture: the graphs hold the chosen kernels
         self.graphs = self._capture_graphs(config)
         self.device_sampler = DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
         self.speculator = None  # spec.Speculator, set by the engine when speculation is on
@@ -226,6 +224,9 @@ class ModelRunner:
             return None
         spec = config.speculative
         widths = query_widths(spec.num_speculative_tokens) if spec.enabled else [1]
+        if config.decode_gemm == "auto":  # before capture: the graphs keep the chosen kernels
+            rows = {size * width for size in self._graph_sizes for width in widths}
+            tune_decode_gemms(self.model, sorted(r for r in rows if r <= SKINNY_MAX_ROWS))
         graphs = DecodeGraphs(
             self._run_model,
             sizes=self._graph_sizes,

@@ -185,3 +185,9 @@ def test_tune_decode_gemms_keeps_the_outputs(gpu, device, seed, checks):
             checks.close(
                 layer(x).float(), expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}"
             )
+
+
+def test_decode_gemm_row_bound_is_the_kernels():
+    from jacana_engine.layers.decode_gemm import SKINNY_MAX_ROWS
+
+    assert SKINNY_MAX_ROWS == MAX_M

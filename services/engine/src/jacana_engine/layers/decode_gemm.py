@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -28,15 +29,17 @@ from jacana_engine.layers.linear import Linear
 log = logging.getLogger(__name__)
 
 MARGIN = 0.9  # the skinny kernel must take at most this fraction of cuBLAS's time
+SKINNY_MAX_ROWS = 16  # kernels.skinny_gemm.MAX_M, without importing Triton here
 _TRIALS = 3
 
 
-def tune_decode_gemms(model: nn.Module, rows: range | None = None) -> dict[tuple, list[int]]:
-    """Set ``skinny_rows`` on every CUDA :class:`Linear` of ``model``; returns, per
-    (out, in, dtype) shape, the row counts that go to the skinny kernel."""
-    from jacana_engine.kernels.skinny_gemm import MAX_M, can_use
+def tune_decode_gemms(model: nn.Module, rows: Iterable[int]) -> dict[tuple, list[int]]:
+    """Set ``skinny_rows`` on every CUDA :class:`Linear` of ``model``, trying the row
+    counts ``rows`` (those the decode graphs run); returns, per (out, in, dtype) shape,
+    the row counts that go to the skinny kernel."""
+    from jacana_engine.kernels.skinny_gemm import can_use
 
-    rows = rows if rows is not None else range(1, MAX_M + 1)
+    rows = list(rows)
     groups: dict[tuple, list[Linear]] = defaultdict(list)
     for module in model.modules():
         if isinstance(module, Linear) and module.weight.device.type == "cuda":
