@@ -152,7 +152,7 @@ def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
     graphs = engine.runner.graphs
     if graphs is None or graphs.padded_size(batch) is None:
         return None
-    graph = graphs._graphs[graphs.padded_size(batch)]
+    graph = graphs._graphs[(graphs.padded_size(batch), 1)]  # plain decode width
     for _ in range(3):
         graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
