@@ -178,8 +178,9 @@ def test_cuda_pool_is_a_fraction_of_the_memory_free_after_the_weights(tmp_path, 
         allocated = sum(t.numel() * t.element_size() for t in engine.runner.kv_caches)
         assert allocated == plan.num_bytes
         # Sized from what was free once the weights were on the device (minus allocator
-        # slack), never from what was free before.
-        assert plan.num_bytes <= share * (free_before - weights)
+        # slack), never from what was free before. Up to 64 MiB may come free meanwhile
+        # (blocks cached by earlier tests' graph pools, seen on the H200: 0.8–16 MiB).
+        assert plan.num_bytes <= share * (free_before - weights + 64 * 2**20)
         assert plan.num_bytes >= share * (free_before - weights) - share * 2**30 - plan.block_bytes
         line = next(r.getMessage() for r in caplog.records if "KV cache:" in r.getMessage())
         assert f"{plan.num_blocks} blocks x 16 tokens" in line and "free" in line

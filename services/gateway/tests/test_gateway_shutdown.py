@@ -39,6 +39,17 @@ async def start_gateway(
     raise AssertionError(f"gateway did not start (exit {await proc.wait()})")
 
 
+async def stop_gateway(proc: asyncio.subprocess.Process) -> None:
+    """Kill the gateway if it still runs, and print the end of its log (pytest shows it
+    when the test failed)."""
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+    drain = getattr(proc, "drain", None)
+    if drain is not None:
+        print("gateway log (end):\n" + (await drain).decode(errors="replace")[-4000:])
+
+
 async def open_stream(http: httpx.AsyncClient, url: str):
     cm = http.stream("POST", f"{url}/v1/chat/completions", json=CHAT)
     resp = await cm.__aenter__()
@@ -75,9 +86,7 @@ async def test_sigterm_lets_an_open_stream_finish(engine, script):
         assert code in (0, -signal.SIGTERM)
         assert engine.servicer.completed and not engine.servicer.cancelled
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await stop_gateway(proc)
 
 
 async def test_streams_still_open_after_the_grace_period_are_cancelled(engine, script):
@@ -97,6 +106,4 @@ async def test_streams_still_open_after_the_grace_period_are_cancelled(engine, s
                 pass  # the connection was cut: that is the expected end
             await cm.__aexit__(None, None, None)
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await stop_gateway(proc)
