@@ -77,6 +77,16 @@ def test_a_shut_gate_measures_again_once_the_batch_has_turned_over():
     assert gate.phase is Phase.SPEC and gate.shut_streak == 1
 
 
+def test_a_large_batch_turning_over_waits_for_the_cooldown():
+    gate = SpeculationGate(window=4, probe=4, cooldown=1000, turnover_batch=4)
+    first, second = [f"a{i}" for i in range(8)], [f"b{i}" for i in range(8)]
+    for _ in range(8):
+        allowed = gate.drafts_allowed(first)
+        gate.record(0.030, 2.0) if allowed else gate.record(0.010, 1.0)
+    assert gate.phase is Phase.SHUT
+    assert not gate.drafts_allowed(second)  # 8 new requests: the cost decides, still shut
+
+
 class SlowWrongProposer(Proposer):
     """Drafts tokens the toy model never picks, and takes 20 ms doing it: speculation
     that only costs."""

@@ -21,10 +21,12 @@ but for measuring windows that grow rarer: a measuring window costs about
 ``window * (1 / ratio - 1)`` plain steps (ratio: drafting's speed relative to plain),
 e.g. ~4 steps per window at 0.5x, under 1% of the cooldowns that follow.
 
-What drafting gains depends on the text as much as on the machine, so a shut gate also
-measures again once none of the requests it measured is still decoding (the batch has
-turned over): with one request at a time, each new request gets its own measurement
-instead of inheriting the pause of a previous one whose text did not repeat.
+What drafting gains depends on the text as much as on the machine. In a small batch
+(at most ``turnover_batch`` requests) the text decides, so a shut gate measures again
+once none of the requests it measured is still decoding: each new request gets its own
+measurement instead of inheriting the pause of a previous one whose text did not
+repeat. In a large batch the cost of a drafting step decides, and the many requests
+would turn the batch over often, so there only the cooldown reopens the gate.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class SpeculationGate:
     cooldown: int = 256
     max_cooldown: int = 4096
     margin: float = 0.97
+    turnover_batch: int = 4
     phase: Phase = Phase.SPEC
     steps_in_phase: int = 0
     shut_total: int = 0  # times the gate shut since start-up
@@ -65,7 +68,8 @@ class SpeculationGate:
         """Whether the coming step may draft; ``request_ids``: the decoding requests."""
         if self.phase is Phase.SHUT:
             ids = set(request_ids)
-            if ids and ids.isdisjoint(self._measured):  # the batch turned over
+            small = 0 < len(ids) <= self.turnover_batch
+            if small and ids.isdisjoint(self._measured):  # a small batch turned over
                 self._enter(Phase.SPEC)
         else:
             self._measured.update(request_ids)
