@@ -338,7 +338,7 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="Jacana without CUDA graphs")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
-        "--decode-gemm", choices=["auto", "torch"], default="auto", help="EngineConfig.decode_gemm"
+        "--decode-gemm", choices=["auto", "torch"], default="torch", help="EngineConfig.decode_gemm"
     )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)

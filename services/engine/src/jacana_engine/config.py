@@ -40,9 +40,10 @@ class EngineConfig:
         (triton on CUDA, torch elsewhere); its namesake layer ops come with it.
     linear_backend: GEMMs of the dense layers: "auto" (oneDNN on CPU when this torch build
         runs it correctly, else F.linear), "torch" or "onednn".
-    decode_gemm: dense layers of decode-sized steps (<= 16 rows) on CUDA: "auto" times
-        cuBLAS against the skinny Triton kernel per weight shape and row count at
-        start-up and runs the faster (``layers/decode_gemm.py``); "torch" always cuBLAS.
+    decode_gemm: dense layers of decode-sized steps (<= 16 rows) on CUDA: "torch" always
+        cuBLAS (the default: transformers' own GEMMs, so greedy output follows its
+        rounding); "auto" times cuBLAS against the skinny Triton kernel per weight shape
+        and row count at start-up and runs the faster (``layers/decode_gemm.py``).
     enforce_eager: never capture or replay CUDA graphs.
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
         ``max_num_seqs``); larger decode batches run eagerly.
@@ -69,7 +70,7 @@ class EngineConfig:
     seed: int = 0
     attention_backend: str = "auto"
     linear_backend: str = "auto"
-    decode_gemm: str = "auto"
+    decode_gemm: str = "torch"
     enforce_eager: bool = False
     cuda_graph_max_batch_size: int = 512
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
