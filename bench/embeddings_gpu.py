@@ -204,7 +204,27 @@ async def _jacana_run(modules, embedder, batcher_config, texts, clients, per_req
         elapsed = time.perf_counter() - t0
     finally:
         await service.close()
+    LAST_BREAKDOWN.clear()
+    LAST_BREAKDOWN.update(breakdown(service, elapsed))
     return elapsed, latencies, np.concatenate(parts)
+
+
+# Where a Jacana run's wall time went (``breakdown``), kept for the caller of the last run.
+LAST_BREAKDOWN: dict[str, float] = {}
+
+
+def breakdown(service, elapsed: float) -> dict[str, float]:
+    """Busy fractions of the stages, to say where the time goes: the tokenizer calls (their
+    summed wall time over the run's, so up to the number of calls at once) and the forward
+    passes (one at a time, vectors back to the host included), with their sizes."""
+    queue, stats = service.tokenize_queue, service.batcher.stats()
+    return {
+        "tokenizer_busy": queue.busy_s_total / elapsed,
+        "texts_per_tokenizer_call": queue.texts_total / max(1, queue.calls_total),
+        "model_busy": stats.forward_s_total / elapsed,
+        "inputs_per_batch": stats.inputs_total / max(1, stats.batches_total),
+        "model_ms_per_batch": 1000 * stats.forward_s_total / max(1, stats.batches_total),
+    }
 
 
 def jacana_peer(modules, embedder, batcher_config):
@@ -332,6 +352,7 @@ def measure(args: argparse.Namespace) -> dict:
 
     rates: dict[tuple[str, str], list[float]] = {}
     latency_ms: dict[tuple[str, str], list[float]] = {}
+    stages: dict[str, list[dict[str, float]]] = {}  # load -> Jacana's breakdown per rep
     worst_cosine = 1.0
     for rep in range(args.reps):
         names = list(peers) if rep % 2 == 0 else list(peers)[::-1]
@@ -341,6 +362,8 @@ def measure(args: argparse.Namespace) -> dict:
             for name in names:
                 elapsed, lat, vectors = peers[name](texts, clients, per_request)
                 rates.setdefault((name, load), []).append(len(texts) / elapsed)
+                if name == "jacana":
+                    stages.setdefault(load, []).append(dict(LAST_BREAKDOWN))
                 latency_ms.setdefault((name, load), []).append(statistics.median(lat) * 1000)
                 outputs[name] = vectors
             for name, vectors in outputs.items():
@@ -404,6 +427,10 @@ def measure(args: argparse.Namespace) -> dict:
         "jacana_best_sentences_per_s": jacana_best,
         "results": results,
         "ratios": ratios,
+        "jacana_breakdown": {
+            load: {key: spread([rep[key] for rep in reps]) for key in reps[0]}
+            for load, reps in stages.items()
+        },
     }
 
 
@@ -457,6 +484,23 @@ def render(result: dict) -> str:
             f"| {r['load']} | {r['peer']} | {fmt_spread(r['sentences_per_s'], 0)} | "
             f"{fmt_spread(r['median_latency_ms'], 1)} | {shown} |"
         )
+    if result.get("jacana_breakdown"):
+        lines += [
+            "",
+            "Where Jacana's time went (busy time over the run's wall time; the tokenizer "
+            "runs up to 2 calls at once, the model one batch at a time):",
+            "",
+            "| load | tokenizer busy | texts per tokenizer call | model busy | inputs per batch "
+            "| model ms per batch |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for load, b in result["jacana_breakdown"].items():
+            lines.append(
+                f"| {load} | {fmt_spread(b['tokenizer_busy'], 2)} | "
+                f"{fmt_spread(b['texts_per_tokenizer_call'], 0)} | "
+                f"{fmt_spread(b['model_busy'], 2)} | {fmt_spread(b['inputs_per_batch'], 0)} | "
+                f"{fmt_spread(b['model_ms_per_batch'], 1)} |"
+            )
     met = result["jacana_best_sentences_per_s"] >= result["target_sentences_per_s"]
     lines += [
         "",

@@ -55,7 +55,8 @@ async def test_requests_arriving_during_a_call_share_the_next_one():
     results = [t.result() for t in later]
     assert results == [[([i], i % 2 == 0)] for i in range(1, 5)]
     assert tok.calls == [[["a"]], [["b"], ["bb"], ["bbb"], ["bbbb"]]]
-    assert queue.calls_total == 2
+    assert queue.calls_total == 2 and queue.texts_total == 5
+    assert queue.busy_s_total > 0
     assert all(name.startswith("tokenize") for name in tok.threads)  # off the event loop
     await queue.close()
 

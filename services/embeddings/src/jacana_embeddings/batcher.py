@@ -111,6 +111,7 @@ class BatcherStats:
     batches_total: int = 0
     tokens_total: int = 0
     padded_tokens_total: int = 0
+    forward_s_total: float = 0.0  # wall time of the forward passes, vectors back included
 
 
 @dataclass
@@ -226,6 +227,7 @@ class DynamicBatcher:
 
     async def _run_batch(self, loop: asyncio.AbstractEventLoop, items: list[_Item]) -> None:
         batch = [item.ids for item in items]
+        started = loop.time()
         try:
             vectors = await loop.run_in_executor(self._executor, self.embed_fn, batch)
         except Exception as exc:
@@ -234,6 +236,7 @@ class DynamicBatcher:
                 item.job.fail(exc)
             return
         s = self._stats
+        s.forward_s_total += loop.time() - started
         s.batches_total += 1
         s.inputs_total += len(items)
         s.tokens_total += sum(len(ids) for ids in batch)

@@ -45,6 +45,8 @@ class TokenizeQueue:
         self._running = 0
         self._executor: ThreadPoolExecutor | None = None
         self.calls_total = 0
+        self.texts_total = 0
+        self.busy_s_total = 0.0  # summed wall time of the calls (they may overlap)
 
     async def encode(self, texts: Sequence[str], truncate: bool) -> Encoded:
         """Like ``TextTokenizer.encode``: raises InvalidRequestError for a bad text."""
@@ -72,11 +74,16 @@ class TokenizeQueue:
         self._running += 1
         self.calls_total += 1
         requests = [(texts, truncate) for texts, truncate, _ in taken]
+        self.texts_total += sum(len(texts) for texts, _ in requests)
+        started = loop.time()
         call = loop.run_in_executor(self._executor, self._encode_requests, requests)
-        call.add_done_callback(lambda done: self._finish(loop, taken, done))
+        call.add_done_callback(lambda done: self._finish(loop, taken, done, started))
 
-    def _finish(self, loop: asyncio.AbstractEventLoop, taken, done: asyncio.Future) -> None:
+    def _finish(
+        self, loop: asyncio.AbstractEventLoop, taken, done: asyncio.Future, started: float
+    ) -> None:
         self._running -= 1
+        self.busy_s_total += loop.time() - started
         failure = RuntimeError("tokenizer call cancelled") if done.cancelled() else done.exception()
         results = [failure] * len(taken) if failure is not None else done.result()
         for (_, _, future), result in zip(taken, results, strict=True):
