@@ -44,6 +44,28 @@ def test_ngram_proposer_batches_and_caps_the_draft():
         NgramProposer(3, 2)
 
 
+@pytest.mark.parametrize("n_min,n_max", [(1, 4), (2, 3), (1, 1)])
+def test_ngram_index_drafts_what_the_full_search_drafts_step_by_step(n_min, n_max):
+    rng = np.random.default_rng(n_min * 10 + n_max)
+    p = NgramProposer(n_min, n_max)
+    for request in range(6):
+        history = list(rng.integers(0, 6, size=int(rng.integers(1, 30))))
+        rid = f"r{request}"
+        while len(history) < 160:
+            k = int(rng.integers(1, 9))
+            (draft,) = p.propose([_req(history, k=k, rid=rid)])
+            assert draft == ngram_draft(np.array(history), n_min, n_max, k), (rid, len(history))
+            # the step accepts some of the draft (or none) plus one token of its own
+            take = int(rng.integers(0, len(draft) + 1))
+            history += draft[:take] + [int(rng.integers(0, 6))]
+        p.finish(rid, history, 0)
+    assert not p._indexes  # finished requests leave nothing behind
+    # a history that does not extend the indexed one (same id) is indexed anew
+    for history in ([3, 4, 5, 3, 4], [9, 9, 1, 9]):
+        (draft,) = p.propose([_req(history, k=3, rid="x")])
+        assert draft == ngram_draft(np.array(history), n_min, n_max, 3)
+
+
 # ---- suffix ------------------------------------------------------------------------------
 
 
