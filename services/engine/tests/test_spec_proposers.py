@@ -57,7 +57,7 @@ def test_ngram_index_drafts_what_the_full_search_drafts_step_by_step(n_min, n_ma
             assert draft == ngram_draft(np.array(history), n_min, n_max, k), (rid, len(history))
             # the step accepts some of the draft (or none) plus one token of its own
             take = int(rng.integers(0, len(draft) + 1))
-            history += draft[:take] + [int(rng.integers(0, 6))]
+            history += [*draft[:take], int(rng.integers(0, 6))]
         p.finish(rid, history, 0)
     assert not p._indexes  # finished requests leave nothing behind
     # a history that does not extend the indexed one (same id) is indexed anew
