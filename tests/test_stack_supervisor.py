@@ -1,4 +1,5 @@
-"""The `make up` supervisor (scripts/stack.py), driven with stand-in child processes."""
+"""The `make up` supervisor (scripts/supervisor.py) driven with stand-in child processes, and
+the stack plan of scripts/stack.py."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ STACK_PY = ROOT / "scripts" / "stack.py"
 
 
 def _load_stack():
+    # stack.py imports its neighbour supervisor.py, as `python scripts/stack.py` finds it
+    if str(STACK_PY.parent) not in sys.path:
+        sys.path.append(str(STACK_PY.parent))  # after tests/, whose stack.py is another
     spec = importlib.util.spec_from_file_location("jacana_stack", STACK_PY)
     module = importlib.util.module_from_spec(spec)
     sys.modules["jacana_stack"] = module
@@ -29,6 +33,7 @@ def _load_stack():
 
 
 stack = _load_stack()
+supervisor = sys.modules["supervisor"]  # imported by stack.py
 
 
 def child(code: str) -> list[str]:
@@ -58,10 +63,10 @@ def alive(pid: int) -> bool:
 
 
 async def test_a_dying_child_stops_the_rest_and_fails(capsys, tmp_path):
-    sleeper = stack.Service(
+    sleeper = supervisor.Service(
         "sleeper", child("import time; time.sleep(60)"), dict(os.environ), never_ready()
     )
-    crasher = stack.Service(
+    crasher = supervisor.Service(
         "crasher",
         child("""
             import sys, time
@@ -74,20 +79,20 @@ async def test_a_dying_child_stops_the_rest_and_fails(capsys, tmp_path):
         never_ready(),
         log_path=tmp_path / "crasher.log",
     )
-    rc = await stack.supervise([sleeper, crasher], start_timeout_s=30, grace_s=5)
+    rc = await supervisor.supervise([sleeper, crasher], start_timeout_s=30, grace_s=5)
 
     assert rc == 1
     out = capsys.readouterr().out
     assert "crasher exited with code 3" in out
     report = out.split("crasher exited with code 3", 1)[1]
     shown = [line.strip() for line in report.splitlines() if line.startswith("    ")]
-    assert shown == [f"line {i}" for i in range(60 - stack.TAIL_LINES, 60)]
+    assert shown == [f"line {i}" for i in range(60 - supervisor.TAIL_LINES, 60)]
     assert sleeper.process.returncode == -signal.SIGTERM
     assert (tmp_path / "crasher.log").read_text().splitlines()[-1] == "line 59"
 
 
 async def test_stop_terminates_children_and_kills_one_that_ignores_sigterm():
-    stubborn = stack.Service(
+    stubborn = supervisor.Service(
         "stubborn",
         child("""
             import signal, time
@@ -98,7 +103,7 @@ async def test_stop_terminates_children_and_kills_one_that_ignores_sigterm():
         dict(os.environ),
         always_ready(),
     )
-    polite = stack.Service(
+    polite = supervisor.Service(
         "polite", child("import time; time.sleep(60)"), dict(os.environ), always_ready()
     )
     stop = asyncio.Event()
@@ -110,7 +115,7 @@ async def test_stop_terminates_children_and_kills_one_that_ignores_sigterm():
         asyncio.get_running_loop().call_later(1.0, stop.set)
 
     started = time.monotonic()
-    rc = await stack.supervise(
+    rc = await supervisor.supervise(
         [polite, stubborn], start_timeout_s=30, grace_s=0.5, on_ready=on_ready, stop=stop
     )
     assert rc == 0
@@ -121,10 +126,10 @@ async def test_stop_terminates_children_and_kills_one_that_ignores_sigterm():
 
 
 async def test_start_timeout_gives_up():
-    slow = stack.Service(
+    slow = supervisor.Service(
         "slow", child("import time; time.sleep(60)"), dict(os.environ), never_ready()
     )
-    rc = await stack.supervise([slow], start_timeout_s=0.5, grace_s=5)
+    rc = await supervisor.supervise([slow], start_timeout_s=0.5, grace_s=5)
     assert rc == 1
     assert slow.process.returncode == -signal.SIGTERM
 
@@ -134,18 +139,18 @@ def test_sigterm_to_the_supervisor_stops_everything(tmp_path):
     driver = textwrap.dedent(f"""
         import asyncio, os, sys
         sys.path.insert(0, {str(STACK_PY.parent)!r})
-        import stack
+        import supervisor
 
         async def ready():
             return os.path.exists({str(pid_file)!r})
 
-        svc = stack.Service(
+        svc = supervisor.Service(
             "worker",
             [sys.executable, "-c",
              "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
              "print('worker up', flush=True); time.sleep(60)"],
             dict(os.environ), ready)
-        sys.exit(asyncio.run(stack.supervise([svc], start_timeout_s=30, grace_s=5,
+        sys.exit(asyncio.run(supervisor.supervise([svc], start_timeout_s=30, grace_s=5,
                                              on_ready=lambda: print('READY', flush=True))))
     """)
     proc = subprocess.Popen(
