@@ -120,6 +120,23 @@ def test_suffix_learns_from_finished_requests_and_forgets_old_ones():
     assert p.shared.find([7]) is None
 
 
+def test_suffix_indexes_finished_outputs_at_the_next_proposal_with_the_same_result():
+    rng = np.random.default_rng(3)
+    lazy = SuffixProposer(max_depth=6, min_prob=0.0, max_cached_requests=3)
+    eager = SuffixProposer(max_depth=6, min_prob=0.0, max_cached_requests=3)
+    for i in range(8):  # more finished requests than the shared trie keeps
+        history = [int(t) for t in rng.integers(0, 5, size=12)]
+        lazy.finish(f"r{i}", history, num_prompt_tokens=2)
+        eager.finish(f"r{i}", history, num_prompt_tokens=2)
+        eager.propose([])  # indexes now
+    assert lazy.shared.root.children == {}  # nothing indexed while nobody proposed
+    probes = [
+        _req([int(t) for t in rng.integers(0, 5, size=6)], k=4, rid=f"p{j}") for j in range(20)
+    ]
+    assert lazy.propose(probes) == eager.propose(probes)
+    assert len(lazy._recent) == len(eager._recent) == 3
+
+
 # ---- registry, dynamic k, counters -------------------------------------------------------
 
 

@@ -12,7 +12,9 @@ Two tries per proposer (host-side, owned by the proposer):
   *active* nodes (the nodes of the history's suffixes shorter than ``max_depth``) gets
   each new token as a child, O(max_depth) per token;
 - one shared over the outputs of the last ``max_cached_requests`` finished requests
-  (inserted when a request finishes, removed again when it ages out).
+  (inserted when a request finishes, removed again when it ages out). Insertion waits
+  for the next ``propose``: while drafting is paused (``spec/gate.py``) finishing
+  requests cost nothing, and the trie a proposal sees is the same either way.
 The longer matching context wins; the request's own trie wins ties.
 """
 
@@ -135,11 +137,22 @@ class SuffixProposer(Proposer):
         self.min_prob = min_prob
         self.max_cached_requests = max_cached_requests
         self.shared = SuffixTrie(max_depth)
-        self._recent: deque[list[int]] = deque()
+        self._recent: deque[list[int]] = deque()  # outputs in the shared trie, oldest first
+        # finished outputs not inserted yet; older ones would age out before being read
+        self._unindexed: deque[list[int]] = deque(maxlen=max(1, max_cached_requests))
         self._live: dict[str, _RequestTrie] = {}
 
     def propose(self, requests: Sequence[DraftRequest]) -> list[list[int]]:
+        self._index_finished()
         return [self._propose_one(r) for r in requests]
+
+    def _index_finished(self) -> None:
+        while self._unindexed:
+            output = self._unindexed.popleft()
+            self.shared.add(output)
+            self._recent.append(output)
+            while len(self._recent) > self.max_cached_requests:
+                self.shared.add(self._recent.popleft(), sign=-1)
 
     def _propose_one(self, r: DraftRequest) -> list[int]:
         own = self._live.get(r.request_id)
@@ -161,9 +174,5 @@ class SuffixProposer(Proposer):
         if self.max_cached_requests == 0:
             return
         output = list(token_ids[num_prompt_tokens:])
-        if not output:
-            return
-        self.shared.add(output)
-        self._recent.append(output)
-        while len(self._recent) > self.max_cached_requests:
-            self.shared.add(self._recent.popleft(), sign=-1)
+        if output:
+            self._unindexed.append(output)
