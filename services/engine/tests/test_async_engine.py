@@ -99,6 +99,19 @@ async def test_concurrent_streams_match_solo_outputs(engine, llm, prompts, solo)
     assert engine.stats().steps_total > 0
 
 
+async def test_outputs_a_busy_consumer_missed_arrive_merged(engine, llm, prompts, solo):
+    stream = engine.generate("slow", prompts[1], greedy(12, logprobs=1))
+    first = await anext(stream)
+    await wait_until(lambda: idle(engine))  # every later token is queued by now
+    rest = [out async for out in stream]
+    assert len(rest) == 1 and rest[0].finished  # the 11 queued deltas as one
+    ids = first.new_token_ids + rest[0].new_token_ids
+    assert ids == solo[1]
+    assert first.new_text + rest[0].new_text == llm.tokenizer.decode(ids)
+    assert [lp.token_id for lp in first.logprobs + rest[0].logprobs] == ids
+    assert rest[0].num_output_tokens == 12 and rest[0].finish_reason is FinishReason.LENGTH
+
+
 async def test_cancelled_consumer_aborts_the_request(engine):
     got = []
 

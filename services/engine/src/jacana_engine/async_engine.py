@@ -27,7 +27,7 @@ from jacana_engine.config import EngineConfig
 from jacana_engine.embedding import EmbeddingOutput
 from jacana_engine.engine import EngineStats, LLMEngine
 from jacana_engine.errors import InvalidRequestError
-from jacana_engine.outputs import FinishReason, RequestOutput
+from jacana_engine.outputs import FinishReason, RequestOutput, merge_outputs
 from jacana_engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,8 @@ class AsyncEngine:
         cache_salt: str | None = None,
         speculative: bool = True,
     ) -> AsyncIterator[RequestOutput]:
-        """Stream a request's outputs; the last one has ``finished=True``.
+        """Stream a request's outputs; the last one has ``finished=True``. Outputs that
+        queued up while the consumer was busy come merged into one (``merge_outputs``).
 
         ``priority``, ``cache_salt`` and ``speculative`` (False: the request never
         drafts) are passed to :meth:`LLMEngine.add_request`.
@@ -109,13 +110,24 @@ class AsyncEngine:
                     )
                 )
             )
+            error: BaseException | None = None
             while not finished:
-                item = await stream.queue.get()
+                item = error or await stream.queue.get()
                 if isinstance(item, BaseException):
                     finished = True
                     raise item
-                finished = item.finished
-                yield item
+                # A consumer that fell behind gets what piled up as one delta: fewer, larger
+                # stream messages exactly when per-message costs are what slows it down.
+                deltas = [item]
+                while not deltas[-1].finished and not stream.queue.empty():
+                    nxt = stream.queue.get_nowait()
+                    if isinstance(nxt, BaseException):
+                        error = nxt  # after the tokens that came before it
+                        break
+                    deltas.append(nxt)
+                merged = merge_outputs(deltas)
+                finished = merged.finished
+                yield merged
         finally:
             if not finished:  # consumer left early: fire and forget
                 self._submit(lambda: self._abort(request_id, stream))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -55,3 +57,20 @@ class RequestOutput:
     matched_stop: str | int | None = None
     logprobs: list[TokenLogprob] | None = None
     prompt_logprobs: list[TokenLogprob] | None = None
+
+
+def merge_outputs(deltas: Sequence[RequestOutput]) -> RequestOutput:
+    """One request's consecutive deltas as a single delta (tokens, text and logprobs
+    concatenated; counts, finish and stop from the last, prompt logprobs from the first)."""
+    if len(deltas) == 1:
+        return deltas[0]
+    last = deltas[-1]
+    return dataclasses.replace(
+        last,
+        new_token_ids=[t for d in deltas for t in d.new_token_ids],
+        new_text="".join(d.new_text for d in deltas),
+        logprobs=None
+        if last.logprobs is None
+        else [lp for d in deltas for lp in (d.logprobs or [])],
+        prompt_logprobs=deltas[0].prompt_logprobs,
+    )

@@ -21,14 +21,13 @@ to the pool (``trim``), so between steps a sequence holds
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 from collections.abc import Sequence as Seq
 
 import torch
 
 from jacana_engine import device_sampling
-from jacana_engine.outputs import RequestOutput
+from jacana_engine.outputs import RequestOutput, merge_outputs
 from jacana_engine.sampler import SamplingBatch, sampling_probs
 from jacana_engine.scheduler import ScheduledSequence
 from jacana_engine.sequence import Sequence, SequenceStatus
@@ -207,19 +206,3 @@ class Speculator:
 
     def stats(self) -> dict[str, ProposerStats]:
         return {self.proposer.name or self.config.proposer: self._stats}
-
-
-def merge_outputs(deltas: Seq[RequestOutput]) -> RequestOutput:
-    """One request's consecutive deltas of one step as a single delta."""
-    if len(deltas) == 1:
-        return deltas[0]
-    last = deltas[-1]
-    return dataclasses.replace(
-        last,
-        new_token_ids=[t for d in deltas for t in d.new_token_ids],
-        new_text="".join(d.new_text for d in deltas),
-        logprobs=None
-        if last.logprobs is None
-        else [lp for d in deltas for lp in (d.logprobs or [])],
-        prompt_logprobs=deltas[0].prompt_logprobs,
-    )
