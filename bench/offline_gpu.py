@@ -22,6 +22,7 @@ Usage: python bench/offline_gpu.py --model qwen3-8b [--reps 3] [--no-hf] [--out 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -164,6 +165,28 @@ def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
     return start.elapsed_time(end) / 20
 
 
+class StepParts:
+    """Where the engine's steps spent their wall time over some runs, per step: the
+    ``step_seconds_total`` parts of ``EngineStats`` (schedule / execute / outputs)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.steps = 0
+
+    @contextlib.contextmanager
+    def measure(self, engine: LLMEngine):
+        before = engine.stats()
+        yield
+        after = engine.stats()
+        self.steps += after.steps_total - before.steps_total
+        for part, total in after.step_seconds_total.items():
+            spent = total - before.step_seconds_total.get(part, 0.0)
+            self.seconds[part] = self.seconds.get(part, 0.0) + spent
+
+    def per_step_ms(self) -> dict[str, float]:
+        return {part: 1e3 * s / max(1, self.steps) for part, s in self.seconds.items()}
+
+
 def profile_table(engine: LLMEngine, prompts, wl: dict[str, Any], rows: int = 25) -> str:
     """torch.profiler's CUDA-time table over one run of a workload (at most 32 steps of
     decode for the long ones)."""
@@ -252,9 +275,11 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
     for name, wl in WORKLOADS.items():
         ours: dict[str, list[float]] = {}
         theirs: dict[str, list[float]] = {}
+        parts = StepParts()
         for rep in range(args.reps):
             prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=1000 * rep + 7)
-            r = run_closed_loop(engine, prompts, wl["concurrency"], wl["new"])
+            with parts.measure(engine):
+                r = run_closed_loop(engine, prompts, wl["concurrency"], wl["new"])
             for k in ("ttft_ms", "tpot_ms", "output_tok_s"):
                 if r.get(k) is not None:
                     ours.setdefault(k, []).append(r[k])
@@ -265,6 +290,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
             "workload": wl,
             "jacana": {k: spread(v) for k, v in ours.items()},
             "transformers": {k: spread(v) for k, v in theirs.items()},
+            "jacana_step_ms": parts.per_step_ms(),
         }
         medians = {
             peer: {k: round(v["median"], 3) for k, v in results[name][peer].items()}
@@ -311,6 +337,23 @@ def render(doc: dict[str, Any]) -> str:
                 lines.append(
                     f"| {model} | {name} | {metric} | {fmt_spread(ours)} | "
                     f"{fmt_spread(theirs)} | {ratio} |"
+                )
+    lines += [
+        "",
+        "Jacana's engine steps, ms per step: schedule (drafting, scheduling) / execute "
+        "(forward and sampling until the tokens are on the host, GPU wait included) / "
+        "outputs (appending, detokenizing, stop checks):",
+        "",
+        "| model | workload | schedule | execute | outputs |",
+        "|---|---|---|---|---|",
+    ]
+    for model, m in doc["models"].items():
+        for name, r in m["results"].items():
+            p = r.get("jacana_step_ms") or {}
+            if p:
+                lines.append(
+                    f"| {model} | {name} | {p['schedule']:.3f} | {p['execute']:.3f} | "
+                    f"{p['outputs']:.3f} |"
                 )
     lines += [
         "",

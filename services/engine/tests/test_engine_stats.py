@@ -58,3 +58,5 @@ def test_engine_stats_report_pool_cache_and_throughput(toy):
     s = engine.stats()
     assert s.prefix_cache_hits_total == 20 and s.prefix_cache_hit_rate == pytest.approx(20 / 42)
     assert s.requests_finished_total == 2
+    assert set(s.step_seconds_total) == {"schedule", "execute", "outputs"}
+    assert all(seconds > 0 for seconds in s.step_seconds_total.values())

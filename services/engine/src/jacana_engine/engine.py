@@ -128,6 +128,8 @@ class LLMEngine:
         self._generation_tokens_total = 0
         self._requests_finished_total = 0
         self._steps_total = 0
+        # wall seconds of each part of the steps that ran (see EngineStats.step_seconds_total)
+        self._step_seconds = {"schedule": 0.0, "execute": 0.0, "outputs": 0.0}
         self._generate_calls = 0
         self._throughput = ThroughputMeter()
 
@@ -279,7 +281,9 @@ class LLMEngine:
         plan = self.scheduler.schedule()
         if plan.is_empty:
             return []
+        scheduled_at = time.perf_counter()
         result = self.runner.execute(plan.scheduled)
+        executed_at = time.perf_counter()
         self.scheduler.update(plan.scheduled)
         self._steps_total += 1
         self._throughput.record(
@@ -300,7 +304,12 @@ class LLMEngine:
             )
         if self.speculator is not None:
             self.speculator.observe(time.perf_counter() - started, plan.scheduled, result.verified)
-        return outputs + self._finish_embeddings(plan.scheduled)
+        outputs += self._finish_embeddings(plan.scheduled)
+        seconds = self._step_seconds
+        seconds["schedule"] += scheduled_at - started
+        seconds["execute"] += executed_at - scheduled_at
+        seconds["outputs"] += time.perf_counter() - executed_at
+        return outputs
 
     def _finish_embeddings(self, scheduled) -> list[EmbeddingOutput]:
         """Outputs of the embedding requests whose prompt this step completed."""
@@ -425,6 +434,7 @@ class LLMEngine:
             prefix_cache_hits_total=self.block_manager.prefix_hits_total,
             recent=self._throughput.snapshot(),
             speculative=self.speculator.stats() if self.speculator is not None else {},
+            step_seconds_total=dict(self._step_seconds),
         )
 
 

@@ -94,6 +94,10 @@ class EngineStats:
         :meth:`generation_tokens_per_s`.
     speculative: per proposer name, its draft counters (proposals, draft/accepted tokens,
         ``acceptance_rate``, ``mean_accepted_length``); empty without speculation.
+    step_seconds_total: wall seconds spent by the steps that ran, per part: ``schedule``
+        (drafting and scheduling), ``execute`` (the forward pass and sampling, until the
+        tokens are on the host: on a GPU this includes waiting for it) and ``outputs``
+        (appending tokens, detokenizing, stop checks, verification commits).
     """
 
     num_running: int
@@ -110,6 +114,7 @@ class EngineStats:
     prefix_cache_hits_total: int = 0
     recent: RecentThroughput = field(default_factory=RecentThroughput)
     speculative: Mapping[str, ProposerStats] = field(default_factory=dict)
+    step_seconds_total: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def kv_blocks_used(self) -> int:
