@@ -30,14 +30,33 @@ def _run(gate: SpeculationGate, steps: int, spec: tuple[float, float], plain: fl
 
 
 def test_gate_stays_open_while_drafts_pay():
-    gate = SpeculationGate(window=8, probe=4, cooldown=50)
-    phases = _run(gate, 120, spec=(0.012, 2.5), plain=0.010)  # 208 vs 100 tokens/s
-    assert gate.shut_total == 0
+    gate = SpeculationGate(window=8, probe=4, cooldown=50, cruise=20, max_cruise=40)
     gate.record(0.001, 1.0, drafted=False)  # nothing drafted: not a sample of drafting
-    assert gate.steps_in_phase == 120 % 12 and gate.phase is Phase.SPEC
-    assert gate.shut_total == 0
-    assert Phase.SHUT not in phases
-    assert phases.count(Phase.PLAIN) == 4 * (120 // 12)  # one probe per window
+    assert gate.steps_in_phase == 0
+    phases = _run(gate, 132, spec=(0.012, 2.5), plain=0.010)  # 208 vs 100 tokens/s
+    assert gate.shut_total == 0 and Phase.SHUT not in phases
+    # measure (8 + 4), then draft unmeasured for 20, 40, 40 steps: the longer it pays,
+    # the rarer the plain probes
+    runs = _runs(phases)
+    assert runs == [
+        (Phase.SPEC, 8), (Phase.PLAIN, 4), (Phase.CRUISE, 20),
+        (Phase.SPEC, 8), (Phase.PLAIN, 4), (Phase.CRUISE, 40),
+        (Phase.SPEC, 8), (Phase.PLAIN, 4), (Phase.CRUISE, 36),
+    ]  # fmt: skip
+    assert gate.phase is Phase.CRUISE and gate.steps_in_phase == 36
+    gate.record(0.001, 1.0, drafted=False)  # cruising counts every decode step
+    assert gate.steps_in_phase == 37
+
+
+def _runs(phases: list) -> list[tuple]:
+    """Consecutive equal phases as (phase, length) pairs."""
+    runs: list[tuple] = []
+    for phase in phases:
+        if runs and runs[-1][0] is phase:
+            runs[-1] = (phase, runs[-1][1] + 1)
+        else:
+            runs.append((phase, 1))
+    return runs
 
 
 def test_gate_shuts_when_drafts_cost_more_than_they_gain_and_measures_again():

@@ -5,21 +5,22 @@ speculative step costs. That cost is the machine's: on a GPU a tiny target's ste
 mostly host work, and proposing, verifying k + 1 positions and committing can cost more
 than the accepted drafts save, however well they are accepted. So the gate measures it.
 
-Decode steps (no prefill chunk) alternate between phases:
+Decode steps (no prefill chunk) go through phases:
 - ``SPEC`` (``window`` steps that verified drafts; steps where nothing was drafted say
   nothing and are not counted): proposers run; each step's rate is the tokens it gained
   per sequence over its wall time (propose + forward + commit).
 - ``PLAIN`` (``probe`` steps): nobody drafts; the rate is one token per sequence over the
   step's wall time.
-After a PLAIN phase the gate compares the phases' median rates: unless speculation was
-clearly slower (below ``margin`` times the plain rate: timing noise must not shut it) it
-opens the next SPEC window, else it stays shut for a cooldown of decode steps and then
-measures again (the batch, the text and the proposer's luck change). Each shut in a row
-doubles the cooldown, from ``cooldown`` up to ``max_cooldown``; a window where drafting
-pays resets it. So with speculation that does not pay, decoding runs at the plain speed
-but for measuring windows that grow rarer: a measuring window costs about
-``window * (1 / ratio - 1)`` plain steps (ratio: drafting's speed relative to plain),
-e.g. ~4 steps per window at 0.5x, under 1% of the cooldowns that follow.
+- then the gate compares the two phases' median rates. Unless drafting was clearly slower
+  (below ``margin`` times the plain rate: timing noise must not shut it) it keeps
+  drafting unmeasured (``CRUISE``) for a while before measuring again; else it stays
+  ``SHUT`` (nobody drafts) for a cooldown of decode steps and then measures again (the
+  batch, the text and the proposer's luck change).
+Each verdict in a row doubles how long it holds: a cruise from ``cruise`` up to
+``max_cruise`` decode steps, a cooldown from ``cooldown`` up to ``max_cooldown``. So
+measuring costs little either way: while drafting pays, ``probe`` plain steps per
+cruise; while it does not, a window costs about ``window * (1 / ratio - 1)`` plain steps
+(ratio: drafting's speed relative to plain), e.g. ~4 at 0.5x, per cooldown.
 
 What drafting gains depends on the text as much as on the machine. In a small batch
 (at most ``turnover_batch`` requests) the text decides, so a shut gate measures again
@@ -41,9 +42,10 @@ log = logging.getLogger(__name__)
 
 
 class Phase(enum.Enum):
-    SPEC = "spec"
-    PLAIN = "plain"
-    SHUT = "shut"
+    SPEC = "spec"  # drafting, measured
+    PLAIN = "plain"  # not drafting, measured
+    CRUISE = "cruise"  # drafting, after a verdict that it pays
+    SHUT = "shut"  # not drafting, after a verdict that it does not
 
 
 @dataclass
@@ -52,6 +54,8 @@ class SpeculationGate:
 
     window: int = 4
     probe: int = 4
+    cruise: int = 64
+    max_cruise: int = 1024
     cooldown: int = 256
     max_cooldown: int = 4096
     margin: float = 0.97
@@ -60,6 +64,7 @@ class SpeculationGate:
     steps_in_phase: int = 0
     shut_total: int = 0  # times the gate shut since start-up
     shut_streak: int = 0  # shuts since drafting last paid
+    pay_streak: int = 0  # verdicts that drafting pays since it last did not
     _spec_rates: list[float] = field(default_factory=list)
     _plain_rates: list[float] = field(default_factory=list)
     _measured: set[str] = field(default_factory=set)  # requests seen while measuring
@@ -71,9 +76,9 @@ class SpeculationGate:
             small = 0 < len(ids) <= self.turnover_batch
             if small and ids.isdisjoint(self._measured):  # a small batch turned over
                 self._enter(Phase.SPEC)
-        else:
+        elif self.phase is not Phase.CRUISE:
             self._measured.update(request_ids)
-        return self.phase is Phase.SPEC
+        return self.phase in (Phase.SPEC, Phase.CRUISE)
 
     def record(self, seconds: float, tokens_per_sequence: float, drafted: bool = True) -> None:
         """One decode step's wall time, the tokens it gained per sequence (1 for a step
@@ -89,24 +94,33 @@ class SpeculationGate:
             self._plain_rates.append(1.0 / seconds)
             if self.steps_in_phase >= self.probe:
                 self._decide()
-        elif self.steps_in_phase >= self.current_cooldown:
+        elif self.steps_in_phase >= self._hold():
             self._enter(Phase.SPEC)
 
     @property
     def current_cooldown(self) -> int:
         """Decode steps the gate stays shut after its latest shut."""
-        doublings = max(0, self.shut_streak - 1)
-        return min(self.max_cooldown, self.cooldown << min(doublings, 30))
+        return _doubled(self.cooldown, self.shut_streak, self.max_cooldown)
+
+    @property
+    def current_cruise(self) -> int:
+        """Decode steps the gate drafts unmeasured after its latest verdict that it pays."""
+        return _doubled(self.cruise, self.pay_streak, self.max_cruise)
+
+    def _hold(self) -> int:
+        return self.current_cruise if self.phase is Phase.CRUISE else self.current_cooldown
 
     def _decide(self) -> None:
         spec = statistics.median(self._spec_rates)
         plain = statistics.median(self._plain_rates)
         if spec >= self.margin * plain:
             self.shut_streak = 0
-            self._enter(Phase.SPEC)
+            self.pay_streak += 1
+            self._enter(Phase.CRUISE)
             return
         self.shut_total += 1
         self.shut_streak += 1
+        self.pay_streak = 0
         log.info(
             "speculation paused for %d decode steps: %.1f tokens/s per sequence with "
             "drafts vs %.1f without",
@@ -123,3 +137,8 @@ class SpeculationGate:
             self._measured.clear()
         self.phase = phase
         self.steps_in_phase = 0
+
+
+def _doubled(base: int, streak: int, cap: int) -> int:
+    """``base`` doubled for each verdict in a row after the first, at most ``cap``."""
+    return min(cap, base << min(max(0, streak - 1), 30))
