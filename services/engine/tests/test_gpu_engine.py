@@ -1,4 +1,5 @@
-"""GPU engine vs HF transformers on the same weights, in bfloat16, CUDA graphs on and off.
+"""GPU engine vs HF transformers on the same weights, in bfloat16, CUDA graphs on and off,
+and with graphs and the skinny decode GEMM (``decode_gemm="auto"``).
 
 The oracle: for every prompt our greedy continuation equals transformers' (batch of one,
 ``generate``, same dtype and device), or first departs from it at a near-tie, where
@@ -124,7 +125,9 @@ def compare(ours: list[int], ref: list[int], logits: torch.Tensor) -> tuple[str,
     return "exact", None
 
 
-def _engine(model_path: str, load_format: str, *, eager: bool) -> LLMEngine:
+def _engine(
+    model_path: str, load_format: str, *, eager: bool, decode_gemm: str = "torch"
+) -> LLMEngine:
     config = EngineConfig(
         model=model_path,
         load_format=load_format,
@@ -134,6 +137,7 @@ def _engine(model_path: str, load_format: str, *, eager: bool) -> LLMEngine:
         max_model_len=1024,
         max_num_seqs=16,
         enforce_eager=eager,
+        decode_gemm=decode_gemm,
     )
     return LLMEngine(config, tokenizer=None)
 
@@ -186,6 +190,8 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
     engines = {
         "graphs": _engine(str(peaked_qwen3), "safetensors", eager=False),
         "eager": _engine(str(peaked_qwen3), "safetensors", eager=True),
+        # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
+        "graphs-skinny": _engine(str(peaked_qwen3), "safetensors", eager=False, decode_gemm="auto"),
     }
     _check_and_report("random-qwen3", ref, prompts, engines, run_to_run)
 
@@ -207,5 +213,7 @@ def test_smollm2_matches_transformers():
     engines = {
         "graphs": _engine(str(gguf), "gguf", eager=False),
         "eager": _engine(str(gguf), "gguf", eager=True),
+        # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
+        "graphs-skinny": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto"),
     }
     _check_and_report("smollm2-135m", ref, prompts, engines, run_to_run)
