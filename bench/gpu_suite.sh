@@ -49,8 +49,9 @@ for phase in "$@"; do
       [ -n "${JACANA_ASSET_MINILM:-}" ] && model=(--model-dir "$JACANA_ASSET_MINILM")
       # The service's tokenizer spreads each batch over every core; the suite's global
       # TOKENIZERS_PARALLELISM=false (quiet forks elsewhere) would hold it to one.
-      TOKENIZERS_PARALLELISM=true timeout 300 python3 bench/embeddings_gpu.py --out-dir "$OUT" --reps 3 "${model[@]}" 2>&1 \
-        | grep -v "Loading weights" | tail -20
+      TOKENIZERS_PARALLELISM=true timeout 300 python3 bench/embeddings_gpu.py --out-dir "$OUT" --reps 3 \
+        --sentences 12000 "${model[@]}" 2>&1 \
+        | grep -v "Loading weights" | tail -30
       ;;
     offline)
       stamp "offline grid"
