@@ -48,18 +48,19 @@ def causal_attention(
     scale: float,
 ) -> torch.Tensor:  # [q_len, n_heads, head_dim] float32
     """Queries are the last ``q_len`` positions of the ``kv_len`` keys; fp32 math, GQA."""
-    q_len, n_heads, _ = q.shape
-    kv_len, n_kv, _ = k.shape
-    group = n_heads // n_kv
+    q_len = q.shape[0]
+    kv_len = k.shape[0]
     qh = q.float().transpose(0, 1)  # [n_heads, q_len, head_dim]
-    kh = k.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [n_heads, kv_len, head_dim]
-    vh = v.float().repeat_interleave(group, dim=1).transpose(0, 1)
+    # [n_kv, kv_len, head_dim]: SDPA's enable_gqa maps each query head to its KV head
+    # (bit-identical to repeating K/V per group, without materializing the copies)
+    kh = k.float().transpose(0, 1)
+    vh = v.float().transpose(0, 1)
     mask = None
     if q_len > 1:
         # query i sits at position kv_len - q_len + i and sees keys 0..that position
         qpos = torch.arange(kv_len - q_len, kv_len, device=q.device)[:, None]
         mask = torch.arange(kv_len, device=q.device)[None, :] <= qpos  # [q_len, kv_len]
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=True)
     return out.transpose(0, 1)
 
 
