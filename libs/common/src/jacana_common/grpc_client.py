@@ -13,11 +13,13 @@ import grpc
 DEFAULT_UNARY_TIMEOUT_S = 5.0
 # 64 MiB: large prompts (token id lists) and embeddings batches fit. Servers use it too.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Clients ping an idle connection this often; servers must accept that (grpc_server.py).
+KEEPALIVE_TIME_MS = 10_000
 # Options of every client channel, asyncio or blocking.
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),

@@ -21,10 +21,22 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from jacana_common.grpc_client import MAX_MESSAGE_BYTES
+from jacana_common.grpc_client import KEEPALIVE_TIME_MS, MAX_MESSAGE_BYTES
 from jacana_common.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
+
+
+# Accept the keepalive pings of our own clients (every KEEPALIVE_TIME_MS, also on idle
+# connections): by default a server allows one ping per 5 minutes without calls and
+# answers more with GOAWAY "too_many_pings", dropping the connection.
+SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+]
 
 
 class GrpcServer:
@@ -33,13 +45,7 @@ class GrpcServer:
     def __init__(self, service_name: str, settings: ServiceSettings) -> None:
         self.service_name = service_name
         self.settings = settings
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port: int | None = None
