@@ -36,16 +36,6 @@ from pathlib import Path
 from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = {  # name -> (K, N) of Qwen3 decoder linear layers
-    "0.6B qkv": (1024, 4096),
-    "0.6B o": (2048, 1024),
-    "0.6B gate_up": (1024, 6144),
-    "0.6B down": (3072, 1024),
-    "8B qkv": (4096, 6144),
-    "8B o": (4096, 4096),
-    "8B gate_up": (4096, 24576),
-    "8B down": (12288, 4096),
-}
 SMOKE_SHAPES = {"tiny a": (64, 40), "tiny b": (200, 96)}
 ROWS = (1, 2, 4, 8, 16)
 SMOKE_ROWS = (1, 3)
@@ -164,7 +154,7 @@ def measure(args: argparse.Namespace) -> dict:
     kernel = import_kernel()
     device = torch.device(args.device)
     dtype = torch.bfloat16
-    shapes, rows = (SMOKE_SHAPES, SMOKE_ROWS) if args.smoke else (SHAPES, ROWS)
+    shapes, rows = (SMOKE_SHAPES, SMOKE_ROWS) if args.smoke else (kernel.QWEN3_SHAPES, ROWS)
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     results = []

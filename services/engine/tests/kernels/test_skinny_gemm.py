@@ -21,21 +21,11 @@ import torch
 pytest.importorskip("triton")
 
 from jacana_engine.kernels.reference import skinny_linear_ref
-from jacana_engine.kernels.skinny_gemm import MAX_M, pick_config, skinny_linear
+from jacana_engine.kernels.skinny_gemm import MAX_M, QWEN3_SHAPES, pick_config, skinny_linear
 
 TOL = {torch.float32: (1e-6, 1e-5), torch.bfloat16: (3e-3, 4e-3)}
 TOL_BF16_TRUNCATED = (6e-3, 8e-3)  # the CPU interpreter truncates float32 -> bfloat16
 SMALL = [(1, 64, 40), (3, 200, 96), (16, 200, 40), (5, 64, 96), (16, 64, 96)]
-QWEN3_SHAPES = {  # (K, N) of the decoder's linear layers
-    "0.6B qkv": (1024, 4096),
-    "0.6B o": (2048, 1024),
-    "0.6B gate_up": (1024, 6144),
-    "0.6B down": (3072, 1024),
-    "8B qkv": (4096, 6144),
-    "8B o": (4096, 4096),
-    "8B gate_up": (4096, 24576),
-    "8B down": (12288, 4096),
-}
 
 
 def _check(out, x, w, seed, checks, what) -> None:

@@ -40,6 +40,18 @@ _MIN_BLOCK_K, _MAX_BLOCK_K = 32, 512
 _MAX_DOT_BLOCK_K = 256
 _DOT_TILE = 8192  # weight elements per K step on the dot path (16 KiB in bf16)
 _SUM_PRODUCTS = 8192  # BLOCK_M * BLOCK_N * BLOCK_K on the sum path (64 fp32/thread)
+# The shapes it is measured on (tests, bench/skinny_gemm_gpu.py): (K, N) of Qwen3's
+# decoder linear layers.
+QWEN3_SHAPES = {
+    "0.6B qkv": (1024, 4096),
+    "0.6B o": (2048, 1024),
+    "0.6B gate_up": (1024, 6144),
+    "0.6B down": (3072, 1024),
+    "8B qkv": (4096, 6144),
+    "8B o": (4096, 4096),
+    "8B gate_up": (4096, 24576),
+    "8B down": (12288, 4096),
+}
 
 
 @dataclass(frozen=True)
