@@ -32,6 +32,7 @@ from jacana_engine.models.base import CausalLM
 from jacana_engine.outputs import FinishReason, RequestOutput, TokenLogprob
 from jacana_engine.pooling import PoolingSpec
 from jacana_engine.pooling_config import resolve_pooling
+from jacana_engine.request_checks import check_token_ids, resolve_max_tokens
 from jacana_engine.sampler import RequestRng, Sampler
 from jacana_engine.sampling_params import SamplingParams
 from jacana_engine.scheduler import Scheduler
@@ -168,18 +169,20 @@ class LLMEngine:
         speculative: False opts this request out of speculative decoding.
         """
         prompt = list(prompt_token_ids)
-        if self.scheduler.get(request_id) is not None:
-            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
-        if not prompt:
-            raise InvalidRequestError("the prompt is empty", "prompt")
-        if any(not (0 <= t < self.vocab_size) for t in prompt):
-            raise InvalidRequestError(
-                f"prompt token ids must be in [0, {self.vocab_size})", "prompt"
-            )
+        self._check_new_id(request_id)
+        check_token_ids(
+            prompt,
+            self.vocab_size,
+            param="prompt",
+            empty="the prompt is empty",
+            noun="prompt token ids",
+        )
         sampling_params.validate(self.vocab_size)
         if sampling_params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none", "stop")
-        max_tokens = self._resolve_max_tokens(len(prompt), sampling_params.max_tokens)
+        max_tokens = resolve_max_tokens(
+            len(prompt), sampling_params.max_tokens, self.max_model_len, self.max_request_tokens
+        )
 
         generator = None
         if not sampling_params.greedy:
@@ -214,12 +217,10 @@ class LLMEngine:
                 f"The model '{self.config.model_id}' does not support embeddings.", "model"
             )
         prompt = list(prompt_token_ids)
-        if self.scheduler.get(request_id) is not None:
-            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
-        if not prompt:
-            raise InvalidRequestError("an input is empty", "input")
-        if any(not (0 <= t < self.vocab_size) for t in prompt):
-            raise InvalidRequestError(f"token ids must be in [0, {self.vocab_size})", "input")
+        self._check_new_id(request_id)
+        check_token_ids(
+            prompt, self.vocab_size, param="input", empty="an input is empty", noun="token ids"
+        )
         if len(prompt) > self.max_request_tokens:
             raise InvalidRequestError(
                 f"an input has {len(prompt)} tokens; this model embeds at most "
@@ -234,31 +235,9 @@ class LLMEngine:
         KV pool when that is smaller (a request must fit the pool alone)."""
         return min(self.max_model_len, self.block_manager.num_total_slots)
 
-    def _resolve_max_tokens(self, n_prompt: int, max_tokens: int | None) -> int:
-        """The request's output limit, or the reason it can never run."""
-        # The KV pool must hold the whole request at once; preemption cannot help there.
-        limit = self.max_request_tokens
-        what = (
-            f"maximum context length is {self.max_model_len} tokens"
-            if limit == self.max_model_len
-            else f"KV cache holds at most {limit} tokens per request"
-        )
-        if n_prompt >= limit:
-            raise InvalidRequestError(
-                f"This model's {what}, and the prompt has {n_prompt}: no room is left for "
-                "the completion. Shorten the prompt.",
-                "prompt",
-            )
-        if max_tokens is None:
-            return limit - n_prompt
-        if n_prompt + max_tokens > limit:
-            raise InvalidRequestError(
-                f"This model's {what}. However, you requested {n_prompt + max_tokens} tokens "
-                f"({n_prompt} in the prompt, {max_tokens} for the completion). Reduce the "
-                "prompt or max_tokens.",
-                "max_tokens",
-            )
-        return max_tokens
+    def _check_new_id(self, request_id: str) -> None:
+        if self.scheduler.get(request_id) is not None:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
 
     def abort_request(self, request_id: str) -> bool:
         """Drop an unfinished request and free its blocks. False if it is not unfinished."""
