@@ -112,6 +112,19 @@ async def test_outputs_a_busy_consumer_missed_arrive_merged(engine, llm, prompts
     assert rest[0].num_output_tokens == 12 and rest[0].finish_reason is FinishReason.LENGTH
 
 
+async def test_stream_interval_gathers_tokens_after_the_first(llm, prompts, solo):
+    eng = AsyncEngine(engine=llm, stream_interval=4)
+    try:
+        outs = await collect(eng, "every4", prompts[2], greedy(12))
+    finally:
+        await eng.shutdown()
+    assert len(outs[0].new_token_ids) == 1  # the first token is not held back
+    assert all(len(o.new_token_ids) >= 4 for o in outs[1:-1])
+    assert len(outs) <= 1 + 3  # 1 + ceil(11 / 4)
+    assert [t for o in outs for t in o.new_token_ids] == solo[2]
+    assert outs[-1].finished and outs[-1].num_output_tokens == 12
+
+
 async def test_cancelled_consumer_aborts_the_request(engine):
     got = []
 

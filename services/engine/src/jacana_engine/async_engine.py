@@ -54,12 +54,20 @@ class AsyncEngine:
     worker thread in async code) or with a ready ``engine=``.
     """
 
-    def __init__(self, config: EngineConfig | None = None, *, engine: LLMEngine | None = None):
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        engine: LLMEngine | None = None,
+        stream_interval: int | None = None,
+    ):
         if engine is None:
             if config is None:
                 raise ValueError("AsyncEngine needs a config or an engine")
             engine = LLMEngine(config)
         self.engine = engine
+        # tokens a streamed delta gathers before it is sent (EngineConfig.stream_interval)
+        self.stream_interval = stream_interval or engine.config.stream_interval
         self.tokenizer = engine.tokenizer
         self.model_info = engine.model_info
         self._cond = threading.Condition()
@@ -84,7 +92,9 @@ class AsyncEngine:
         speculative: bool = True,
     ) -> AsyncIterator[RequestOutput]:
         """Stream a request's outputs; the last one has ``finished=True``. Outputs that
-        queued up while the consumer was busy come merged into one (``merge_outputs``).
+        queued up while the consumer was busy come merged into one (``merge_outputs``),
+        and after the first one each carries at least ``stream_interval`` tokens (the last
+        one excepted).
 
         ``priority``, ``cache_salt`` and ``speculative`` (False: the request never
         drafts) are passed to :meth:`LLMEngine.add_request`.
@@ -111,6 +121,8 @@ class AsyncEngine:
                 )
             )
             error: BaseException | None = None
+            deltas: list[RequestOutput] = []  # not sent yet
+            sent_first = False
             while not finished:
                 item = error or await stream.queue.get()
                 if isinstance(item, BaseException):
@@ -118,16 +130,19 @@ class AsyncEngine:
                     raise item
                 # A consumer that fell behind gets what piled up as one delta: fewer, larger
                 # stream messages exactly when per-message costs are what slows it down.
-                deltas = [item]
+                deltas.append(item)
                 while not deltas[-1].finished and not stream.queue.empty():
                     nxt = stream.queue.get_nowait()
                     if isinstance(nxt, BaseException):
                         error = nxt  # after the tokens that came before it
                         break
                     deltas.append(nxt)
-                merged = merge_outputs(deltas)
-                finished = merged.finished
-                yield merged
+                tokens = sum(len(d.new_token_ids) for d in deltas)
+                due = deltas[-1].finished or error is not None or not sent_first
+                if due or tokens >= self.stream_interval:
+                    merged = merge_outputs(deltas)
+                    deltas, sent_first, finished = [], True, merged.finished
+                    yield merged
         finally:
             if not finished:  # consumer left early: fire and forget
                 self._submit(lambda: self._abort(request_id, stream))

@@ -45,6 +45,8 @@ class EngineConfig:
         rounding); "auto" times cuBLAS against the skinny Triton kernel per weight shape
         and row count at start-up and runs the faster (``layers/decode_gemm.py``).
     enforce_eager: never capture or replay CUDA graphs.
+    stream_interval: streamed outputs carry at least this many tokens each (the first and
+        the last excepted): fewer stream messages per token under load, coarser deltas.
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
         ``max_num_seqs``); larger decode batches run eagerly.
     speculative: speculative decoding (proposer, k, transport); off by default.
@@ -73,6 +75,7 @@ class EngineConfig:
     decode_gemm: str = "torch"
     enforce_eager: bool = False
     cuda_graph_max_batch_size: int = 512
+    stream_interval: int = 1
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     pooling: str = "auto"
     embed_normalize: bool | None = None

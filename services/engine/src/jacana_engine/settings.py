@@ -98,6 +98,13 @@ class EngineSettings(ServiceSettings):
     enforce_eager: bool = Field(
         False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
     )
+    stream_interval: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Tokens a streamed delta gathers before it is sent (the first token "
+        "goes at once): larger means fewer stream messages under load, coarser streaming.",
+    )
     cuda_graph_max_batch_size: int = Field(
         512, ge=1, le=4096, description="Largest decode batch captured in a CUDA graph."
     )
@@ -228,6 +235,7 @@ class EngineSettings(ServiceSettings):
             decode_gemm=self.decode_gemm,
             enforce_eager=self.enforce_eager,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
+            stream_interval=self.stream_interval,
             pooling=self.pooling,
             embed_normalize=self.embed_normalize,
             speculative=SpeculativeConfig(

@@ -1,0 +1,29 @@
+"""Engine settings beyond speculation: env variables reach EngineConfig; bad values fail."""
+
+from __future__ import annotations
+
+import pytest
+
+from jacana_common.settings import SettingsError
+from jacana_engine.settings import EngineSettings
+
+
+def test_env_reaches_the_engine_config(monkeypatch):
+    monkeypatch.setenv("JACANA_ENGINE_STREAM_INTERVAL", "4")
+    monkeypatch.setenv("JACANA_ENGINE_DECODE_GEMM", "auto")
+    config = EngineSettings.load().engine_config()
+    assert (config.stream_interval, config.decode_gemm) == (4, "auto")
+
+
+def test_defaults_keep_streaming_per_token_and_cublas():
+    config = EngineSettings.load().engine_config()
+    assert (config.stream_interval, config.decode_gemm) == (1, "torch")
+
+
+@pytest.mark.parametrize(
+    "name,value", [("STREAM_INTERVAL", "0"), ("DECODE_GEMM", "skinny")]
+)  # fmt: skip
+def test_bad_values_name_their_variable(monkeypatch, name, value):
+    monkeypatch.setenv(f"JACANA_ENGINE_{name}", value)
+    with pytest.raises(SettingsError, match=f"JACANA_ENGINE_{name}"):
+        EngineSettings.load()
