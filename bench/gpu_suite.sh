@@ -7,7 +7,8 @@
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2)
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
-# online      offline c64 without the peer, then online_gpu.py through the gateway
+# online      offline c64 without the peer, then online_gpu.py through the gateway (stream
+#             interval 1, then 8 tokens per message)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on)
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
@@ -65,6 +66,9 @@ for phase in "$@"; do
       stamp "online through the gateway"
       timeout 240 python3 bench/online_gpu.py --model qwen3-8b --reps 3 --out "$OUT" 2>&1 \
         | tee "$OUT/online_stdout.log" | tail -12
+      stamp "online, 8 tokens per stream message (JACANA_ENGINE_STREAM_INTERVAL=8)"
+      JACANA_ENGINE_STREAM_INTERVAL=8 timeout 240 python3 bench/online_gpu.py --model qwen3-8b \
+        --reps 3 --name online_gpu_interval8 --out "$OUT" 2>&1 | tail -6
       ;;
     spec)
       stamp "speculative decoding GPU test (graph-replayed verification)"

@@ -225,6 +225,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--start-timeout", type=float, default=150.0)
+    parser.add_argument("--name", default="online_gpu", help="results file stem")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     doc = {
@@ -232,15 +233,17 @@ def main() -> None:
         "model": args.model,
         "shape": {k: getattr(args, k) for k in ("concurrency", "requests", "prompt", "new_tokens")},
         "gateway_streaming": result,
+        "engine_stream_interval": int(os.environ.get("JACANA_ENGINE_STREAM_INTERVAL", "1")),
     }
-    (args.out / "online_gpu.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     table = "\n".join(
         [
             "# Online GPU benchmark: streaming /v1/completions through gateway + gRPC",
             "",
             f"{args.model}, random bf16 weights; {args.concurrency} concurrent streams, "
             f"{args.requests} requests of {args.prompt} prompt / {args.new_tokens} new tokens "
-            f"per rep; median (min–max) of {args.reps} reps.",
+            f"per rep; median (min–max) of {args.reps} reps; engine stream interval "
+            f"{doc['engine_stream_interval']}.",
             "",
             "| output tok/s | TTFT ms | TPOT ms |",
             "|---|---|---|",
@@ -248,7 +251,7 @@ def main() -> None:
             f"{fmt_spread(result['tpot_ms'], 2)} |",
         ]
     )
-    (args.out / "online_gpu.md").write_text(table + "\n")
+    (args.out / f"{args.name}.md").write_text(table + "\n")
     print(table)
 
 
