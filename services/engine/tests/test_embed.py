@@ -182,6 +182,35 @@ def qwen3_embedding_dir(tmp_path_factory):
     return directory
 
 
+def _generate_beside_embeddings(engine, prompts, params, inputs):
+    """Queue generations of ``prompts`` and embeddings of ``inputs`` together and step the
+    engine until all finish; returns (tokens per prompt, vector per input, the number of
+    steps that had both kinds running), each list in input order."""
+    for i, p in enumerate(prompts):
+        engine.add_request(f"gen-{i}", p, params)
+    for i, x in enumerate(inputs):
+        engine.add_embed_request(f"emb-{i}", x)
+    tokens: dict[str, list[int]] = {f"gen-{i}": [] for i in range(len(prompts))}
+    vectors: dict[str, torch.Tensor] = {}
+    mixed_steps = 0
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        kinds = {s.request_id[:3] for s in engine.scheduler.running} | {
+            o.request_id[:3] for o in outs
+        }
+        mixed_steps += kinds == {"gen", "emb"}
+        for out in outs:
+            if out.request_id.startswith("emb"):
+                vectors[out.request_id] = out.embedding
+            else:
+                tokens[out.request_id].extend(out.new_token_ids)
+    return (
+        [tokens[f"gen-{i}"] for i in range(len(prompts))],
+        [vectors[f"emb-{i}"] for i in range(len(inputs))],
+        mixed_steps,
+    )
+
+
 def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.cosine_similarity(a.double(), b.double(), dim=-1)
 
@@ -289,34 +318,16 @@ def test_embeddings_share_steps_with_generation(qwen3_embedding_dir):
     prompts = [[rng.randrange(1, 49152) for _ in range(n)] for n in (5, 50)]
     greedy = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
     solo_tokens = engine.generate(prompts, greedy)
-    for i, p in enumerate(prompts):
-        engine.add_request(f"gen-{i}", p, greedy)
-    for i, x in enumerate(inputs):
-        engine.add_embed_request(f"emb-{i}", x)
-    tokens: dict[str, list[int]] = {f"gen-{i}": [] for i in range(len(prompts))}
-    vectors: dict[str, torch.Tensor] = {}
-    mixed_steps = 0
-    while engine.has_unfinished_requests():
-        outs = engine.step()
-        kinds = {s.request_id[:3] for s in engine.scheduler.running} | {
-            o.request_id[:3] for o in outs
-        }
-        mixed_steps += kinds == {"gen", "emb"}
-        for out in outs:
-            if out.request_id.startswith("emb"):
-                vectors[out.request_id] = out.embedding
-            else:
-                tokens[out.request_id].extend(out.new_token_ids)
+    tokens, vectors, mixed_steps = _generate_beside_embeddings(engine, prompts, greedy, inputs)
     assert mixed_steps > 0
-    assert [tokens[f"gen-{i}"] for i in range(len(prompts))] == solo_tokens
+    assert tokens == solo_tokens
     model = transformers.AutoModel.from_pretrained(directory, dtype=torch.float32).eval()
     want = []
     for x in inputs:
         with torch.inference_mode():
             hidden = model(torch.tensor([x])).last_hidden_state[0]  # [L, hidden]
         want.append(F.normalize(hidden.mean(dim=0), dim=-1))
-    got = torch.stack([vectors[f"emb-{i}"] for i in range(len(inputs))])
-    assert _cosines(got, torch.stack(want)).min() >= MIN_COSINE
+    assert _cosines(torch.stack(vectors), torch.stack(want)).min() >= MIN_COSINE
 
 
 def test_embedding_survives_preemption(qwen3_embedding_dir):
@@ -395,25 +406,10 @@ def test_smollm2_mean_pooling_matches_transformers_beside_generation():
     prompts = [engine.tokenizer.encode(p) for p in ("The capital of France is", "Herons eat")]
     greedy = SamplingParams(temperature=0.0, max_tokens=12)
     solo_tokens = engine.generate(prompts, greedy)
-
-    for i, p in enumerate(prompts):
-        engine.add_request(f"gen-{i}", p, greedy)
-    for i, x in enumerate(ids):
-        engine.add_embed_request(f"emb-{i}", x)
-    tokens: dict[str, list[int]] = {f"gen-{i}": [] for i in range(len(prompts))}
-    vectors: dict[str, torch.Tensor] = {}
-    mixed_steps = 0
-    while engine.has_unfinished_requests():
-        running = {s.request_id[:3] for s in engine.scheduler.running}
-        mixed_steps += running == {"gen", "emb"}
-        for out in engine.step():
-            if out.request_id.startswith("emb"):
-                vectors[out.request_id] = out.embedding
-            else:
-                tokens[out.request_id].extend(out.new_token_ids)
+    tokens, vectors, mixed_steps = _generate_beside_embeddings(engine, prompts, greedy, ids)
     assert mixed_steps > 0
-    assert [tokens[f"gen-{i}"] for i in range(len(prompts))] == solo_tokens
-    got = torch.stack([vectors[f"emb-{i}"] for i in range(len(ids))])
+    assert tokens == solo_tokens
+    got = torch.stack(vectors)
 
     model = transformers.AutoModelForCausalLM.from_pretrained(
         SMOLLM2.parent, gguf_file=SMOLLM2.name, dtype=torch.float32
