@@ -301,6 +301,53 @@ def load_sentence_transformers(model_dir: Path, device: str, dtype):
 # --- measurement --------------------------------------------------------------------------
 
 
+def isolated_stages(embedder, texts: list[str], batch_size: int, sync) -> dict[str, float]:
+    """Each stage of Jacana's path alone, and the model while the tokenizer runs beside
+    it (they share the GIL): the ceiling each stage puts on sentences/s.
+
+    tokenizer_*: ``tokenize`` over 256-text calls from 1 or 2 threads; model_*:
+    ``embed`` of pre-tokenized ``batch_size``-input batches, back to back."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    ids = [i for i, _ in embedder.tokenize(texts[: 8 * batch_size], truncate=False)]
+    batches = [ids[k : k + batch_size] for k in range(0, len(ids), batch_size)]
+    chunks = [texts[k : k + 256] for k in range(0, min(len(texts), 8192), 256)]
+
+    def tokenizer_rate(threads: int) -> float:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda c: embedder.tokenize(c, truncate=False), chunks))
+        return sum(map(len, chunks)) / (time.perf_counter() - start)
+
+    def model_ms(stop: threading.Event | None = None) -> float:
+        times = []
+        for b in batches * 2:
+            start = time.perf_counter()
+            embedder.embed(b)
+            sync()
+            times.append(time.perf_counter() - start)
+        if stop is not None:
+            stop.set()
+        return 1000 * statistics.median(times)
+
+    out = {"tokenizer_1_thread": tokenizer_rate(1), "tokenizer_2_threads": tokenizer_rate(2)}
+    out["model_ms_per_batch"] = model_ms()
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            embedder.tokenize(chunks[0], truncate=False)
+
+    side = threading.Thread(target=churn)
+    side.start()
+    out["model_ms_per_batch_beside_tokenizer"] = model_ms(stop)
+    side.join()
+    out["batch_size"] = batch_size
+    out["model_alone"] = 1000 * batch_size / out["model_ms_per_batch"]
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict:
     import torch
 
@@ -347,6 +394,12 @@ def measure(args: argparse.Namespace) -> dict:
     warm = texts[: min(len(texts), 4 * args.max_batch_tokens // args.tokens)]
     for run in peers.values():
         run(warm, 64, 4)
+    # As the service's main does (JACANA_EMBEDDINGS_GIL_SWITCH_INTERVAL_US).
+    if args.gil_switch_interval_us:
+        sys.setswitchinterval(args.gil_switch_interval_us / 1e6)
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    isolated = isolated_stages(embedder, texts, args.max_batch_tokens // args.tokens // 2, sync)
+    print(f"[bench] stages alone: {json.dumps({k: round(v, 1) for k, v in isolated.items()})}")
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
 
@@ -416,6 +469,7 @@ def measure(args: argparse.Namespace) -> dict:
             "jacana_max_batch_tokens": args.max_batch_tokens,
             "jacana_max_wait_ms": args.max_wait_ms,
             "jacana_linear_backend": embedder.linear_backend,
+            "gil_switch_interval_us": round(sys.getswitchinterval() * 1e6),
             "st_batch_sizes": args.st_batch_sizes if st_model is not None else [],
         },
         "peer_note": peer_note,
@@ -427,6 +481,7 @@ def measure(args: argparse.Namespace) -> dict:
         "jacana_best_sentences_per_s": jacana_best,
         "results": results,
         "ratios": ratios,
+        "isolated_stages": isolated,
         "jacana_breakdown": {
             load: {key: spread([rep[key] for rep in reps]) for key in reps[0]}
             for load, reps in stages.items()
@@ -471,7 +526,8 @@ def render(result: dict) -> str:
         f"{s['sentences_per_run']:,} texts per run; median (min–max) of {s['reps']} "
         "interleaved reps. Load CxR: C concurrent callers, R texts per request. Jacana: "
         "`EmbeddingService` + dynamic batcher + packed encoder, texts in, float32 vectors "
-        f"out (max_batch_tokens {s['jacana_max_batch_tokens']}). sentence-transformers: "
+        f"out (max_batch_tokens {s['jacana_max_batch_tokens']}, GIL switch interval "
+        f"{s.get('gil_switch_interval_us', 5000)} µs). sentence-transformers: "
         "`encode` on the texts C x R at a time.",
         "",
         "| load | peer | sentences/s | median latency ms | Jacana / best peer |",
@@ -501,6 +557,17 @@ def render(result: dict) -> str:
                 f"{fmt_spread(b['model_busy'], 2)} | {fmt_spread(b['inputs_per_batch'], 0)} | "
                 f"{fmt_spread(b['model_ms_per_batch'], 1)} |"
             )
+    if result.get("isolated_stages"):
+        iso = result["isolated_stages"]
+        lines += [
+            "",
+            "Each stage alone (the ceiling it puts on sentences/s): the tokenizer "
+            f"{iso['tokenizer_1_thread']:,.0f} texts/s from one thread, "
+            f"{iso['tokenizer_2_threads']:,.0f} from two; the model "
+            f"{iso['model_alone']:,.0f} inputs/s ({iso['model_ms_per_batch']:.1f} ms per batch "
+            f"of {iso['batch_size']}), {iso['model_ms_per_batch_beside_tokenizer']:.1f} ms per "
+            "batch while a tokenizer thread runs beside it.",
+        ]
     met = result["jacana_best_sentences_per_s"] >= result["target_sentences_per_s"]
     lines += [
         "",
@@ -542,6 +609,12 @@ def main() -> None:
         "--synthetic", action="store_true", help="random-weight model even if MiniLM is installed"
     )
     parser.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
+    parser.add_argument(
+        "--gil-switch-interval-us",
+        type=int,
+        default=200,
+        help="the service's default; 0 keeps Python's 5000",
+    )
     args = parser.parse_args()
     if args.reps < 3 and not args.device.startswith("cpu"):
         parser.error("--reps must be at least 3 (medians with spread)")

@@ -509,6 +509,9 @@ def measure_speed(models: Models, workloads: Workloads, g: SpeedGroup, args) -> 
             "tokens_per_step": spread([r.tokens / r.steps for r in on[p.label]]),
             "identical_to_off": f"{identical[p.label]}/{reps}",
             "gate_shuts": gates[p.label].shut_total if gates.get(p.label) else None,
+            "gate_cruises_cut": (
+                gates[p.label].cruise_checks_failed if gates.get(p.label) else None
+            ),
             **acceptance_summary(on[p.label]),
         }
     return {

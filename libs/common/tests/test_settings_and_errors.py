@@ -86,3 +86,20 @@ def test_non_json_structured_variable_is_a_settings_error(monkeypatch):
     with pytest.raises(SettingsError) as info:
         _AliasedSettings.load()
     assert "JSON" in str(info.value)
+
+
+def test_gil_switch_interval_is_set_from_microseconds_and_zero_keeps_the_default():
+    import sys
+
+    from jacana_common.interpreter import set_gil_switch_interval
+
+    before = sys.getswitchinterval()
+    try:
+        set_gil_switch_interval(250)
+        assert sys.getswitchinterval() == pytest.approx(250e-6)
+        set_gil_switch_interval(0)
+        assert sys.getswitchinterval() == pytest.approx(250e-6)
+        with pytest.raises(ValueError, match="switch interval"):
+            set_gil_switch_interval(-1)
+    finally:
+        sys.setswitchinterval(before)

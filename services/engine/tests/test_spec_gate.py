@@ -85,6 +85,26 @@ def test_gate_cooldown_doubles_while_drafts_keep_losing_and_resets_when_they_pay
     assert gate.shut_streak == 0 and gate.current_cooldown == 20
 
 
+def test_a_cruise_that_turns_slow_ends_early_and_the_gate_shuts():
+    gate = SpeculationGate(window=4, probe=4, cruise=1000, cooldown=50, monitor=16)
+    phases = _run(gate, 8, spec=(0.012, 2.5), plain=0.010)  # pays: 208 vs 100 tokens/s
+    assert gate.phase is Phase.CRUISE
+    # the text stops repeating: drafting now gains 1.2 tokens in 20 ms (60 vs 100 tokens/s)
+    phases += _run(gate, 16 + 4 + 50, spec=(0.020, 1.2), plain=0.010)
+    assert _runs(phases) == [
+        (Phase.SPEC, 4), (Phase.PLAIN, 4), (Phase.CRUISE, 16),  # not 1000: the monitor
+        (Phase.PLAIN, 4), (Phase.SHUT, 50),  # re-probed plain, judged the cruise: shut
+    ]  # fmt: skip
+    assert gate.cruise_checks_failed == 1 and gate.shut_total == 1
+
+
+def test_a_cruise_that_still_pays_is_not_interrupted():
+    gate = SpeculationGate(window=4, probe=4, cruise=100, monitor=16)
+    phases = _run(gate, 8 + 100, spec=(0.0101, 1.0), plain=0.010)  # 99% of plain: noise
+    assert _runs(phases) == [(Phase.SPEC, 4), (Phase.PLAIN, 4), (Phase.CRUISE, 100)]
+    assert gate.cruise_checks_failed == 0
+
+
 def test_a_shut_gate_measures_again_once_the_batch_has_turned_over():
     gate = SpeculationGate(window=4, probe=4, cooldown=1000)
     for _ in range(8):  # measure with requests a and b: drafting loses

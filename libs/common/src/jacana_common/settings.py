@@ -43,6 +43,14 @@ class ServiceSettings(BaseSettings):
     shutdown_grace_s: float = Field(
         10.0, ge=0.0, le=600.0, description="On SIGTERM, how long in-flight work may finish."
     )
+    gil_switch_interval_us: int = Field(
+        200,
+        ge=0,
+        le=100_000,
+        description="Longest a thread running Python keeps the GIL while another waits "
+        "(microseconds; 0 keeps Python's 5000): short turns keep a model thread's kernel "
+        "launches from queueing behind the event loop.",
+    )
 
     @classmethod
     def env_names(cls, field_name: str) -> list[str]:

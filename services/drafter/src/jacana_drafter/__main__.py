@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from jacana_common.grpc_server import GrpcServer
+from jacana_common.interpreter import set_gil_switch_interval
 from jacana_common.logging import configure_logging
 from jacana_common.pb.jacana.drafter.v1 import drafter_pb2_grpc
 from jacana_drafter.settings import DrafterSettings
@@ -29,6 +30,7 @@ async def serve(settings: DrafterSettings) -> None:
 def main() -> None:
     settings = DrafterSettings.load()
     configure_logging("drafter", settings.log_level, settings.log_json)
+    set_gil_switch_interval(settings.gil_switch_interval_us)
     asyncio.run(serve(settings))
 
 

@@ -7,6 +7,7 @@ import logging
 import time
 
 from jacana_common.grpc_server import GrpcServer
+from jacana_common.interpreter import set_gil_switch_interval
 from jacana_common.logging import configure_logging
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
 from jacana_embeddings.settings import EmbeddingsSettings
@@ -69,6 +70,7 @@ async def serve(settings: EmbeddingsSettings) -> None:
 def main() -> None:
     settings = EmbeddingsSettings.load()
     configure_logging("embeddings", settings.log_level, settings.log_json)
+    set_gil_switch_interval(settings.gil_switch_interval_us)
     asyncio.run(serve(settings))
 
 

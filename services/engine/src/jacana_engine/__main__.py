@@ -7,6 +7,7 @@ import logging
 import time
 
 from jacana_common.grpc_server import GrpcServer
+from jacana_common.interpreter import set_gil_switch_interval
 from jacana_common.logging import configure_logging
 from jacana_common.pb.jacana.engine.v1 import engine_pb2_grpc
 from jacana_engine.settings import EngineSettings
@@ -38,6 +39,7 @@ async def serve(settings: EngineSettings) -> None:
 def main() -> None:
     settings = EngineSettings.load()
     configure_logging("engine", settings.log_level, settings.log_json)
+    set_gil_switch_interval(settings.gil_switch_interval_us)
     asyncio.run(serve(settings))
 
 

@@ -11,6 +11,7 @@ import logging
 
 import uvicorn
 
+from jacana_common.interpreter import set_gil_switch_interval
 from jacana_common.logging import configure_logging
 from jacana_gateway.app import create_app
 from jacana_gateway.config import GatewaySettings
@@ -21,6 +22,7 @@ log = logging.getLogger("jacana_gateway")
 def main() -> None:
     settings = GatewaySettings.load()
     configure_logging("gateway", settings.log_level, settings.log_json)
+    set_gil_switch_interval(settings.gil_switch_interval_us)
     for kind, served in (("generation", settings.engines), ("embeddings", settings.embeddings)):
         if served:
             log.info("%s: %s", kind, ", ".join(f"{m} -> {t}" for m, t in served.items()))

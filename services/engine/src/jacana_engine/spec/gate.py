@@ -16,6 +16,11 @@ Decode steps (no prefill chunk) go through phases:
   drafting unmeasured (``CRUISE``) for a while before measuring again; else it stays
   ``SHUT`` (nobody drafts) for a cooldown of decode steps and then measures again (the
   batch, the text and the proposer's luck change).
+- While cruising, the gate still keeps every step's rate: whenever ``monitor`` cruise
+  steps in a row have a median below ``margin`` times the last plain rate, the four-step
+  verdict was luck (or the text stopped repeating), and the cruise ends early: those
+  steps stand as the drafting sample, ``probe`` plain steps are measured afresh, and the
+  gate decides again. A cruise that turns sour costs ``monitor`` steps, not its length.
 Each verdict in a row doubles how long it holds: a cruise from ``cruise`` up to
 ``max_cruise`` decode steps, a cooldown from ``cooldown`` up to ``max_cooldown``. So
 measuring costs little either way: while drafting pays, ``probe`` plain steps per
@@ -59,6 +64,7 @@ class SpeculationGate:
     cooldown: int = 256
     max_cooldown: int = 4096
     margin: float = 0.97
+    monitor: int = 16
     turnover_batch: int = 4
     phase: Phase = Phase.SPEC
     steps_in_phase: int = 0
@@ -67,6 +73,9 @@ class SpeculationGate:
     pay_streak: int = 0  # verdicts that drafting pays since it last did not
     _spec_rates: list[float] = field(default_factory=list)
     _plain_rates: list[float] = field(default_factory=list)
+    _cruise_rates: list[float] = field(default_factory=list)
+    _plain_reference: float = 0.0  # median plain rate of the latest verdict
+    cruise_checks_failed: int = 0  # cruises ended early by the monitor since start-up
     _measured: set[str] = field(default_factory=set)  # requests seen while measuring
 
     def drafts_allowed(self, request_ids: Iterable[str] = ()) -> bool:
@@ -94,8 +103,27 @@ class SpeculationGate:
             self._plain_rates.append(1.0 / seconds)
             if self.steps_in_phase >= self.probe:
                 self._decide()
+        elif self.phase is Phase.CRUISE and self._cruise_turned_sour(tokens_per_sequence / seconds):
+            return
         elif self.steps_in_phase >= self._hold():
             self._enter(Phase.SPEC)
+
+    def _cruise_turned_sour(self, rate: float) -> bool:
+        """Keep a cruise step's rate; after every ``monitor`` of them, end the cruise
+        (measure plain steps again, with these as the drafting sample) if their median
+        fell below the margin. True when it ended the cruise."""
+        self._cruise_rates.append(rate)
+        if len(self._cruise_rates) < self.monitor:
+            return False
+        recent = statistics.median(self._cruise_rates)
+        self._cruise_rates.clear()
+        if recent >= self.margin * self._plain_reference:
+            return False
+        self.cruise_checks_failed += 1
+        self._enter(Phase.SPEC)
+        self._spec_rates.append(recent)
+        self._enter(Phase.PLAIN)
+        return True
 
     @property
     def current_cooldown(self) -> int:
@@ -112,7 +140,7 @@ class SpeculationGate:
 
     def _decide(self) -> None:
         spec = statistics.median(self._spec_rates)
-        plain = statistics.median(self._plain_rates)
+        plain = self._plain_reference = statistics.median(self._plain_rates)
         if spec >= self.margin * plain:
             self.shut_streak = 0
             self.pay_streak += 1
@@ -135,6 +163,7 @@ class SpeculationGate:
             self._spec_rates.clear()
             self._plain_rates.clear()
             self._measured.clear()
+        self._cruise_rates.clear()
         self.phase = phase
         self.steps_in_phase = 0
 
