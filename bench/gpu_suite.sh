@@ -7,8 +7,10 @@
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2)
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
+# targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), then b1
+#             again with decode steps one at a time (overlap_decode off) for comparison
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
-#             interval 1, then 8 tokens per message)
+#             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on)
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
@@ -63,12 +65,20 @@ for phase in "$@"; do
       stamp "offline c64 (no peer) for the online ratio"
       timeout 120 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads c64 \
         --reps 3 --name offline_c64 --out "$OUT" 2>&1 | tail -8
-      stamp "online through the gateway"
-      timeout 240 python3 bench/online_gpu.py --model qwen3-8b --reps 3 --out "$OUT" 2>&1 \
-        | tee "$OUT/online_stdout.log" | tail -12
-      stamp "online, 8 tokens per stream message (JACANA_ENGINE_STREAM_INTERVAL=8)"
-      JACANA_ENGINE_STREAM_INTERVAL=8 timeout 240 python3 bench/online_gpu.py --model qwen3-8b \
-        --reps 3 --name online_gpu_interval8 --out "$OUT" 2>&1 | tail -6
+      for interval in ${ONLINE_INTERVALS:-1 8}; do
+        stamp "online through the gateway, $interval token(s) per stream message"
+        name=online_gpu; [ "$interval" = 1 ] || name=online_gpu_interval$interval
+        JACANA_ENGINE_STREAM_INTERVAL=$interval timeout 240 python3 bench/online_gpu.py \
+          --model qwen3-8b --reps 3 --name "$name" --out "$OUT" 2>&1 | tail -12
+      done
+      ;;
+    targets)
+      stamp "offline targets (no peer)"
+      timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 | tail -14
+      stamp "b1 with decode steps one at a time"
+      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 --serial --reps 3 --name offline_b1_serial --out "$OUT" 2>&1 | tail -8
       ;;
     spec)
       stamp "speculative decoding GPU test (graph-replayed verification)"

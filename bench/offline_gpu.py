@@ -82,6 +82,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.eager,
         decode_gemm=args.decode_gemm,
+        overlap_decode=not args.serial,
         seed=1,
     )
     _sync()
@@ -383,6 +384,9 @@ def main() -> None:
     parser.add_argument(
         "--decode-gemm", choices=["auto", "torch"], default="torch", help="EngineConfig.decode_gemm"
     )
+    parser.add_argument(
+        "--serial", action="store_true", help="decode steps one at a time (overlap_decode off)"
+    )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -397,7 +401,11 @@ def main() -> None:
     doc: dict[str, Any] = {
         "environment": environment(),
         "reps": args.reps,
-        "settings": {"eager": args.eager, "decode_gemm": args.decode_gemm},
+        "settings": {
+            "eager": args.eager,
+            "decode_gemm": args.decode_gemm,
+            "overlap_decode": not args.serial,
+        },
         "models": {},
     }
     for model in args.model:

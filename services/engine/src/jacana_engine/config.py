@@ -45,6 +45,9 @@ class EngineConfig:
         rounding); "auto" times cuBLAS against the skinny Triton kernel per weight shape
         and row count at start-up and runs the faster (``layers/decode_gemm.py``).
     enforce_eager: never capture or replay CUDA graphs.
+    overlap_decode: while a decode step runs on the device, plan and launch the next one
+        (its input tokens are the running step's samples, read on the device) before
+        reading the running step's tokens back (``decode_overlap.py``).
     stream_interval: streamed outputs carry at least this many tokens each (the first and
         the last excepted): fewer stream messages per token under load, coarser deltas.
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
@@ -74,6 +77,7 @@ class EngineConfig:
     linear_backend: str = "auto"
     decode_gemm: str = "torch"
     enforce_eager: bool = False
+    overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512
     stream_interval: int = 1
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)

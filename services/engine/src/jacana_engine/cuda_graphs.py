@@ -146,8 +146,7 @@ class DecodeStaging:
             pad = q - s.num_new_tokens
             table = seq.block_table
             ids += [0] * pad
-            ids += seq.token_slice(start, end - s.num_draft_tokens)
-            ids += seq.spec_token_ids[: s.num_draft_tokens]
+            ids += s.known_token_ids()
             positions += range(end - q, end)
             slots += [-1] * pad
             slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
@@ -302,10 +301,19 @@ class DecodeGraphs:
             return None
         return q
 
-    def run(self, scheduled: Sequence[ScheduledSequence], q: int) -> torch.Tensor:
+    def run(
+        self,
+        scheduled: Sequence[ScheduledSequence],
+        q: int,
+        token_patch: Callable[[torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
         """Stage one step at width ``q`` (``query_width``) and replay its graph: the
         hidden states of the real tokens, chunks end to end as ``build_batch`` lays them
-        out ([T, hidden] on the device, valid until the next replay)."""
+        out ([T, hidden] on the device, valid until the next replay).
+
+        token_patch: called with the staged input ids on the device ([padded * q]) after
+        they are copied and before the replay (device work only): fills in tokens the
+        host does not know yet (``decode_overlap.py``)."""
         bs = self.padded_size(len(scheduled))
         if bs is None or (bs, q) not in self._graphs:
             raise ValueError(f"no captured graph holds {len(scheduled)} sequences at width {q}")
@@ -319,6 +327,8 @@ class DecodeGraphs:
         self._dev32[:used].copy_(self.staging.host32[:used], non_blocking=True)
         self._copied = torch.cuda.Event()
         self._copied.record()
+        if token_patch is not None:
+            token_patch(self._token_view(0, bs * q))
         self._graphs[(bs, q)].replay()
         self.replays += 1
         out = self._outputs[(bs, q)]

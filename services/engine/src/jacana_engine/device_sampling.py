@@ -81,6 +81,8 @@ class DeviceSampler:
         plan = self._plan(temperature, top_k, top_p, min_p, self.vocab_size)
         floats = torch.tensor([temperature, top_p, min_p], dtype=torch.float32)
         ints = torch.tensor([top_k, seeds, list(steps)], dtype=torch.int64)
+        if device.type == "cuda":  # pinned: the copies queue without waiting for the device
+            floats, ints = floats.pin_memory(), ints.pin_memory()
         floats, ints = floats.to(device, non_blocking=True), ints.to(device, non_blocking=True)
         return self._sample(
             logits.float(),

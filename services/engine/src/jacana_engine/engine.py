@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from jacana_engine.config import EngineConfig
+from jacana_engine.decode_overlap import LaunchedStep, overlappable, plan_followup
 from jacana_engine.detokenizer import Detokenizer
 from jacana_engine.embedding import (
     EmbeddingOutput,
@@ -36,7 +37,7 @@ from jacana_engine.request_checks import check_token_ids, resolve_max_tokens
 from jacana_engine.sampler import RequestRng, Sampler
 from jacana_engine.sampling_params import SamplingParams
 from jacana_engine.scheduler import Scheduler
-from jacana_engine.sequence import Sequence
+from jacana_engine.sequence import Sequence, SequenceStatus
 from jacana_engine.spec.speculator import Speculator
 from jacana_engine.tokenizer import Tokenizer
 
@@ -133,6 +134,9 @@ class LLMEngine:
         self._step_seconds = {"schedule": 0.0, "execute": 0.0, "outputs": 0.0}
         self._generate_calls = 0
         self._throughput = ThroughputMeter()
+        # The decode step launched but not read back yet (``decode_overlap.py``).
+        self._in_flight: LaunchedStep | None = None
+        self.overlapped_steps_total = 0  # steps launched before the previous one's tokens
 
         main_eos = sorted(cfg.eos_token_ids) or sorted(self.eos_token_ids)
         self.model_info = ModelInfo(
@@ -253,7 +257,12 @@ class LLMEngine:
     # ---- the step -----------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one scheduled forward pass; one output per request that got a token."""
+        """Run one scheduled forward pass; one output per request that got a token.
+
+        With ``overlap_decode`` a decode step may return before its tokens are known
+        (an empty list) and deliver them with the next call (``decode_overlap.py``)."""
+        if self._in_flight is not None:
+            return self._step_overlapped()
         started = time.perf_counter()
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running)
@@ -261,16 +270,16 @@ class LLMEngine:
         if plan.is_empty:
             return []
         scheduled_at = time.perf_counter()
+        if self._may_overlap(plan.scheduled):
+            self._in_flight = self.runner.launch_decode(plan.scheduled)
+            self.scheduler.update(plan.scheduled)
+            self._count_step(scheduled_at - started, time.perf_counter() - scheduled_at, 0.0)
+            return []
         result = self.runner.execute(plan.scheduled)
         executed_at = time.perf_counter()
         self.scheduler.update(plan.scheduled)
-        self._steps_total += 1
-        self._throughput.record(
-            sum(
-                max(0, min(s.start + s.num_new_tokens, s.seq.num_prompt_tokens) - s.start)
-                for s in plan.scheduled
-            ),
-            len(result.token_ids) + sum(len(v) for v in result.verified),
+        self._record_throughput(
+            plan.scheduled, len(result.token_ids) + sum(len(v) for v in result.verified)
         )
         sampled = [s.seq for s in plan.scheduled if s.samples]
         outputs = [
@@ -284,11 +293,67 @@ class LLMEngine:
         if self.speculator is not None:
             self.speculator.observe(time.perf_counter() - started, plan.scheduled, result.verified)
         outputs += self._finish_embeddings(plan.scheduled)
-        seconds = self._step_seconds
-        seconds["schedule"] += scheduled_at - started
-        seconds["execute"] += executed_at - scheduled_at
-        seconds["outputs"] += time.perf_counter() - executed_at
+        self._count_step(
+            scheduled_at - started, executed_at - scheduled_at, time.perf_counter() - executed_at
+        )
         return outputs
+
+    def _may_run_ahead(self) -> bool:
+        """Overlapping is on and no proposer needs the coming step's tokens first."""
+        spec = self.speculator
+        return self.config.overlap_decode and (spec is None or spec.drafting_paused())
+
+    def _may_overlap(self, scheduled) -> bool:
+        return self._may_run_ahead() and overlappable(scheduled)
+
+    def _step_overlapped(self) -> list[RequestOutput]:
+        """Launch the follow-up of the step in flight (when one may run ahead), then wait
+        for the step in flight and hand out its tokens."""
+        started = time.perf_counter()
+        done = self._in_flight
+        follow = None
+        if self._may_run_ahead():
+            follow = plan_followup(done, self.scheduler, self.block_manager)
+        planned_at = time.perf_counter()
+        self._in_flight = self.runner.launch_decode(follow, done) if follow else None
+        self.overlapped_steps_total += bool(follow)
+        launched_at = time.perf_counter()
+        outputs = [
+            self._append_token(s.seq, tok)
+            for s, tok in zip(done.scheduled, done.token_ids(), strict=True)
+            if s.seq.status is SequenceStatus.RUNNING  # not aborted, not stopped a step ago
+        ]
+        self._record_throughput(done.scheduled, len(outputs))
+        if follow:
+            self.scheduler.update(follow)  # skips those that just finished
+        if self.speculator is not None:  # the gate counts (and times) every decode step
+            self.speculator.observe(time.perf_counter() - started, done.scheduled, [])
+        self._count_step(
+            planned_at - started,
+            launched_at - planned_at,
+            time.perf_counter() - launched_at,
+            ran=bool(follow),
+        )
+        return outputs
+
+    def _record_throughput(self, scheduled, generated: int) -> None:
+        self._throughput.record(
+            sum(
+                max(0, min(s.start + s.num_new_tokens, s.seq.num_prompt_tokens) - s.start)
+                for s in scheduled
+            ),
+            generated,
+        )
+
+    def _count_step(
+        self, schedule_s: float, execute_s: float, outputs_s: float, ran: bool = True
+    ) -> None:
+        """Add a call's wall time to the step parts; ``ran``: it launched a forward pass."""
+        self._steps_total += ran
+        seconds = self._step_seconds
+        seconds["schedule"] += schedule_s
+        seconds["execute"] += execute_s
+        seconds["outputs"] += outputs_s
 
     def _finish_embeddings(self, scheduled) -> list[EmbeddingOutput]:
         """Outputs of the embedding requests whose prompt this step completed."""

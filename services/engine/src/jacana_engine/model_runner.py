@@ -27,6 +27,7 @@ from jacana_engine import device_sampling
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
+from jacana_engine.decode_overlap import LaunchedStep
 from jacana_engine.device_sampling import DeviceSampler
 from jacana_engine.kv_cache import sizing
 from jacana_engine.layers.decode_gemm import SKINNY_MAX_ROWS, tune_decode_gemms
@@ -79,8 +80,7 @@ def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
     for s in scheduled:
         start, end = s.start, s.start + s.num_new_tokens
         table = s.seq.block_table
-        input_ids.extend(s.seq.token_slice(start, end - s.num_draft_tokens))
-        input_ids.extend(s.seq.spec_token_ids[: s.num_draft_tokens])  # drafts to verify
+        input_ids.extend(s.known_token_ids())  # drafts to verify included
         positions.extend(range(start, end))
         # Slots run contiguously inside a block, so extend one block's range at a time.
         pos = start
@@ -196,6 +196,34 @@ class ModelRunner:
         out.verified = verified
         return out
 
+    @torch.inference_mode()
+    def launch_decode(
+        self, scheduled: list[ScheduledSequence], pending: LaunchedStep | None = None
+    ) -> LaunchedStep:
+        """Run a decode step that ``decode_overlap.overlappable`` accepts without waiting
+        for it: forward, logits and sampling are queued on the device, the tokens come
+        back through the returned handle. Chunks marked ``pending_token`` take their
+        input from ``pending`` (the step still in flight) on the device."""
+        patch = pending.patch_inputs(scheduled) if pending is not None else None
+        width = self.graphs.query_width(scheduled) if self.graphs is not None else None
+        if width == 1:
+            hidden = self.graphs.run(scheduled, 1, token_patch=patch)  # [N, hidden]
+        else:
+            hidden = self._forward(build_batch(scheduled, self.block_size), token_patch=patch)
+        logits = self.model.compute_logits(hidden)  # [N, vocab] float32
+        sampling = [s.seq for s in scheduled]
+        if self.device_sampler is not None:
+            ids = self.device_sampler.sample(
+                logits,
+                [seq.sampling_params for seq in sampling],
+                [seq.generator for seq in sampling],
+                [s.seq.num_output_tokens + s.pending_token for s in scheduled],
+            )
+        else:
+            ids = self.sampler.forward(logits, sampling, [seq.generator for seq in sampling])
+            ids = ids.token_ids
+        return LaunchedStep.start(list(scheduled), ids)
+
     def _verify(
         self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], query_start: list[int]
     ):
@@ -251,19 +279,23 @@ class ModelRunner:
     ) -> torch.Tensor:  # [T, hidden]
         return self.model.forward(input_ids, positions, self.kv_caches, meta)
 
-    def _forward(self, batch: Batch) -> torch.Tensor:  # [T, hidden] on the device
+    def _forward(self, batch: Batch, token_patch=None) -> torch.Tensor:  # [T, hidden]
         """Run a step eagerly (steps that a captured graph holds never get here).
 
         Eager decode batches that a graph could hold use the graph's split count, so
-        graphs on and off compute the same attention sums."""
+        graphs on and off compute the same attention sums. ``token_patch`` edits the
+        input ids on the device (``DecodeGraphs.run``)."""
         meta, num_tokens = batch.meta, batch.input_ids.shape[0]
         if num_tokens == meta.num_seqs and self._graph_sizes:
             size = padded_size(self._graph_sizes, num_tokens)
             if size is not None:
                 meta = dataclasses.replace(meta, decode_num_splits=self._decode_splits(size))
         non_blocking = self.device.type == "cuda"
+        input_ids = batch.input_ids.to(self.device, non_blocking=non_blocking)
+        if token_patch is not None:
+            token_patch(input_ids)
         return self._run_model(
-            batch.input_ids.to(self.device, non_blocking=non_blocking),
+            input_ids,
             batch.positions.to(self.device, non_blocking=non_blocking),
             meta.to(self.device),
         )

@@ -62,6 +62,9 @@ class ScheduledSequence:
     num_draft_tokens: the chunk's last ``num_draft_tokens`` tokens are drafts
         (``seq.spec_token_ids``) after its last known token; such a chunk does not sample,
         it is verified (``spec/speculator.py``).
+    pending_token: a one-token decode chunk whose token (position ``start``) is still being
+        sampled by the step before, on the device; not yet in ``seq`` (see
+        ``decode_overlap.py``). Its input row holds 0 until the device fills it in.
     """
 
     seq: Sequence
@@ -69,6 +72,16 @@ class ScheduledSequence:
     num_new_tokens: int
     samples: bool
     num_draft_tokens: int = 0
+    pending_token: bool = False
+
+    def known_token_ids(self) -> list[int]:
+        """The chunk's input tokens as the host knows them (0 for a pending one)."""
+        if self.pending_token:
+            return [0]
+        end = self.start + self.num_new_tokens - self.num_draft_tokens
+        return (
+            self.seq.token_slice(self.start, end) + self.seq.spec_token_ids[: self.num_draft_tokens]
+        )
 
 
 @dataclass

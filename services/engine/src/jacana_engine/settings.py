@@ -98,6 +98,11 @@ class EngineSettings(ServiceSettings):
     enforce_eager: bool = Field(
         False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
     )
+    overlap_decode: bool = Field(
+        True,
+        description="Launch each decode step before the previous one's tokens are read "
+        "back, so the host's work per step hides behind the device's.",
+    )
     stream_interval: int = Field(
         1,
         ge=1,
@@ -234,6 +239,7 @@ class EngineSettings(ServiceSettings):
             linear_backend=self.linear_backend,
             decode_gemm=self.decode_gemm,
             enforce_eager=self.enforce_eager,
+            overlap_decode=self.overlap_decode,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
             stream_interval=self.stream_interval,
             pooling=self.pooling,

@@ -33,7 +33,7 @@ from jacana_engine.scheduler import ScheduledSequence
 from jacana_engine.sequence import Sequence, SequenceStatus
 from jacana_engine.spec.acceptance import AcceptanceTracker, ProposerStats
 from jacana_engine.spec.config import SpeculativeConfig
-from jacana_engine.spec.gate import SpeculationGate
+from jacana_engine.spec.gate import Phase, SpeculationGate
 from jacana_engine.spec.proposer import DraftRequest, Proposer
 from jacana_engine.spec.registry import create_proposer
 from jacana_engine.spec.verify import greedy_accept, rejection_sample
@@ -65,6 +65,12 @@ class Speculator:
         self._stats = ProposerStats()
         self._tracked: dict[str, Sequence] = {}
         self.gate = SpeculationGate() if config.dynamic_k else None
+
+    def drafting_paused(self) -> bool:
+        """Whether the gate keeps the coming steps from drafting (shut, or measuring plain
+        steps): such steps may run overlapped (``decode_overlap.py``), fed to the gate
+        through :meth:`observe` like any other."""
+        return self.gate is not None and self.gate.phase in (Phase.SHUT, Phase.PLAIN)
 
     # ---- before the step ----------------------------------------------------------------
 

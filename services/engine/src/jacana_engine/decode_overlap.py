@@ -1,0 +1,135 @@
+"""Overlapped decoding: launch decode step n + 1 before reading step n's tokens back.
+
+Without it every step is serial on the host: plan, launch, wait for the device, read the
+sampled tokens, append them (stop rules, detokenizing), plan again; at batch 1 that host
+work (~0.3 ms) adds to every ~1–5 ms device step. With it, while step n runs on the
+device the engine plans step n + 1 and launches it with step n's sampled tokens as its
+inputs, read by the device from step n's own output tensor; only then does it wait for
+step n's tokens and process them, hidden behind step n + 1.
+
+Which steps: a decode step of one token per sequence whose rows all sample on the fast
+path (no logprobs, penalties, bias, processors; ``overlappable``), without speculative
+decoding (its proposers read the tokens). The follow-up step holds the same sequences,
+minus those whose pending token is their last (``max_tokens``), and only while nothing
+waits for admission (new prompts go through the normal, synchronous step) and the KV
+pool has a slot for each (no preemption while a step is in flight).
+
+What a sequence that stops at step n (EOS, a stop string) costs: its row in step n + 1
+is computed and dropped. Its KV write there lands in its own unfilled tail block, which
+is freed with the sequence and was never offered to the prefix cache (only blocks full
+of known tokens are).
+
+Ownership: the engine holds at most one :class:`LaunchedStep` (device tensors of the
+tokens in flight and their pinned host copy); sequences do not know about it, except
+that the chunk of a follow-up step is marked ``pending_token``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+import torch
+
+from jacana_engine import device_sampling
+from jacana_engine.kv_cache.block_manager import BlockManager
+from jacana_engine.scheduler import ScheduledSequence, Scheduler
+from jacana_engine.sequence import SequenceStatus
+
+
+@dataclass
+class LaunchedStep:
+    """A decode step running on the device; ``token_ids()`` waits for it.
+
+    scheduled: its chunks, one sampling token each, in row order.
+    device_ids: [N] int64 on the device, the token sampled for each row.
+    """
+
+    scheduled: list[ScheduledSequence]
+    device_ids: torch.Tensor
+    _host: torch.Tensor  # [N] int64, pinned on CUDA: the copy in flight
+    _ready: torch.cuda.Event | None
+
+    @classmethod
+    def start(cls, scheduled: list[ScheduledSequence], device_ids: torch.Tensor) -> LaunchedStep:
+        """Queue the copy of ``device_ids`` to the host behind the step's kernels."""
+        if device_ids.device.type != "cuda":
+            return cls(scheduled, device_ids, device_ids, None)
+        host = torch.empty(device_ids.shape, dtype=device_ids.dtype, pin_memory=True)
+        host.copy_(device_ids, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return cls(scheduled, device_ids, host, ready)
+
+    def token_ids(self) -> list[int]:
+        """The sampled tokens in row order (blocks until the device has them)."""
+        if self._ready is not None:
+            self._ready.synchronize()
+        return self._host.tolist()
+
+    def patch_inputs(self, follow: Seq[ScheduledSequence]):
+        """A ``token_patch`` for the step ``follow`` (rows in order, one token each):
+        writes this step's sampled token into each pending row's input, on the device."""
+        index = {id(s.seq): i for i, s in enumerate(self.scheduled)}
+        rows = [r for r, s in enumerate(follow) if s.pending_token]
+        sources = [index[id(follow[r].seq)] for r in rows]
+        ids = self.device_ids
+        if rows == sources:  # same sequences in the same rows: one device copy
+            n = len(rows)
+            return lambda inputs: inputs[:n].copy_(ids[:n])
+        pinned = ids.device.type == "cuda"
+        rows_t = _index_tensor(rows, ids.device, pinned)
+        sources_t = _index_tensor(sources, ids.device, pinned)
+        return lambda inputs: inputs.index_copy_(0, rows_t, ids.index_select(0, sources_t))
+
+
+def _index_tensor(values: list[int], device: torch.device, pinned: bool) -> torch.Tensor:
+    # From pinned memory the copy is asynchronous; from pageable memory it may wait for
+    # the device, which is what overlapping is for avoiding.
+    host = torch.tensor(values, dtype=torch.int64)
+    return (host.pin_memory() if pinned else host).to(device, non_blocking=pinned)
+
+
+def overlappable(scheduled: Seq[ScheduledSequence]) -> bool:
+    """Whether a planned step may run overlapped: one sampled token per sequence, every
+    row on the sampling fast path, nothing read from the logits but the token."""
+    if not scheduled:
+        return False
+    for s in scheduled:
+        sp = s.seq.sampling_params
+        if (
+            s.num_new_tokens != 1
+            or not s.samples
+            or s.num_draft_tokens
+            or s.seq.is_embedding
+            or sp.logprobs is not None
+            or sp.prompt_logprobs is not None
+        ):
+            return False
+    return device_sampling.supported([s.seq.sampling_params for s in scheduled])
+
+
+def plan_followup(
+    launched: LaunchedStep, scheduler: Scheduler, block_manager: BlockManager
+) -> list[ScheduledSequence] | None:
+    """The next decode step of ``launched``'s sequences, with a KV slot reserved for
+    each pending token; None when it must not be planned ahead (see the module doc)."""
+    if scheduler.waiting:
+        return None
+    follow = []
+    for s in launched.scheduled:
+        seq = s.seq
+        if seq.status is not SequenceStatus.RUNNING:  # aborted since
+            continue
+        if seq.num_output_tokens + 1 >= seq.max_tokens:  # the pending token is its last
+            continue
+        follow.append(dataclasses.replace(s, start=seq.num_tokens, pending_token=True))
+    if not follow:
+        return None
+    needed = sum(block_manager.num_new_blocks(s.seq, 1) for s in follow)
+    if needed > block_manager.num_free_blocks:
+        return None
+    for s in follow:
+        block_manager.allocate(s.seq, 1)
+    return follow

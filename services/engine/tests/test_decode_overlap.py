@@ -1,0 +1,186 @@
+"""Overlapped decoding (``decode_overlap.py``): launching step n + 1 before step n's
+tokens are read back changes no output, loses no KV block, and survives aborts, stops and
+arrivals mid-run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jacana_engine.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+PROMPTS = [[5, 9, 13], [1, 2, 3, 4, 5, 6, 7, 8, 9], [40], [11, 12, 13, 14, 15]]
+
+
+def _drive(engine, requests: dict[str, tuple[list[int], SamplingParams]], before_step=None):
+    """Run ``requests`` to completion with ``step()``; output ids per request id.
+    ``before_step(engine, n)`` may add or abort requests before step call ``n``."""
+    for rid, (prompt, sp) in requests.items():
+        engine.add_request(rid, prompt, sp)
+    out: dict[str, list[int]] = {}
+    finished: set[str] = set()
+    n = 0
+    while engine.has_unfinished_requests():
+        if before_step is not None:
+            before_step(engine, n)
+        for o in engine.step():
+            assert o.request_id not in finished, "output after the final one"
+            out.setdefault(o.request_id, []).extend(o.new_token_ids)
+            if o.finished:
+                finished.add(o.request_id)
+        n += 1
+    return out
+
+
+def _assert_no_blocks_held(engine):
+    bm = engine.block_manager
+    assert bm.num_free_blocks == bm.num_total_blocks
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True),
+        SamplingParams(temperature=0.9, top_p=0.9, seed=7, max_tokens=24, ignore_eos=True),
+        SamplingParams(temperature=0.0, max_tokens=40),  # the toy samples EOS now and then
+    ],
+    ids=["greedy", "seeded", "eos"],
+)
+def test_overlap_changes_no_output(toy, params):
+    lengths = [3, 24, 11, 17]  # requests leave at different steps
+    requests = {
+        f"r{i}": (p, SamplingParams(**{**params.__dict__, "max_tokens": min(n, params.max_tokens)}))
+        for i, (p, n) in enumerate(zip(PROMPTS, lengths, strict=True))
+    }
+    off = toy.engine(overlap_decode=False)
+    on = toy.engine(overlap_decode=True)
+    expected = _drive(off, requests)
+    assert _drive(on, requests) == expected
+    assert on.overlapped_steps_total > 10 and off.overlapped_steps_total == 0
+    if params.greedy and params.ignore_eos:
+        for i, (prompt, _) in enumerate(requests.values()):
+            assert expected[f"r{i}"] == toy.greedy(prompt, lengths[i])
+    _assert_no_blocks_held(on)
+
+
+def test_an_eos_in_flight_drops_its_follow_up_row(toy):
+    """A request that stops on EOS was already planned into the next step: that row is
+    computed and dropped, and nothing after EOS reaches the caller."""
+    prompt = next(
+        [a, b] for a in range(90) for b in range(90) if toy.LM.EOS in toy.greedy([a, b], 12)[2:]
+    )
+    reference = toy.greedy(prompt, 12)
+    stop = reference.index(toy.LM.EOS)
+    engine = toy.engine(overlap_decode=True)
+    out = _drive(
+        engine,
+        {
+            "stops": (prompt, SamplingParams(temperature=0.0, max_tokens=12)),
+            "goes_on": ([7, 7, 7], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)),
+        },
+    )
+    assert out["stops"] == reference[:stop]
+    assert out["goes_on"] == toy.greedy([7, 7, 7], 20)
+    assert engine.overlapped_steps_total > 0
+    _assert_no_blocks_held(engine)
+
+
+def test_abort_and_arrival_while_a_step_is_in_flight(toy):
+    engine = toy.engine(overlap_decode=True)
+    sp = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
+
+    def meddle(engine, n):
+        if n == 6:
+            assert engine._in_flight is not None  # the abort lands mid-flight
+            assert engine.abort_request("b")
+        if n == 9:
+            engine.add_request("c", [3, 1, 4, 1, 5], sp)
+
+    out = _drive(engine, {"a": ([2, 7, 1], sp), "b": ([8, 2, 8], sp)}, before_step=meddle)
+    assert out["a"] == toy.greedy([2, 7, 1], 30)
+    assert out["c"] == toy.greedy([3, 1, 4, 1, 5], 30)
+    assert out["b"] == toy.greedy([8, 2, 8], 30)[: len(out["b"])] and len(out["b"]) < 30
+    _assert_no_blocks_held(engine)
+
+
+def test_steps_that_need_the_logits_do_not_overlap(toy):
+    engine = toy.engine(overlap_decode=True)
+    sp = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=2)
+    out = _drive(engine, {"a": ([1, 2, 3], sp)})
+    assert out["a"] == toy.greedy([1, 2, 3], 8)
+    assert engine.overlapped_steps_total == 0
+
+
+def test_a_full_kv_pool_stops_planning_ahead_instead_of_preempting(toy):
+    """Two requests that together need the whole pool: the follow-up step is not planned
+    when its slots do not fit, and the normal step (with preemption) takes over."""
+    engine = toy.engine(overlap_decode=True, num_kv_blocks=12, block_size=4)
+    sp = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    out = _drive(engine, {"a": ([1, 2, 3, 4], sp), "b": ([5, 6, 7, 8], sp)})
+    assert out["a"] == toy.greedy([1, 2, 3, 4], 20)
+    assert out["b"] == toy.greedy([5, 6, 7, 8], 20)
+    assert engine.overlapped_steps_total > 0
+    _assert_no_blocks_held(engine)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_overlapped_graph_decoding_matches_serial_decoding_on_the_gpu():
+    """SmolLM2 with CUDA graphs: greedy and seeded (device-sampled) outputs are the same
+    whether decode steps overlap or not, in batches that shrink as requests end."""
+    from test_gpu_engine import SMOL_PROMPTS, _smollm2_gguf
+
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+
+    gguf = _smollm2_gguf()
+    if gguf is None:
+        pytest.skip("SmolLM2 GGUF not available (set JACANA_SMOLLM2_GGUF)")
+
+    def engine(overlap: bool) -> LLMEngine:
+        config = EngineConfig(
+            model=str(gguf),
+            load_format="gguf",
+            dtype="bfloat16",
+            device="cuda",
+            kv_cache_memory_bytes=1 << 30,
+            max_model_len=1024,
+            max_num_seqs=16,
+            overlap_decode=overlap,
+        )
+        return LLMEngine(config)
+
+    serial, overlapped = engine(False), engine(True)
+    prompts = [serial.tokenizer.encode(p) for p in SMOL_PROMPTS]
+    for sp in (
+        SamplingParams(temperature=0.0, max_tokens=40),
+        SamplingParams(temperature=0.8, top_k=40, seed=3, max_tokens=40, ignore_eos=True),
+    ):
+        # different lengths: the batch shrinks while steps are in flight
+        params = [SamplingParams(**{**sp.__dict__, "max_tokens": 8 + 4 * i}) for i in range(8)]
+        assert overlapped.generate(prompts, params) == serial.generate(prompts, params)
+    assert overlapped.overlapped_steps_total > 0 and overlapped.runner.graphs.replays > 0
+
+
+def test_steps_overlap_while_the_speculation_gate_is_shut(toy):
+    """Speculation on, drafting that only costs: once the gate shuts, decode steps
+    overlap (and still count towards its cooldown); output unchanged."""
+    from test_spec_gate import SlowWrongProposer
+
+    from jacana_engine.spec.config import SpeculativeConfig
+    from jacana_engine.spec.speculator import Speculator
+
+    cfg = SpeculativeConfig(proposer="ngram", num_speculative_tokens=4, dynamic_k=True)
+    engine = toy.engine(speculative=cfg, overlap_decode=True)
+    proposer = SlowWrongProposer(97)
+    engine.speculator = engine.runner.speculator = Speculator(cfg, proposer)
+    gate = engine.speculator.gate
+    gate.cooldown = 20  # reopens within the run: drafting steps must stop overlapping
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    sp = SamplingParams(temperature=0.0, max_tokens=80, ignore_eos=True)
+    assert engine.generate([prompt], sp) == [toy.greedy(prompt, 80)]
+    assert gate.shut_total >= 2  # shut, cooled down over overlapped steps, measured, shut
+    assert engine.overlapped_steps_total >= 20
+    assert proposer.calls > gate.window  # it drafted again after the cooldown
