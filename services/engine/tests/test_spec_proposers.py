@@ -10,7 +10,7 @@ from jacana_engine.spec.config import SpeculativeConfig
 from jacana_engine.spec.ngram import NgramProposer, ngram_draft
 from jacana_engine.spec.proposer import DraftRequest
 from jacana_engine.spec.registry import create_proposer, proposer_names
-from jacana_engine.spec.suffix import SuffixProposer, SuffixTrie
+from jacana_engine.spec.suffix import SuffixProposer, _SuffixAutomaton
 
 
 def _req(tokens, k=4, rid="r", n_prompt=None):
@@ -69,15 +69,40 @@ def test_ngram_index_drafts_what_the_full_search_drafts_step_by_step(n_min, n_ma
 # ---- suffix ------------------------------------------------------------------------------
 
 
-def test_suffix_trie_counts_and_removes_substrings():
-    trie = SuffixTrie(max_depth=3)
-    trie.add([1, 2, 1, 2])
-    assert trie.find([1]).count == 2
-    assert trie.find([1, 2]).count == 2
-    assert trie.find([2, 1, 2]).count == 1
-    assert trie.find([1, 2, 1, 2]) is None  # deeper than max_depth
-    trie.add([1, 2, 1, 2], sign=-1)
-    assert trie.root.children == {}
+def test_suffix_automaton_counts_substrings_up_to_max_depth_and_uncounts_them():
+    strings = [[1, 2, 1, 2], [2, 1, 2, 2, 1], [1, 1, 1, 1, 1, 2]]
+    automaton = _SuffixAutomaton(max_depth=3)
+    for string in strings:
+        for tok in string:
+            automaton.append(tok)
+        automaton.close()
+
+    def expected(live):  # occurrences, and those at a string's end, of every substring
+        counts = {}
+        for string in live:
+            for end in range(1, len(string) + 1):
+                for start in range(max(0, end - 3), end):
+                    occ, ends = counts.get(tuple(string[start:end]), (0, 0))
+                    counts[tuple(string[start:end])] = (occ + 1, ends + (end == len(string)))
+        return counts
+
+    def counted():  # every substring the automaton holds, up to max_depth, with a count
+        found, frontier = {}, [((), 0)]
+        while frontier:
+            sub, state = frontier.pop()
+            if sub and automaton.count[state]:
+                found[sub] = (automaton.count[state], automaton.ends[state])
+            if len(sub) < 3:
+                frontier += [((*sub, tok), nxt) for tok, nxt in automaton.next[state].items()]
+        return found
+
+    assert counted() == expected(strings)
+    assert counted()[(1, 2)] == (4, 2)  # ends two of the strings
+    automaton.remove(strings[0])
+    assert counted() == expected(strings[1:])
+    automaton.remove(strings[2])
+    automaton.remove(strings[1])
+    assert counted() == {}
 
 
 def test_suffix_drafts_the_most_frequent_continuation_of_its_own_history():
@@ -117,24 +142,141 @@ def test_suffix_learns_from_finished_requests_and_forgets_old_ones():
     p.finish("c", [1, 30, 31, 32], num_prompt_tokens=1)  # evicts a's output
     assert p.propose([_req([60, 7, 8], k=2, rid="d")]) == [[]]
     assert p.propose([_req([61, 30, 31], k=2, rid="e")]) == [[32]]
-    assert p.shared.find([7]) is None
+    assert list(p._recent) == [[30, 31, 32]]  # a's output is not counted any more
 
 
 def test_suffix_indexes_finished_outputs_at_the_next_proposal_with_the_same_result():
     rng = np.random.default_rng(3)
     lazy = SuffixProposer(max_depth=6, min_prob=0.0, max_cached_requests=3)
     eager = SuffixProposer(max_depth=6, min_prob=0.0, max_cached_requests=3)
-    for i in range(8):  # more finished requests than the shared trie keeps
+    for i in range(8):  # more finished requests than the shared cache keeps
         history = [int(t) for t in rng.integers(0, 5, size=12)]
         lazy.finish(f"r{i}", history, num_prompt_tokens=2)
         eager.finish(f"r{i}", history, num_prompt_tokens=2)
         eager.propose([])  # indexes now
-    assert lazy.shared.root.children == {}  # nothing indexed while nobody proposed
+    assert not lazy._recent and len(lazy._unindexed) == 3  # nothing indexed yet
     probes = [
         _req([int(t) for t in rng.integers(0, 5, size=6)], k=4, rid=f"p{j}") for j in range(20)
     ]
     assert lazy.propose(probes) == eager.propose(probes)
     assert len(lazy._recent) == len(eager._recent) == 3
+
+
+class _TrieNode:
+    __slots__ = ("children", "count")
+
+    def __init__(self):
+        self.children, self.count = {}, 0
+
+
+class _TrieSuffixProposer:
+    """The reference: suffix decoding over bounded-depth suffix tries whose nodes count
+    occurrences (the first implementation, kept to check the automata against)."""
+
+    def __init__(self, max_depth, min_prob, max_cached_requests=256):
+        self.depth, self.min_prob, self.cache = max_depth, min_prob, max_cached_requests
+        self.shared, self.recent = _TrieNode(), []  # outputs in the shared trie, oldest first
+        self.live = {}  # request id -> [own trie root, tokens indexed, active nodes]
+
+    def _add(self, tokens, sign):
+        for start in range(len(tokens)):
+            node = self.shared
+            for tok in tokens[start : start + self.depth]:
+                child = node.children.get(tok)
+                if child is None:
+                    child = node.children[tok] = _TrieNode()
+                child.count += sign
+                if child.count == 0:
+                    del node.children[tok]
+                    break
+                node = child
+
+    def finish(self, request_id, token_ids, num_prompt_tokens):
+        self.live.pop(request_id, None)
+        output = list(token_ids[num_prompt_tokens:])
+        if self.cache and output:
+            self._add(output, 1)
+            self.recent.append(output)
+            if len(self.recent) > self.cache:
+                self._add(self.recent.pop(0), -1)
+
+    def propose(self, requests):
+        return [self._propose_one(r) for r in requests]
+
+    def _propose_one(self, r):
+        own = self.live.setdefault(r.request_id, [_TrieNode(), 0, []])
+        for tok in r.token_ids[own[1] :]:  # every suffix's node gets tok as a child
+            nxt = []
+            for node in [own[0], *own[2]]:
+                child = node.children.setdefault(tok, _TrieNode())
+                child.count += 1
+                nxt.append(child)
+            own[2] = nxt[: self.depth - 1]
+        own[1] = len(r.token_ids)
+        m_own = max((j + 1 for j, node in enumerate(own[2]) if node.children), default=0)
+        tail, m_shared, node_shared = r.token_ids[-(self.depth - 1) :], 0, None
+        for m in range(len(tail), 0, -1):
+            node = self.shared
+            for tok in tail[len(tail) - m :]:
+                node = node.children.get(tok) if node else None
+            if node is not None and node.children:
+                m_shared, node_shared = m, node
+                break
+        node = own[2][m_own - 1] if m_own and m_own >= m_shared else node_shared
+        draft, prob = [], 1.0
+        while node is not None and len(draft) < r.max_draft and node.children:
+            total = sum(c.count for c in node.children.values())
+            tok, node = max(node.children.items(), key=lambda kv: (kv[1].count, -kv[0]))
+            prob *= node.count / total
+            if prob < self.min_prob:
+                break
+            draft.append(tok)
+        return draft
+
+
+@pytest.mark.parametrize(
+    "max_depth,min_prob,max_cached,vocab",
+    [
+        (2, 0.0, 0, 3),  # max_cached_requests=0: nothing shared
+        (3, 0.0, 1, 2),
+        (4, 0.1, 2, 5),
+        (5, 0.5, 4, 4),
+        (6, 0.3, 3, 6),
+        (8, 0.0, 5, 8),
+        (32, 0.1, 256, 5),  # the defaults: nothing ages out
+    ],
+)
+def test_suffix_drafts_what_the_suffix_tries_draft(max_depth, min_prob, max_cached, vocab):
+    """Random interleavings of growing histories, finishes and outputs aging out: the
+    automata draft exactly what the tries do, at every step."""
+    rng = np.random.default_rng([max_depth, max_cached, vocab])
+    proposer = SuffixProposer(max_depth, min_prob, max_cached)
+    reference = _TrieSuffixProposer(max_depth, min_prob, max_cached)
+    live, next_id = {}, 0
+    for _ in range(400):
+        while len(live) < 4:  # new requests, some with a repetitive prompt
+            prompt = rng.integers(0, vocab, size=int(rng.integers(1, 25))).tolist()
+            if rng.random() < 0.3:
+                prompt = (prompt[: int(rng.integers(1, 4))] * 20)[: len(prompt) + 10]
+            live[f"r{next_id}"], next_id = prompt, next_id + 1
+        if rng.random() < 0.1:  # finish one: its output may go to the shared cache
+            rid = list(live)[int(rng.integers(len(live)))]
+            history = live.pop(rid)
+            num_prompt = int(rng.integers(0, len(history) + 1))
+            proposer.finish(rid, history, num_prompt)
+            reference.finish(rid, history, num_prompt)
+            continue
+        ids = [rid for rid in live if rng.random() < 0.7]
+        reqs = [_req(live[rid], k=int(rng.integers(1, 2 * max_depth)), rid=rid) for rid in ids]
+        drafts = proposer.propose(reqs)
+        assert drafts == reference.propose(reqs), [(r.request_id, r.token_ids) for r in reqs]
+        for rid, draft in zip(ids, drafts, strict=True):  # accept some, then one token more
+            take = int(rng.integers(0, len(draft) + 1))
+            live[rid] += [
+                *draft[:take],
+                *rng.integers(0, vocab, size=int(rng.integers(1, 3))).tolist(),
+            ]
+    assert len(proposer._recent) == len(reference.recent) <= max_cached
 
 
 # ---- registry, dynamic k, counters -------------------------------------------------------
