@@ -727,6 +727,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         grid.speed = [g for g in grid.speed if g.workload == args.workload]
     if args.concurrency:
         grid.speed = [g for g in grid.speed if g.concurrency == args.concurrency]
+        grid.verify_cost = [v for v in grid.verify_cost if v.concurrency == args.concurrency]
     # KV blocks of 16 tokens: a code-editing request needs about 42 (600 prompt + 48 new
     # tokens); room for the largest concurrency (4 on CPU, 32 on GPU) plus the cached
     # prompts. The same count sizes each draft model's own cache.
