@@ -120,7 +120,9 @@ def test_verify_steps_put_each_chunk_in_the_last_rows_of_its_q():
         plan = []
         for seq in seqs:
             k = rng.randrange(0, q)
-            seq.spec_token_ids = [rng.randrange(1000) for _ in range(k)]
+            drafts = [rng.randrange(1000) for _ in range(k)]
+            # the draft model's plans hold tuples, the speculator's lists
+            seq.spec_token_ids = tuple(drafts) if step % 2 else drafts
             bm.allocate(seq, 1 + k)
             plan.append(ScheduledSequence(seq, seq.num_tokens - 1, 1 + k, False, k))
         assert staging.fits(plan, q)
@@ -170,3 +172,25 @@ def test_buffers_are_views_the_device_copy_reads():
     # The tensors the graphs copy to the device see what fill wrote through numpy.
     assert staging.host64.dtype == torch.int64 and staging.host32.dtype == torch.int32
     assert staging.host64[0].item() == 7 and staging.host32[0].item() == 6
+
+
+def test_a_pending_token_stages_as_zero_at_its_own_position_and_slot():
+    """Overlapped decoding: a chunk whose token is still being sampled is staged with
+    token 0 (the device fills it in) at the right position, slot and KV length."""
+    bm = BlockManager(200, BLOCK)
+    staging = DecodeStaging(MAX_BATCH, MAX_BLOCKS, BLOCK, pin=False)
+    seqs = [_new_seq(f"s{i}", n, bm) for i, n in enumerate((3, 5, 8))]
+    plan = []
+    for seq in seqs:
+        seq.num_computed_tokens = seq.num_tokens  # the last known token is computed
+        bm.allocate(seq, 1)  # a slot for the token still in flight
+        plan.append(ScheduledSequence(seq, seq.num_tokens, 1, True, pending_token=True))
+    staging.fill(plan, 1, MAX_BATCH)
+    n, i64 = staging.rows, staging.host64
+    assert i64[:3].tolist() == [0, 0, 0]
+    assert i64[n : n + 3].tolist() == [s.num_tokens for s in seqs]
+    bs = BLOCK
+    slots = [s.block_table[s.num_tokens // bs] * bs + s.num_tokens % bs for s in seqs]
+    assert i64[2 * n : 2 * n + 3].tolist() == slots
+    assert staging.host32[:3].tolist() == [s.num_tokens + 1 for s in seqs]
+    assert build_batch(plan, BLOCK).input_ids.tolist() == [0, 0, 0]

@@ -79,9 +79,8 @@ class ScheduledSequence:
         if self.pending_token:
             return [0]
         end = self.start + self.num_new_tokens - self.num_draft_tokens
-        return (
-            self.seq.token_slice(self.start, end) + self.seq.spec_token_ids[: self.num_draft_tokens]
-        )
+        drafts = self.seq.spec_token_ids[: self.num_draft_tokens]  # a list or a tuple
+        return [*self.seq.token_slice(self.start, end), *drafts]
 
 
 @dataclass
