@@ -343,7 +343,9 @@ def render(doc: dict[str, Any]) -> str:
         "",
         "Jacana's engine steps, ms per step: schedule (drafting, scheduling) / execute "
         "(forward and sampling until the tokens are on the host, GPU wait included) / "
-        "outputs (appending, detokenizing, stop checks):",
+        "outputs (appending, detokenizing, stop checks). With overlapped decoding (the "
+        "default) a decode step's execute is only its launch, and the wait for the step "
+        "before it (whose tokens are read back after the launch) lands in outputs:",
         "",
         "| model | workload | schedule | execute | outputs |",
         "|---|---|---|---|---|",

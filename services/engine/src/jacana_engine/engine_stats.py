@@ -97,7 +97,9 @@ class EngineStats:
     step_seconds_total: wall seconds spent by the steps that ran, per part: ``schedule``
         (drafting and scheduling), ``execute`` (the forward pass and sampling, until the
         tokens are on the host: on a GPU this includes waiting for it) and ``outputs``
-        (appending tokens, detokenizing, stop checks, verification commits).
+        (appending tokens, detokenizing, stop checks, verification commits). An
+        overlapped decode step (``decode_overlap.py``) counts its launch as ``execute``
+        and the wait for the step before it, read back after that launch, as ``outputs``.
     """
 
     num_running: int
