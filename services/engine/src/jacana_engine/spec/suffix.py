@@ -232,13 +232,19 @@ def _draft(
                     counts[tok] = counts.get(tok, 0) + count[child]
         if not counts:
             break
-        best = max(counts, key=lambda tok: (counts[tok], -tok))
-        prob *= counts[best] / sum(counts.values())
+        best, share = _most_frequent(counts)
+        prob *= share
         if prob < min_prob:
             break
         draft.append(best)
         sources = [(a, a.next[state][best]) for a, state in sources if best in a.next[state]]
     return draft
+
+
+def _most_frequent(counts: dict[int, int]) -> tuple[int, float]:
+    """The most frequent continuation (ties: the smaller token id) and its share."""
+    best = max(counts, key=lambda tok: (counts[tok], -tok))
+    return best, counts[best] / sum(counts.values())
 
 
 def _draft_one(automaton: _SuffixAutomaton, state: int, steps: int, min_prob: float) -> list[int]:
@@ -257,8 +263,8 @@ def _draft_one(automaton: _SuffixAutomaton, state: int, steps: int, min_prob: fl
             counts = {tok: count[child] for tok, child in children.items() if count[child]}
             if not counts:
                 break
-            best = max(counts, key=lambda tok: (counts[tok], -tok))
-            prob *= counts[best] / sum(counts.values())
+            best, share = _most_frequent(counts)
+            prob *= share
             if prob < min_prob:
                 break
             state = children[best]
