@@ -184,3 +184,33 @@ def test_steps_overlap_while_the_speculation_gate_is_shut(toy):
     assert gate.shut_total >= 2  # shut, cooled down over overlapped steps, measured, shut
     assert engine.overlapped_steps_total >= 20
     assert proposer.calls > gate.window  # it drafted again after the cooldown
+
+
+def test_requests_ending_in_overlapped_steps_are_forgotten_by_the_proposer(toy):
+    """While the gate keeps drafting paused no proposal runs, so the overlapped steps
+    themselves tell the proposer which requests ended (a draft model frees their KV)."""
+    from test_spec_gate import SlowWrongProposer
+
+    from jacana_engine.spec.config import SpeculativeConfig
+    from jacana_engine.spec.speculator import Speculator
+
+    class Recording(SlowWrongProposer):
+        def __init__(self, vocab: int) -> None:
+            super().__init__(vocab)
+            self.finished: list[str] = []
+
+        def finish(self, request_id, token_ids, num_prompt_tokens) -> None:
+            self.finished.append(request_id)
+
+    cfg = SpeculativeConfig(proposer="ngram", num_speculative_tokens=4, dynamic_k=True)
+    engine = toy.engine(speculative=cfg, overlap_decode=True)
+    proposer = Recording(97)
+    engine.speculator = engine.runner.speculator = Speculator(cfg, proposer)
+    engine.speculator.gate.cooldown = 10_000  # shut for good after the first verdict
+    sp = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (30, 60, 90)]
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3], [5, 8, 9, 7, 9]]
+    assert engine.generate(prompts, sp) == [
+        toy.greedy(p, s.max_tokens) for p, s in zip(prompts, sp, strict=True)
+    ]
+    assert engine.overlapped_steps_total > 50
+    assert len(proposer.finished) == 3  # each told once, the first two mid-run

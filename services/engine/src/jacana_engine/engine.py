@@ -328,6 +328,8 @@ class LLMEngine:
             self.scheduler.update(follow)  # skips those that just finished
         if self.speculator is not None:  # the gate counts (and times) every decode step
             self.speculator.observe(time.perf_counter() - started, done.scheduled, [])
+            if any(o.finished for o in outputs):  # no proposal runs while steps overlap
+                self.speculator.forget_finished()  # free the proposer's state of those
         self._count_step(
             planned_at - started,
             launched_at - planned_at,
