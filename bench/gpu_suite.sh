@@ -15,6 +15,12 @@
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
 #
+# Durations seen on an H200 (plan device time with them): tests ~3 min, embeddings ~1 min,
+# targets ~1.5 min, online ~1 min per stream interval plus ~40 s for its offline run,
+# spec ~5.5 min (the grid alone ~5 min; one concurrency of it still takes over 2.5 min:
+# the models load and warm up once per group), overlap ~2 min, skinny ~3 min. Model
+# files: SmolLM2 2 parts, MiniLM 2, Qwen2.5-Coder-0.5B 8 (~5 s of device time each).
+#
 # Wheels the device lacks travel in .whl/ (installed to /tmp/site). Model files larger
 # than one call may carry come over in parts first (bench/gpu_assets.sh): each call copies
 # the parts it carries to /tmp, and assets whose parts are complete are assembled there.
