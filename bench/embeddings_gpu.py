@@ -185,7 +185,13 @@ async def _jacana_run(modules, embedder, batcher_config, texts, clients, per_req
     batcher_mod, _, _, _, service_mod = modules
     batcher = batcher_mod.DynamicBatcher(embedder.embed, embedder.info.dimension, batcher_config)
     batcher.start()
-    service = service_mod.EmbeddingService(embedder, batcher, max_inputs=per_request)
+    service = await asyncio.to_thread(
+        service_mod.EmbeddingService,
+        embedder,
+        batcher,
+        max_inputs=per_request,
+        tokenizer_processes=TOKENIZER_PROCESSES,
+    )
     starts = range(0, len(texts), per_request)
     parts: list[np.ndarray | None] = [None] * len(starts)
     latencies: list[float] = []
@@ -208,6 +214,9 @@ async def _jacana_run(modules, embedder, batcher_config, texts, clients, per_req
     LAST_BREAKDOWN.update(breakdown(service, elapsed))
     return elapsed, latencies, np.concatenate(parts)
 
+
+# Tokenizer worker processes of Jacana's service (``--tokenizer-processes``; 0: threads).
+TOKENIZER_PROCESSES = 0
 
 # Where a Jacana run's wall time went (``breakdown``), kept for the caller of the last run.
 LAST_BREAKDOWN: dict[str, float] = {}
@@ -470,6 +479,7 @@ def measure(args: argparse.Namespace) -> dict:
             "jacana_max_wait_ms": args.max_wait_ms,
             "jacana_linear_backend": embedder.linear_backend,
             "gil_switch_interval_us": round(sys.getswitchinterval() * 1e6),
+            "tokenizer_processes": TOKENIZER_PROCESSES,
             "st_batch_sizes": args.st_batch_sizes if st_model is not None else [],
         },
         "peer_note": peer_note,
@@ -527,7 +537,8 @@ def render(result: dict) -> str:
         "interleaved reps. Load CxR: C concurrent callers, R texts per request. Jacana: "
         "`EmbeddingService` + dynamic batcher + packed encoder, texts in, float32 vectors "
         f"out (max_batch_tokens {s['jacana_max_batch_tokens']}, GIL switch interval "
-        f"{s.get('gil_switch_interval_us', 5000)} µs). sentence-transformers: "
+        f"{s.get('gil_switch_interval_us', 5000)} µs, tokenizer worker processes "
+        f"{s.get('tokenizer_processes', 0)}). sentence-transformers: "
         "`encode` on the texts C x R at a time.",
         "",
         "| load | peer | sentences/s | median latency ms | Jacana / best peer |",
@@ -610,6 +621,12 @@ def main() -> None:
     )
     parser.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
     parser.add_argument(
+        "--tokenizer-processes",
+        type=int,
+        default=0,
+        help="tokenize in worker processes (JACANA_EMBEDDINGS_TOKENIZER_PROCESSES)",
+    )
+    parser.add_argument(
         "--gil-switch-interval-us",
         type=int,
         default=200,
@@ -621,6 +638,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
+    global TOKENIZER_PROCESSES
+    TOKENIZER_PROCESSES = args.tokenizer_processes
     result = measure(args)
     table = render(result)
     write_results(args.out_dir, "embeddings_gpu", result, table)

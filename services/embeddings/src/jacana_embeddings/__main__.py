@@ -54,7 +54,15 @@ async def build_service(settings: EmbeddingsSettings):
     )
     batcher = DynamicBatcher(embedder.embed, info.dimension, settings.batcher_config())
     batcher.start()
-    return EmbeddingService(embedder, batcher, settings.max_inputs_per_request)
+    if settings.tokenizer_processes:
+        log.info("tokenizing in %d worker processes", settings.tokenizer_processes)
+    return await asyncio.to_thread(
+        EmbeddingService,
+        embedder,
+        batcher,
+        settings.max_inputs_per_request,
+        settings.tokenizer_processes,
+    )
 
 
 async def serve(settings: EmbeddingsSettings) -> None:

@@ -11,6 +11,10 @@ class EmbeddingsError(Exception):
         self.message = message
         self.param = param
 
+    def __reduce__(self):
+        # Pickled with ``param`` (tokenizer workers send these back to the service).
+        return (type(self), (self.message, self.param))
+
 
 class InvalidRequestError(EmbeddingsError):
     """The request cannot be served as sent (-> INVALID_ARGUMENT / HTTP 400)."""

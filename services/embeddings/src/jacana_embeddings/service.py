@@ -18,6 +18,7 @@ from jacana_embeddings.batcher import DynamicBatcher
 from jacana_embeddings.embedder import Embedder, ModelInfo
 from jacana_embeddings.errors import InvalidRequestError, ModelNotFoundError
 from jacana_embeddings.tokenize_queue import TokenizeQueue
+from jacana_embeddings.tokenize_workers import encode_in_worker, start_tokenizer_workers
 
 # Tokenizer calls at once: each spreads its texts over every core already; a second one
 # overlaps the Python-side work of the first.
@@ -75,12 +76,28 @@ def shorten(vectors: np.ndarray, dimensions: int, renormalize: bool) -> np.ndarr
 class EmbeddingService:
     """``await embed(...) -> EmbedResult`` for one loaded model behind one batcher."""
 
-    def __init__(self, embedder: Embedder, batcher: DynamicBatcher, max_inputs: int) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        batcher: DynamicBatcher,
+        max_inputs: int,
+        tokenizer_processes: int = 0,
+    ) -> None:
+        """``tokenizer_processes``: tokenize in that many worker processes
+        (``tokenize_workers.py``, started here); 0 tokenizes on threads of this one."""
         self.embedder = embedder
         self.batcher = batcher
         self.info = embedder.info
         self.max_inputs = max_inputs
-        self.tokenize_queue = TokenizeQueue(embedder.tokenizer.encode_requests, _TOKENIZE_THREADS)
+        if tokenizer_processes:
+            workers = start_tokenizer_workers(embedder.tokenizer, tokenizer_processes)
+            self.tokenize_queue = TokenizeQueue(
+                encode_in_worker, tokenizer_processes, executor=workers
+            )
+        else:
+            self.tokenize_queue = TokenizeQueue(
+                embedder.tokenizer.encode_requests, _TOKENIZE_THREADS
+            )
 
     async def close(self) -> None:
         """Stop batching and tokenizing; callers still waiting get an error."""

@@ -77,6 +77,14 @@ class EmbeddingsSettings(ServiceSettings):
         description="Dimensions the model was trained to be truncated to (enables the "
         "'dimensions' parameter); unset reads them from the model card, [] disables.",
     )
+    tokenizer_processes: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Tokenize in this many worker processes (each with its own "
+        "interpreter lock and a share of the cores); 0 tokenizes on threads of the "
+        "service process.",
+    )
     max_inputs_per_request: int = Field(
         2048, ge=1, le=65536, description="Most inputs in one request (OpenAI allows 2048)."
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from jacana_embeddings.errors import InvalidRequestError
 
@@ -33,8 +33,15 @@ class TokenizeQueue:
     """
 
     def __init__(
-        self, encode_requests: EncodeRequestsFn, threads: int = 2, overlap_texts: int = 256
+        self,
+        encode_requests: EncodeRequestsFn,
+        threads: int = 2,
+        overlap_texts: int = 256,
+        executor: Executor | None = None,
     ) -> None:
+        """``threads``: calls at once. ``executor`` runs them (e.g. tokenizer worker
+        processes, with a picklable ``encode_requests``; closed with the queue); by
+        default a pool of ``threads`` threads of this process."""
         if threads < 1 or overlap_texts < 1:
             raise ValueError("threads and overlap_texts must be at least 1")
         self._encode_requests = encode_requests
@@ -43,7 +50,7 @@ class TokenizeQueue:
         self._pending: list[tuple[Sequence[str], bool, asyncio.Future]] = []
         self._pending_texts = 0
         self._running = 0
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: Executor | None = executor
         self.calls_total = 0
         self.texts_total = 0
         self.busy_s_total = 0.0  # summed wall time of the calls (they may overlap)

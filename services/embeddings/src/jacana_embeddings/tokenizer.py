@@ -28,8 +28,13 @@ class TextTokenizer:
         self._full.no_truncation()
         self._cut = Tokenizer.from_str(self._full.to_str())
         self._cut.enable_truncation(max_length, strategy="longest_first")
+        self.path = Path(path)
         self.max_length = max_length
         self.lowercase = lowercase
+
+    def __reduce__(self):
+        # Pickled as its file and settings (the Rust tokenizer itself does not pickle).
+        return (TextTokenizer, (self.path, self.max_length, self.lowercase))
 
     def encode(self, texts: Sequence[str], truncate: bool) -> list[tuple[list[int], bool]]:
         """One ``(ids, was_truncated)`` per text.
