@@ -153,6 +153,8 @@ async def test_stats_report_pool_prefix_cache_and_throughput(engine, client):
     assert stats.prefix_cache_hit_rate == pytest.approx(rate, rel=1e-5)
     assert stats.generation_tokens_per_s > 0 and stats.prompt_tokens_per_s > 0
     assert stats.steps_total > 0 and stats.preemptions_total >= 0
+    # the answers' decode steps overlapped (JACANA_ENGINE_OVERLAP_DECODE is on by default)
+    assert 0 < stats.overlapped_steps_total < stats.steps_total
 
 
 # ---- a small engine: pool limits and priorities over gRPC -----------------------------------

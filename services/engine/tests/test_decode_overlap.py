@@ -59,6 +59,7 @@ def test_overlap_changes_no_output(toy, params):
     expected = _drive(off, requests)
     assert _drive(on, requests) == expected
     assert on.overlapped_steps_total > 10 and off.overlapped_steps_total == 0
+    assert on.stats().overlapped_steps_total == on.overlapped_steps_total
     if params.greedy and params.ignore_eos:
         for i, (prompt, _) in enumerate(requests.values()):
             assert expected[f"r{i}"] == toy.greedy(prompt, lengths[i])

@@ -481,6 +481,7 @@ class LLMEngine:
             recent=self._throughput.snapshot(),
             speculative=self.speculator.stats() if self.speculator is not None else {},
             step_seconds_total=dict(self._step_seconds),
+            overlapped_steps_total=self.overlapped_steps_total,
         )
 
 

@@ -117,6 +117,7 @@ class EngineStats:
     recent: RecentThroughput = field(default_factory=RecentThroughput)
     speculative: Mapping[str, ProposerStats] = field(default_factory=dict)
     step_seconds_total: Mapping[str, float] = field(default_factory=dict)
+    overlapped_steps_total: int = 0  # decode steps launched before the previous one's tokens
 
     @property
     def kv_blocks_used(self) -> int:

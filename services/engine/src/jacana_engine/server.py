@@ -278,6 +278,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
             generation_tokens_total=s.generation_tokens_total,
             requests_finished_total=s.requests_finished_total,
             steps_total=s.steps_total,
+            overlapped_steps_total=s.overlapped_steps_total,
             preemptions_total=s.preemptions_total,
             kv_blocks_used=s.kv_blocks_used,
             kv_blocks_cached=s.kv_blocks_cached,

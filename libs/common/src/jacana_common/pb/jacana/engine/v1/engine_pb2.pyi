@@ -278,7 +278,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class EngineStats(_message.Message):
-    __slots__ = ("num_running", "num_waiting", "kv_blocks_total", "kv_blocks_free", "prompt_tokens_total", "generation_tokens_total", "requests_finished_total", "steps_total", "preemptions_total", "kv_blocks_used", "kv_blocks_cached", "prefix_cache_queries_total", "prefix_cache_hits_total", "prefix_cache_hit_rate", "prompt_tokens_per_s", "generation_tokens_per_s", "speculative")
+    __slots__ = ("num_running", "num_waiting", "kv_blocks_total", "kv_blocks_free", "prompt_tokens_total", "generation_tokens_total", "requests_finished_total", "steps_total", "preemptions_total", "kv_blocks_used", "kv_blocks_cached", "prefix_cache_queries_total", "prefix_cache_hits_total", "prefix_cache_hit_rate", "prompt_tokens_per_s", "generation_tokens_per_s", "speculative", "overlapped_steps_total")
     NUM_RUNNING_FIELD_NUMBER: _ClassVar[int]
     NUM_WAITING_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +296,7 @@ class EngineStats(_message.Message):
     PROMPT_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     GENERATION_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
+    OVERLAPPED_STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     num_running: int
     num_waiting: int
     kv_blocks_total: int
@@ -313,7 +314,8 @@ class EngineStats(_message.Message):
     prompt_tokens_per_s: float
     generation_tokens_per_s: float
     speculative: _containers.RepeatedCompositeFieldContainer[SpeculativeStats]
-    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., requests_finished_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., preemptions_total: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_cache_queries_total: _Optional[int] = ..., prefix_cache_hits_total: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., prompt_tokens_per_s: _Optional[float] = ..., generation_tokens_per_s: _Optional[float] = ..., speculative: _Optional[_Iterable[_Union[SpeculativeStats, _Mapping]]] = ...) -> None: ...
+    overlapped_steps_total: int
+    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., requests_finished_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., preemptions_total: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_cached: _Optional[int] = ..., prefix_cache_queries_total: _Optional[int] = ..., prefix_cache_hits_total: _Optional[int] = ..., prefix_cache_hit_rate: _Optional[float] = ..., prompt_tokens_per_s: _Optional[float] = ..., generation_tokens_per_s: _Optional[float] = ..., speculative: _Optional[_Iterable[_Union[SpeculativeStats, _Mapping]]] = ..., overlapped_steps_total: _Optional[int] = ...) -> None: ...
 
 class SpeculativeStats(_message.Message):
     __slots__ = ("proposer", "proposals", "draft_tokens", "accepted_tokens", "acceptance_rate", "mean_accepted_length")
