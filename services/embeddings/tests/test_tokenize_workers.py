@@ -58,3 +58,30 @@ async def test_workers_give_what_the_service_process_gives(embedder):
     finally:
         await local.close()
         await workers.close()
+
+
+async def test_a_killed_worker_fails_no_request(embedder):
+    """A tokenizer worker dies (OOM killer, a crash): the pool is replaced and the
+    requests it broke run again there; later requests are served as before."""
+    import os
+    import signal
+
+    batcher = DynamicBatcher(embedder.embed, embedder.info.dimension, BatcherConfig())
+    batcher.start()
+    service = await asyncio.to_thread(
+        EmbeddingService, embedder, batcher, 2048, tokenizer_processes=2
+    )
+    try:
+        before = await service.embed(texts=TEXTS[:4])
+        pool = service.tokenize_queue._executor
+        for pid in list(pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        after = await asyncio.wait_for(
+            asyncio.gather(*(service.embed(texts=TEXTS[:4]) for _ in range(3))), timeout=60
+        )
+        for result in after:
+            np.testing.assert_array_equal(result.vectors, before.vectors)
+        assert service.tokenize_queue.executor_replacements == 1
+        assert service.tokenize_queue._executor is not pool
+    finally:
+        await service.close()

@@ -90,9 +90,13 @@ class EmbeddingService:
         self.info = embedder.info
         self.max_inputs = max_inputs
         if tokenizer_processes:
-            workers = start_tokenizer_workers(embedder.tokenizer, tokenizer_processes)
+            tokenizer, n = embedder.tokenizer, tokenizer_processes
             self.tokenize_queue = TokenizeQueue(
-                encode_in_worker, tokenizer_processes, executor=workers
+                encode_in_worker,
+                n,
+                executor=start_tokenizer_workers(tokenizer, n),
+                # a replacement must not stall the event loop on its spawns
+                replace_executor=lambda: start_tokenizer_workers(tokenizer, n, False),
             )
         else:
             self.tokenize_queue = TokenizeQueue(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, ThreadPoolExecutor
 
 from jacana_embeddings.errors import InvalidRequestError
 
@@ -38,19 +38,25 @@ class TokenizeQueue:
         threads: int = 2,
         overlap_texts: int = 256,
         executor: Executor | None = None,
+        replace_executor: Callable[[], Executor] | None = None,
     ) -> None:
         """``threads``: calls at once. ``executor`` runs them (e.g. tokenizer worker
         processes, with a picklable ``encode_requests``; closed with the queue); by
-        default a pool of ``threads`` threads of this process."""
+        default a pool of ``threads`` threads of this process. ``replace_executor``
+        builds a new one when the executor breaks (a worker process died): the calls it
+        broke run once more on the new one, so a crashed worker fails no request."""
         if threads < 1 or overlap_texts < 1:
             raise ValueError("threads and overlap_texts must be at least 1")
         self._encode_requests = encode_requests
         self._threads = threads
         self._overlap_texts = overlap_texts
-        self._pending: list[tuple[Sequence[str], bool, asyncio.Future]] = []
+        # (texts, truncate, future, attempt): attempt 1 once a broken executor dropped it
+        self._pending: list[tuple[Sequence[str], bool, asyncio.Future, int]] = []
         self._pending_texts = 0
         self._running = 0
         self._executor: Executor | None = executor
+        self._replace_executor = replace_executor
+        self.executor_replacements = 0
         self.calls_total = 0
         self.texts_total = 0
         self.busy_s_total = 0.0  # summed wall time of the calls (they may overlap)
@@ -61,7 +67,7 @@ class TokenizeQueue:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="tokenize")
         future = loop.create_future()
-        self._pending.append((texts, truncate, future))
+        self._pending.append((texts, truncate, future, 0))
         self._pending_texts += len(texts)
         if self._may_start():
             self._start(loop)
@@ -80,20 +86,33 @@ class TokenizeQueue:
             return
         self._running += 1
         self.calls_total += 1
-        requests = [(texts, truncate) for texts, truncate, _ in taken]
+        requests = [(texts, truncate) for texts, truncate, _, _ in taken]
         self.texts_total += sum(len(texts) for texts, _ in requests)
         started = loop.time()
-        call = loop.run_in_executor(self._executor, self._encode_requests, requests)
-        call.add_done_callback(lambda done: self._finish(loop, taken, done, started))
+        executor = self._executor
+        call = loop.run_in_executor(executor, self._encode_requests, requests)
+        call.add_done_callback(lambda done: self._finish(loop, taken, done, started, executor))
 
     def _finish(
-        self, loop: asyncio.AbstractEventLoop, taken, done: asyncio.Future, started: float
+        self,
+        loop: asyncio.AbstractEventLoop,
+        taken,
+        done: asyncio.Future,
+        started: float,
+        executor: Executor | None,
     ) -> None:
         self._running -= 1
         self.busy_s_total += loop.time() - started
         failure = RuntimeError("tokenizer call cancelled") if done.cancelled() else done.exception()
+        if isinstance(failure, BrokenExecutor) and self._replace_executor is not None:
+            if executor is self._executor:  # the first of its calls to report it
+                self._replace_broken_executor()
+            retry = [(t, tr, f, attempt + 1) for t, tr, f, attempt in taken if attempt == 0]
+            self._pending[:0] = retry
+            self._pending_texts += sum(len(t) for t, _, _, _ in retry)
+            taken = [item for item in taken if item[3] > 0]  # broke twice: they fail
         results = [failure] * len(taken) if failure is not None else done.result()
-        for (_, _, future), result in zip(taken, results, strict=True):
+        for (_, _, future, _), result in zip(taken, results, strict=True):
             if future.done():
                 continue
             if isinstance(result, BaseException):
@@ -103,11 +122,17 @@ class TokenizeQueue:
         if self._pending:
             self._start(loop)
 
+    def _replace_broken_executor(self) -> None:
+        broken, self._executor = self._executor, self._replace_executor()
+        self.executor_replacements += 1
+        if broken is not None:
+            broken.shutdown(wait=False, cancel_futures=True)
+
     async def close(self) -> None:
         """Fail what is still waiting and stop the threads (after their current call)."""
         pending, self._pending = self._pending, []
         self._pending_texts = 0
-        for _, _, future in pending:
+        for _, _, future, _ in pending:
             if not future.done():
                 future.set_exception(RuntimeError("embeddings service is shutting down"))
         if self._executor is not None:

@@ -43,8 +43,11 @@ def encode_in_worker(
     return _worker_tokenizer.encode_requests(requests)
 
 
-def start_tokenizer_workers(tokenizer: TextTokenizer, processes: int) -> ProcessPoolExecutor:
-    """A pool of ``processes`` started workers, each tokenizing like ``tokenizer``."""
+def start_tokenizer_workers(
+    tokenizer: TextTokenizer, processes: int, wait_started: bool = True
+) -> ProcessPoolExecutor:
+    """A pool of ``processes`` workers, each tokenizing like ``tokenizer``; with
+    ``wait_started`` it returns once all have started, else they start as calls come."""
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
     threads = max(1, (os.cpu_count() or 1) // processes)
@@ -54,6 +57,6 @@ def start_tokenizer_workers(tokenizer: TextTokenizer, processes: int) -> Process
         initializer=_start_worker,
         initargs=(tokenizer, threads),
     )
-    # Start them all now, not on the first requests (a spawn costs ~1 s).
-    wait([pool.submit(encode_in_worker, [(["warm up"], False)]) for _ in range(processes)])
+    if wait_started:  # now, rather than on the first requests (a spawn costs ~1 s)
+        wait([pool.submit(encode_in_worker, [(["warm up"], False)]) for _ in range(processes)])
     return pool
