@@ -173,6 +173,7 @@ class StepParts:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.steps = 0
+        self.overlapped = 0  # of those, launched before the previous step's tokens were read
 
     @contextlib.contextmanager
     def measure(self, engine: LLMEngine):
@@ -180,12 +181,16 @@ class StepParts:
         yield
         after = engine.stats()
         self.steps += after.steps_total - before.steps_total
+        self.overlapped += after.overlapped_steps_total - before.overlapped_steps_total
         for part, total in after.step_seconds_total.items():
             spent = total - before.step_seconds_total.get(part, 0.0)
             self.seconds[part] = self.seconds.get(part, 0.0) + spent
 
     def per_step_ms(self) -> dict[str, float]:
-        return {part: 1e3 * s / max(1, self.steps) for part, s in self.seconds.items()}
+        """Milliseconds per step of each part, and the share of steps that overlapped."""
+        out = {part: 1e3 * s / max(1, self.steps) for part, s in self.seconds.items()}
+        out["overlapped_share"] = self.overlapped / max(1, self.steps)
+        return out
 
 
 def profile_table(engine: LLMEngine, prompts, wl: dict[str, Any], rows: int = 25) -> str:
@@ -347,16 +352,17 @@ def render(doc: dict[str, Any]) -> str:
         "default) a decode step's execute is only its launch, and the wait for the step "
         "before it (whose tokens are read back after the launch) lands in outputs:",
         "",
-        "| model | workload | schedule | execute | outputs |",
-        "|---|---|---|---|---|",
+        "| model | workload | schedule | execute | outputs | steps overlapped |",
+        "|---|---|---|---|---|---|",
     ]
     for model, m in doc["models"].items():
         for name, r in m["results"].items():
             p = r.get("jacana_step_ms") or {}
             if p:
+                shared = p.get("overlapped_share")
                 lines.append(
                     f"| {model} | {name} | {p['schedule']:.3f} | {p['execute']:.3f} | "
-                    f"{p['outputs']:.3f} |"
+                    f"{p['outputs']:.3f} | {'-' if shared is None else f'{shared:.0%}'} |"
                 )
     lines += [
         "",
