@@ -96,7 +96,9 @@ async def test_concurrent_callers_share_a_batch_and_get_their_own_vectors():
         assert len(model.batches) == 1  # 30 inputs arrived within max_wait_ms
         assert batcher.stats().batches_total == 1
         assert batcher.stats().inputs_total == 30
-        assert batcher.stats().forward_s_total > 0
+        stats = batcher.stats()
+        # the worker thread's own time is part of what the loop saw, never more
+        assert 0 < stats.compute_s_total <= stats.forward_s_total
     finally:
         await batcher.close()
 
