@@ -213,16 +213,12 @@ class ModelRunner:
         logits = self.model.compute_logits(hidden)  # [N, vocab] float32
         sampling = [s.seq for s in scheduled]
         if self.device_sampler is not None:
-            ids = self.device_sampler.sample(
-                logits,
-                [seq.sampling_params for seq in sampling],
-                [seq.generator for seq in sampling],
-                [s.seq.num_output_tokens + s.pending_token for s in scheduled],
-            )
+            steps = [s.seq.num_output_tokens + s.pending_token for s in scheduled]
+            ids = self._sample_on_device(logits, sampling, steps)
         else:
-            ids = self.sampler.forward(logits, sampling, [seq.generator for seq in sampling])
-            ids = ids.token_ids
-        return LaunchedStep.start(list(scheduled), ids)
+            generators = [seq.generator for seq in sampling]
+            ids = self.sampler.forward(logits, sampling, generators).token_ids
+        return LaunchedStep.start(scheduled, ids)
 
     def _verify(
         self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], query_start: list[int]
@@ -349,13 +345,17 @@ class ModelRunner:
         unread = dataclasses.replace(params, logprobs=None, prompt_logprobs=None)
         return device_sampling.supported([unread])
 
-    def _sample_on_device(self, logits: torch.Tensor, sampling: list) -> torch.Tensor:
-        """The CUDA fast path for rows that are all plain: token ids [N] on the device."""
+    def _sample_on_device(
+        self, logits: torch.Tensor, sampling: list, steps: list[int] | None = None
+    ) -> torch.Tensor:
+        """The CUDA fast path for rows that are all plain: token ids [N] on the device.
+        ``steps``: the output position each row samples (default: after its output so
+        far; an overlapped step's rows are one further, see ``launch_decode``)."""
         return self.device_sampler.sample(
             logits,
             [seq.sampling_params for seq in sampling],
             [seq.generator for seq in sampling],
-            [seq.num_output_tokens for seq in sampling],
+            steps if steps is not None else [seq.num_output_tokens for seq in sampling],
         )
 
     def _prompt_logprobs(
