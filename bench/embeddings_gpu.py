@@ -383,6 +383,7 @@ def measure(args: argparse.Namespace) -> dict:
         max_batch_tokens=args.max_batch_tokens,
         max_batch_size=65536,  # only the token budget bounds a batch
         max_wait_ms=args.max_wait_ms,
+        batches_in_flight=args.batches_in_flight,
         max_queued_inputs=10_000_000,
     )
 
@@ -479,6 +480,7 @@ def measure(args: argparse.Namespace) -> dict:
             "loads": loads,
             "jacana_max_batch_tokens": args.max_batch_tokens,
             "jacana_max_wait_ms": args.max_wait_ms,
+            "jacana_batches_in_flight": args.batches_in_flight,
             "jacana_linear_backend": embedder.linear_backend,
             "gil_switch_interval_us": round(sys.getswitchinterval() * 1e6),
             "tokenizer_processes": TOKENIZER_PROCESSES,
@@ -538,7 +540,8 @@ def render(result: dict) -> str:
         f"{s['sentences_per_run']:,} texts per run; median (min–max) of {s['reps']} "
         "interleaved reps. Load CxR: C concurrent callers, R texts per request. Jacana: "
         "`EmbeddingService` + dynamic batcher + packed encoder, texts in, float32 vectors "
-        f"out (max_batch_tokens {s['jacana_max_batch_tokens']}, GIL switch interval "
+        f"out (max_batch_tokens {s['jacana_max_batch_tokens']}, batches in flight "
+        f"{s.get('jacana_batches_in_flight', 1)}, GIL switch interval "
         f"{s.get('gil_switch_interval_us', 5000)} µs, tokenizer worker processes "
         f"{s.get('tokenizer_processes', 0)}). sentence-transformers: "
         "`encode` on the texts C x R at a time.",
@@ -619,6 +622,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--max-batch-tokens", type=int, default=65536)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--batches-in-flight",
+        type=int,
+        default=2,
+        help="forward passes at once (the service's default on CUDA is 2)",
+    )
     parser.add_argument("--st-batch-sizes", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--model-dir", type=Path)
     parser.add_argument(

@@ -6,7 +6,9 @@
 #
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2)
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer
-#             (then, per count in $EMBED_WORKERS, with tokenizer worker processes)
+#             (then, without the peer: per count in $EMBED_IN_FLIGHT, default "1", that many
+#             batches in flight instead of 2; per count in $EMBED_WORKERS, with tokenizer
+#             worker processes)
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), then b1
 #             again with decode steps one at a time (overlap_decode off) for comparison
@@ -62,6 +64,13 @@ for phase in "$@"; do
       TOKENIZERS_PARALLELISM=true timeout 300 python3 bench/embeddings_gpu.py --out-dir "$OUT" --reps 3 \
         --sentences 12000 "${model[@]}" 2>&1 \
         | grep -v "Loading weights" | tail -30
+      # the same without the peer and another number of batches in flight
+      for n in ${EMBED_IN_FLIGHT-1}; do
+        stamp "embeddings, $n batch(es) in flight"
+        TOKENIZERS_PARALLELISM=true timeout 150 python3 bench/embeddings_gpu.py --no-peer \
+          --out-dir "$OUT/inflight$n" --reps 3 --sentences 12000 "${model[@]}" \
+          --batches-in-flight "$n" 2>&1 | grep -E "^\| [0-9]+x[0-9]+ \||alone|Target"
+      done
       # the same without the peer, tokenizing in worker processes ($EMBED_WORKERS, e.g. "4 8")
       for workers in ${EMBED_WORKERS:-}; do
         stamp "embeddings, $workers tokenizer worker processes"

@@ -320,6 +320,7 @@ class RunResult:
     outputs: list[list[int]]
     wall_s: float
     steps: int
+    overlapped_steps: int = 0  # launched before the previous step's tokens were read
     propose_s: float = 0.0
     first_propose_s: float = 0.0  # the first call per request: a draft model's prefill
     proposals: int = 0
@@ -414,12 +415,16 @@ def run(engine, prompts: list[list[int]], params, speculator=None) -> RunResult:
     """Generate ``prompts`` with ``speculator`` (None: off) on the shared engine."""
     engine.speculator = engine.runner.speculator = speculator
     steps_before = engine.stats().steps_total
+    overlapped_before = engine.overlapped_steps_total
     _sync()
     start = time.perf_counter()
     outputs = engine.generate(prompts, params)
     _sync()
     result = RunResult(
-        outputs, time.perf_counter() - start, engine.stats().steps_total - steps_before
+        outputs,
+        time.perf_counter() - start,
+        engine.stats().steps_total - steps_before,
+        engine.overlapped_steps_total - overlapped_before,
     )
     if speculator is not None:
         (stats,) = speculator.stats().values()
@@ -507,6 +512,7 @@ def measure_speed(models: Models, workloads: Workloads, g: SpeedGroup, args) -> 
             ),
             "first_propose_ms": spread([1000 * r.first_propose_s for r in on[p.label]]),
             "tokens_per_step": spread([r.tokens / r.steps for r in on[p.label]]),
+            "overlapped_share": spread([r.overlapped_steps / r.steps for r in on[p.label]]),
             "identical_to_off": f"{identical[p.label]}/{reps}",
             "gate_shuts": gates[p.label].shut_total if gates.get(p.label) else None,
             "gate_cruises_cut": (
@@ -520,7 +526,11 @@ def measure_speed(models: Models, workloads: Workloads, g: SpeedGroup, args) -> 
         "concurrency": g.concurrency,
         "k": K,
         "output_tokens": spread([float(r.tokens) for r in off]),
-        "off": {"tok_s": spread(off_tps), "step_ms": spread(step_ms(off))},
+        "off": {
+            "tok_s": spread(off_tps),
+            "step_ms": spread(step_ms(off)),
+            "overlapped_share": spread([r.overlapped_steps / r.steps for r in off]),
+        },
         "proposers": proposers,
     }
 
@@ -610,25 +620,29 @@ def render(doc: dict[str, Any]) -> str:
             "before the timed runs, so the draft model's own prefill of the prompt (the first "
             "proposer call per request, 'draft prefill') is left out too and shown apart, with "
             "tok/s including it. ms/step: wall time per engine step; propose: the part of "
-            "it spent proposing. identical: runs whose output equals speculation off.",
+            "it spent proposing; overlapped: the share of steps launched before the "
+            "previous step's tokens were read back (only while nobody drafts). identical: "
+            "runs whose output equals speculation off.",
             "",
             "| target | workload | conc | proposer | tok/s | speedup | accept rate | "
-            "mean acc. len | ms/step | propose ms/step | draft prefill ms | "
+            "mean acc. len | ms/step | propose ms/step | overlapped | draft prefill ms | "
             "tok/s incl. draft prefill | identical |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for g in doc["speed"]:
             head = f"| {g['target']} | {g['workload']} | {g['concurrency']} "
             lines.append(
                 head + f"| off | {fmt_spread(g['off']['tok_s'])} | 1 | - | - | "
-                f"{fmt_spread(g['off']['step_ms'], 0)} | - | - | - | - |"
+                f"{fmt_spread(g['off']['step_ms'], 2)} | - | "
+                f"{_share(g['off'])} | - | - | - |"
             )
             for label, p in g["proposers"].items():
                 lines.append(
                     head + f"| {label} | {fmt_spread(p['tok_s'])} | "
                     f"{fmt_ratio(p['speedup'], p['speedup_per_rep'])} | "
                     f"{p['acceptance_rate']:.2f} | {p['mean_accepted_length']:.2f} | "
-                    f"{fmt_spread(p['step_ms'], 0)} | {p['propose_ms_per_step']['median']:.0f} | "
+                    f"{fmt_spread(p['step_ms'], 2)} | {p['propose_ms_per_step']['median']:.2f} | "
+                    f"{_share(p)} | "
                     f"{p['first_propose_ms']['median']:.0f} | "
                     f"{fmt_spread(p['tok_s_with_draft_prefill'])} | {p['identical_to_off']} |"
                 )
@@ -675,6 +689,12 @@ def render(doc: dict[str, Any]) -> str:
 
 
 # ---- main ----------------------------------------------------------------------------------
+
+
+def _share(entry: dict[str, Any]) -> str:
+    """The median overlapped share of a speed entry (older results lack it)."""
+    share = entry.get("overlapped_share")
+    return f"{share['median']:.0%}" if share else "-"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -66,12 +66,14 @@ class FakeModel:
     def __init__(self, dimension: int = 2, gate: bool = False) -> None:
         self.dimension = dimension
         self.batches: list[list[list[int]]] = []
+        self.waiting: list[list[int]] = []  # first ids of the batches that reached the gate
         self.gate = threading.Event()
         if not gate:
             self.gate.set()
         self.fail_on: int | None = None
 
     def __call__(self, batch):
+        self.waiting.append([ids[0] for ids in batch])
         self.gate.wait(10)
         self.batches.append([list(ids) for ids in batch])
         if self.fail_on is not None and any(ids[0] == self.fail_on for ids in batch):
@@ -167,6 +169,27 @@ async def test_arrivals_during_a_forward_pass_form_the_next_batch():
         model.gate.set()
         await asyncio.gather(first, *later)
         assert [len(b) for b in model.batches] == [1, 6]
+    finally:
+        await batcher.close()
+
+
+async def test_batches_in_flight_run_at_once_and_the_queue_waits_for_a_free_slot():
+    model = FakeModel(gate=True)
+    batcher = await _started(model, max_wait_ms=0, batches_in_flight=2)
+    try:
+        first = asyncio.create_task(batcher.embed([[1]]))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(batcher.embed([[2]]))
+        await asyncio.sleep(0.05)  # a second worker took [[2]] while [[1]] still runs
+        assert model.waiting == [[1], [2]]
+        later = [asyncio.create_task(batcher.embed([[i]])) for i in range(3, 6)]
+        await asyncio.sleep(0.05)
+        assert model.waiting == [[1], [2]]  # both slots busy: the rest stays queued...
+        assert batcher.stats().queued_inputs == 3
+        model.gate.set()
+        results = await asyncio.gather(first, second, *later)
+        assert [r[0, 0] for r in results] == [1, 2, 3, 4, 5]
+        assert sorted(len(b) for b in model.batches) == [1, 1, 3]  # ...and forms one batch
     finally:
         await batcher.close()
 

@@ -17,6 +17,7 @@ from jacana_engine.layers.attention_backend import (
 from jacana_engine.layers.linear import MergedLinear
 from jacana_engine.layers.mlp import GatedMLP
 from jacana_engine.layers.norm import RMSNorm
+from jacana_engine.layers.ops import TorchOps
 from jacana_engine.layers.paged_attention import write_kv_cache
 from jacana_engine.layers.rotary import (
     RotaryEmbedding,
@@ -24,6 +25,8 @@ from jacana_engine.layers.rotary import (
     check_rope_scaling,
     rope_inv_freq,
 )
+from jacana_engine.models.attention import DecoderAttention
+from jacana_engine.models.base import ModelConfig
 
 
 def test_rmsnorm_matches_formula():
@@ -231,3 +234,108 @@ def test_attention_backend_registry():
         from jacana_engine.layers import attention_backend
 
         attention_backend._BACKENDS.pop("test-zero")
+
+
+def test_default_rotate_and_store_is_rotate_then_write():
+    """The base ``rotate_and_store``: rotated q/k as ``rotate`` gives them, rotated k and v
+    at their slots, padding slots (< 0) skipped."""
+    g = torch.Generator().manual_seed(5)
+    n_heads, n_kv, head_dim, t = 4, 2, 8, 5
+    rotary = RotaryEmbedding(head_dim, 10000.0, None)
+    ops = TorchOps()
+    tables = ops.rope_tables(rotary, torch.tensor([0, 4, 9, 2, 7]), torch.float32)
+    q = torch.randn(t, n_heads, head_dim, generator=g)
+    k = torch.randn(t, n_kv, head_dim, generator=g)
+    v = torch.randn(t, n_kv, head_dim, generator=g)
+    qw, kw = torch.randn(head_dim, generator=g), torch.randn(head_dim, generator=g)
+    slots = torch.tensor([3, -1, 0, 9, 6])
+    cache = torch.zeros(2, 3, 4, n_kv, head_dim)
+    got_q, got_k = ops.rotate_and_store(q, k, v, tables, qw, kw, 1e-6, cache, slots)
+    want_q, want_k = ops.rotate(q, k, tables, qw, kw, 1e-6)
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+    flat = cache.flatten(1, 2)  # [2, 12, n_kv, head_dim]
+    real = slots >= 0
+    assert torch.equal(flat[0, slots[real]], want_k[real])
+    assert torch.equal(flat[1, slots[real]], v[real])
+    untouched = torch.ones(12, dtype=torch.bool)
+    untouched[slots[real]] = False
+    assert not flat[:, untouched].any()
+
+
+class _RecordingBackend(AttentionBackend):
+    """Torch attention that records whether it was told the KV was already written."""
+
+    name = "recording"
+    accepts_written_kv = True
+
+    def __init__(self) -> None:
+        self.inner = get_attention_backend("torch")
+        self.calls: list[bool] = []
+
+    def forward(self, q, k, v, kv_cache, meta, scale, kv_written=False):
+        self.calls.append(kv_written)
+        return self.inner.forward(q, k, v, kv_cache, meta, scale, kv_written)
+
+
+class _FusingTorchOps(TorchOps):
+    """Claims a fused store (through the base default) to exercise the layer's choice."""
+
+    fuses_kv_store = True
+
+
+def _tiny_attention_config() -> ModelConfig:
+    return ModelConfig(
+        architecture="Qwen3ForCausalLM",
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        qk_norm=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("ops", "accepts", "fused"),
+    [(TorchOps, True, False), (_FusingTorchOps, False, False), (_FusingTorchOps, True, True)],
+)
+def test_attention_stores_kv_in_rope_only_when_both_sides_can(ops, accepts, fused):
+    """The fused rotate-and-store path needs ops that fuse and a backend that accepts
+    written KV; either way the layer's output and cache are the same."""
+    cfg = _tiny_attention_config()
+    g = torch.Generator().manual_seed(6)
+    backend = _RecordingBackend()
+    backend.accepts_written_kv = accepts
+    layer = DecoderAttention(cfg, backend, ops())
+    plain = DecoderAttention(cfg, get_attention_backend("torch"), TorchOps())
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    plain.load_state_dict(layer.state_dict())
+    rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, None)
+    positions = torch.tensor([0, 1, 2, 5])  # a 3-token prompt, and a decode at position 5
+    meta = AttentionMetadata(
+        query_start_loc=torch.tensor([0, 3, 4], dtype=torch.int32),
+        seq_lens=torch.tensor([3, 6], dtype=torch.int32),
+        block_tables=torch.tensor([[2, 0], [1, 3]], dtype=torch.int32),
+        slot_mapping=torch.tensor([8, 9, 10, 13]),
+        query_lens_cpu=[3, 1],
+        seq_lens_cpu=[3, 6],
+        block_size=4,
+    )
+    x = torch.randn(4, cfg.hidden_size, generator=g)
+    cache = torch.randn(2, 4, 4, cfg.num_key_value_heads, cfg.head_dim, generator=g)
+    want_cache = cache.clone()
+    tables = TorchOps().rope_tables(rotary, positions, x.dtype)
+    with torch.no_grad():
+        got = layer(x, tables, cache, meta)
+        want = plain(x, tables, want_cache, meta)
+    assert backend.calls == [fused]
+    assert torch.equal(got, want)
+    assert torch.equal(cache, want_cache)

@@ -68,6 +68,24 @@ def test_gate_shuts_when_drafts_cost_more_than_they_gain_and_measures_again():
     assert gate.shut_total == 2
 
 
+def test_undrafted_steps_between_drafted_ones_count_as_the_cost_of_drafting():
+    # Plain steps overlap (10 ms); while drafting they cannot, so a step in which nobody
+    # drafted costs 12 ms for one token. Drafted steps alone look as fast as plain ones
+    # (1.2 tokens in 12 ms: 100 tokens/s); with the undrafted steps between them the
+    # drafting engine gains 7.8 tokens in 84 ms (93 tokens/s), below the 0.97 margin.
+    gate = SpeculationGate(window=4, probe=4, cooldown=50)
+    gate.record(0.012, 1.0, drafted=False)  # before the first draft: no sample yet
+    assert gate.steps_in_phase == 0
+    for _ in range(3):
+        gate.record(0.012, 1.2)
+        gate.record(0.012, 1.0, drafted=False)
+    gate.record(0.012, 1.2)
+    assert gate.phase is Phase.PLAIN  # the fourth drafted step closed the sample
+    for _ in range(4):
+        gate.record(0.010, 1.0)
+    assert gate.phase is Phase.SHUT and gate.shut_total == 1
+
+
 def test_gate_cooldown_doubles_while_drafts_keep_losing_and_resets_when_they_pay():
     gate = SpeculationGate(window=4, probe=4, cooldown=20, max_cooldown=60)
     losing, paying = (0.030, 2.0), (0.012, 2.5)

@@ -1,10 +1,14 @@
 """Dynamic batching: inputs of concurrent requests share padded forward passes.
 
 Who owns what: the pending FIFO, the jobs and the counters belong to the event loop
-(touched only from coroutines, so no locks). The model runs on one dedicated worker
-thread, which receives a batch of token id lists and returns their vectors; it shares
-no state with the loop. The loop stays free to accept and validate requests while a
-forward pass runs, and those requests form the next batches.
+(touched only from coroutines, so no locks). The model runs on dedicated worker threads
+(``batches_in_flight`` of them), each of which receives a batch of token id lists and
+returns their vectors; they share no state with the loop. The loop stays free to accept
+and validate requests while forward passes run, and those requests form the next
+batches. With more than one batch in flight, the next batch is built and launched while
+the previous one still computes (on a GPU: the device queue never runs dry between
+batches); a batch waits for a free slot before it is taken off the queue, so batches
+still grow under load.
 
 One cycle: wait for work; when the queue holds less than a full batch and the previous
 cycle served several callers (a sign of concurrent traffic: a lone caller is not made to
@@ -112,7 +116,9 @@ class BatcherStats:
     batches_total: int = 0
     tokens_total: int = 0
     padded_tokens_total: int = 0
-    forward_s_total: float = 0.0  # wall time of the forward passes, vectors back included
+    # wall time of the forward passes, vectors back included (summed: passes in flight
+    # at once overlap)
+    forward_s_total: float = 0.0
     # the same passes timed on the worker thread itself: what forward_s_total has beyond
     # it is the event loop's turnaround (handing the batch over and the vectors back)
     compute_s_total: float = 0.0
@@ -138,9 +144,13 @@ class DynamicBatcher:
         self._task: asyncio.Task | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._last_cycle_callers = 0
+        self._slots: asyncio.Semaphore | None = None  # forward passes that may still start
+        self._in_flight: set[asyncio.Task] = set()
 
     def start(self) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="embed-worker")
+        n = self.config.batches_in_flight
+        self._executor = ThreadPoolExecutor(n, thread_name_prefix="embed-worker")
+        self._slots = asyncio.Semaphore(n)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="embed-batcher")
 
     async def close(self) -> None:
@@ -148,6 +158,7 @@ class DynamicBatcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await asyncio.gather(*self._in_flight, return_exceptions=True)
         while self._pending:
             self._pending.popleft().job.fail(RuntimeError("embeddings service is shutting down"))
         if self._executor is not None:
@@ -190,16 +201,26 @@ class DynamicBatcher:
             self._arrived.clear()
             if not self._pending:
                 continue
+            await self._slots.acquire()  # the first batch of this cycle may start
             if self._last_cycle_callers > 1:
                 await self._linger(loop)
             window = self._take_window()
             self._last_cycle_callers = len({id(item.job) for item in window})
             lengths = [len(item.ids) for item in window]
             plan = plan_batches(lengths, self.config.max_batch_tokens, self.config.max_batch_size)
+            holding = True
             for batch in plan:
                 items = [window[i] for i in batch if not window[i].job.future.done()]
-                if items:
-                    await self._run_batch(loop, items)
+                if not items:
+                    continue
+                if not holding:
+                    await self._slots.acquire()
+                holding = False
+                task = loop.create_task(self._run_batch(loop, items))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+            if holding:  # every caller of the window had gone
+                self._slots.release()
             if self._pending:
                 self._arrived.set()
 
@@ -235,6 +256,7 @@ class DynamicBatcher:
         return vectors, time.perf_counter() - started
 
     async def _run_batch(self, loop: asyncio.AbstractEventLoop, items: list[_Item]) -> None:
+        """One forward pass on a worker thread; frees its slot when done."""
         batch = [item.ids for item in items]
         started = loop.time()
         try:
@@ -244,6 +266,8 @@ class DynamicBatcher:
             for item in items:
                 item.job.fail(exc)
             return
+        finally:
+            self._slots.release()
         s = self._stats
         s.forward_s_total += loop.time() - started
         s.compute_s_total += seconds

@@ -35,10 +35,14 @@ class BatcherConfig:
 
     ``max_batch_tokens`` bounds one forward pass in real tokens (batches run packed);
     ``max_wait_ms`` is how long an idle batcher holds the first arrival for company;
-    ``max_queued_inputs`` bounds inputs waiting (beyond it new requests are refused).
+    ``max_queued_inputs`` bounds inputs waiting (beyond it new requests are refused);
+    ``batches_in_flight`` forward passes may run at once, each on its own worker thread
+    (on a GPU a second one is launched while the first runs, so the device does not
+    idle while the host prepares the next batch and hands back the last one's vectors).
     """
 
     max_batch_tokens: int = 2048
     max_batch_size: int = 256
     max_wait_ms: float = 2.0
     max_queued_inputs: int = 65536
+    batches_in_flight: int = 1

@@ -1,8 +1,9 @@
 """One loaded embedding model: tokenizer, encoder weights, pooling and heads.
 
 Owns every tensor of the model (on ``config.device``). :meth:`Embedder.embed` is pure
-compute over already-tokenized, length-checked inputs and is meant to run on one worker
-thread at a time; :meth:`Embedder.tokenize` may run on any thread.
+compute over already-tokenized, length-checked inputs: it reads the weights and keeps
+nothing between calls, so calls may run on several worker threads at once (the batcher's
+``batches_in_flight``); :meth:`Embedder.tokenize` may run on any thread.
 """
 
 from __future__ import annotations

@@ -104,6 +104,13 @@ class EmbeddingsSettings(ServiceSettings):
         description="How long an idle batcher waits after a first arrival for others to "
         "join its batch.",
     )
+    batches_in_flight: int | None = Field(
+        None,
+        ge=1,
+        le=8,
+        description="Forward passes running at once, each on its own worker thread; unset: "
+        "2 on CUDA (the next batch is launched while one computes), 1 on CPU.",
+    )
     max_queued_inputs: int = Field(
         65536,
         ge=1,
@@ -162,4 +169,6 @@ class EmbeddingsSettings(ServiceSettings):
             max_batch_size=self.max_batch_size,
             max_wait_ms=self.max_wait_ms,
             max_queued_inputs=self.max_queued_inputs,
+            batches_in_flight=self.batches_in_flight
+            or (2 if self.device.startswith("cuda") else 1),
         )

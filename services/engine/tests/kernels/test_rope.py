@@ -5,6 +5,10 @@ rotation's differences cancel, so no per-element ulp bound); bfloat16 rounds at 
 on both sides, so at most 1% of elements may differ (a last-bit flip of the float32 norm
 statistics carries through), rel-L2 <= 2e-3, max error <= 1.6e-2 of max|ref|.
 Out-of-place outputs are poisoned with NaN; in-place runs on a copy.
+
+The launch that also stores K/V into the paged cache (``store=KVStore(...)``) must be
+bit-identical to rope followed by ``kv_cache_write``: same q and k, same cache. Its cache
+is poisoned with NaN so that a missing, misplaced or padding write shows.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import torch
 
 pytest.importorskip("triton")
 
+from jacana_engine.kernels.kv_cache_write import kv_cache_write
 from jacana_engine.kernels.reference import (
     build_cos_sin_cache,
     qk_norm_rope_reference,
+    rope_kv_store_reference,
     rope_reference,
 )
-from jacana_engine.kernels.rope import qk_norm_rope, rope
+from jacana_engine.kernels.rope import KVStore, qk_norm_rope, rope
 
 
 def _inv_freq(rotary_dim: int, theta: float = 1e6) -> torch.Tensor:
@@ -120,4 +126,129 @@ def test_rope_gpu_qwen3_8b(gpu, device, seed, checks, qk_norm):
         max_pos=40960,
         dtype=torch.bfloat16,
         qk_norm=qk_norm,
+    )
+
+
+# ---------------------------------------------------------------- rope + KV-cache store
+
+
+def _same_cache(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Elementwise equality where NaN (the untouched poison) equals NaN."""
+    return (out == ref) | (out.isnan() & ref.isnan())
+
+
+def _check_store(
+    device, seed, checks, *, tokens, n_q, n_kv, head_dim, rotary_dim, dtype, qk_norm, pad
+):
+    """Fused rope + store against the reference (q/k within the rope tolerance, cache
+    exactly the kernel's own k and v) and bit for bit against rope then kv_cache_write."""
+    block_size, num_blocks, max_pos = 4, -(-tokens // 4) + 2, 300
+    qkv = torch.randn(tokens, (n_q + 2 * n_kv) * head_dim, device=device).to(dtype)
+    q, k, v = qkv.split([n_q * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
+    q = q.view(tokens, n_q, head_dim)  # strided views of one projection, as in the model
+    k = k.view(tokens, n_kv, head_dim)
+    v = v.view(tokens, n_kv, head_dim)
+    positions = torch.randint(0, max_pos, (tokens,), device=device)
+    cos_sin = build_cos_sin_cache(_inv_freq(rotary_dim).to(device), max_pos)
+    slots = torch.randperm(num_blocks * block_size, device=device)[:tokens]
+    slots[torch.randperm(tokens, device=device)[:pad]] = -1  # padding rows store nothing
+    shape = (2, num_blocks, block_size, n_kv, head_dim)
+    cache = torch.full(shape, float("nan"), device=device).to(dtype)
+    eps = 1e-6
+    qw = kw = None
+    if qk_norm:
+        qw = (1 + 0.2 * torch.randn(head_dim, device=device)).to(dtype)
+        kw = (1 + 0.2 * torch.randn(head_dim, device=device)).to(dtype)
+
+    def launch(q_, k_, store=None):
+        if qk_norm:
+            return qk_norm_rope(positions, q_, k_, qw, kw, eps, cos_sin, store=store)
+        return rope(positions, q_, k_, cos_sin, store=store)
+
+    fused_qkv, fused_cache = qkv.clone(), cache.clone()
+    fq, fk, fv = fused_qkv.split([n_q * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
+    fq, fk = fq.view_as(q), fk.view_as(k)
+    launch(fq, fk, KVStore(fv.view_as(v), fused_cache, slots))
+    # the unfused Triton path: rope in place, then the write kernel
+    uq, uk, unfused_cache = q.clone(), k.clone(), cache.clone()
+    launch(uq, uk)
+    kv_cache_write(uk, v, unfused_cache, slots)
+
+    what = f"rope+store norm={qk_norm} {dtype} rot={rotary_dim} seed={seed}"
+    assert torch.equal(fq, uq) and torch.equal(fk, uk), f"{what}: q/k differ from rope"
+    assert _same_cache(fused_cache, unfused_cache).all(), f"{what}: cache differs"
+    assert torch.equal(fused_qkv[:, (n_q + n_kv) * head_dim :], qkv[:, (n_q + n_kv) * head_dim :])
+
+    ref_q, ref_k, ref_cache = rope_kv_store_reference(
+        q, k, v, positions, cos_sin, cache, slots, qw, kw, eps
+    )
+    for out, ref, name in ((fq, ref_q, "q"), (fk, ref_k, "k")):
+        if dtype == torch.float32:
+            checks.close(out, ref, rel_l2=1e-6, max_rel=1e-5, seed=seed, what=f"{what} {name}")
+        else:
+            checks.close(out, ref, rel_l2=2e-3, max_rel=1.6e-2, seed=seed, what=f"{what} {name}")
+            checks.mostly_equal(out, ref, max_fraction=0.01, seed=seed, what=f"{what} {name}")
+    # The cache holds exactly the kernel's rotated k and the given v at the real slots,
+    # and nothing anywhere else (the padding rows' would-be slots stay poisoned too).
+    expected_from_k = torch.full_like(cache, float("nan"))
+    flat = expected_from_k.view(2, -1, n_kv, head_dim)
+    real = slots >= 0
+    flat[0, slots[real]] = fk[real]
+    flat[1, slots[real]] = v[real]
+    assert _same_cache(fused_cache, expected_from_k).all(), f"{what}: cache != stored k/v"
+    assert (fused_cache.isnan() == ref_cache.isnan()).all(), f"{what}: slots written differ"
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("head_dim,rotary_dim", [(64, 64), (48, 32)])
+def test_rope_store_matches_rope_then_write(device, seed, checks, qk_norm, head_dim, rotary_dim):
+    dtypes = [torch.float32, torch.bfloat16] if device.type == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        _check_store(
+            device,
+            seed,
+            checks,
+            tokens=9,
+            n_q=4,
+            n_kv=2,
+            head_dim=head_dim,
+            rotary_dim=rotary_dim,
+            dtype=dtype,
+            qk_norm=qk_norm,
+            pad=2,
+        )
+
+
+def test_rope_store_rejects_mismatched_cache(device):
+    q = torch.randn(3, 4, 16, device=device)
+    k = torch.randn(3, 2, 16, device=device)
+    cos_sin = build_cos_sin_cache(_inv_freq(16).to(device), 8)
+    positions = torch.arange(3, device=device)
+    slots = torch.arange(3, device=device)
+    cache = torch.zeros(2, 2, 4, 2, 16, device=device)
+    with pytest.raises(ValueError, match="heads/head_dim"):
+        rope(positions, q, k, cos_sin, store=KVStore(k, cache[..., :8], slots))
+    with pytest.raises(ValueError, match="disagree"):
+        rope(positions, q, k, cos_sin, store=KVStore(k[:2], cache, slots))
+    with pytest.raises(ValueError, match="disagree"):
+        rope(positions, q, k, cos_sin, store=KVStore(k, cache, slots[:2]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("batch", [1, 64])
+def test_rope_store_gpu_qwen3_8b(gpu, device, seed, checks, qk_norm, batch):
+    """Decode-step shapes of Qwen3-8B: one token per sequence, bf16."""
+    _check_store(
+        device,
+        seed,
+        checks,
+        tokens=batch,
+        n_q=32,
+        n_kv=8,
+        head_dim=128,
+        rotary_dim=128,
+        dtype=torch.bfloat16,
+        qk_norm=qk_norm,
+        pad=batch // 8,
     )

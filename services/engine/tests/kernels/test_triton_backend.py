@@ -3,7 +3,8 @@
 On CPU the kernels run under Triton's interpreter (``conftest.py``), in float32; on a
 GPU the same tests run on CUDA. Batches mix a fresh prefill, a chunk after a cached
 prefix and decode rows; a second case is decode-only (the split-K kernel, with a fixed
-split count as a CUDA graph would use).
+split count as a CUDA graph would use). A decoder attention layer on the Triton ops and
+backend stores K/V from its rope launch; that must change nothing, bit for bit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from jacana_engine.layers.attention_backend import (
 )
 from jacana_engine.layers.ops import get_layer_ops
 from jacana_engine.layers.rotary import RotaryEmbedding
+from jacana_engine.models.attention import DecoderAttention
 from jacana_engine.models.base import ModelConfig
 from jacana_engine.models.decoder import DecoderForCausalLM
 
@@ -78,6 +80,21 @@ def test_triton_backend_matches_torch(device, seed, chunks, splits):
     ref = get_attention_backend("torch").forward(q, k, v, ref_cache, meta, HEAD_DIM**-0.5)
     out = get_attention_backend("triton").forward(q, k, v, out_cache, meta, HEAD_DIM**-0.5)
     assert torch.equal(out_cache, ref_cache), f"seed {seed}: KV cache writes differ"
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5, msg=lambda m: f"seed {seed}: {m}")
+
+
+def test_triton_backend_skips_written_kv(device, seed):
+    """With ``kv_written`` the backend leaves the cache alone and reads what is there."""
+    rng = random.Random(seed)
+    meta = _batch(device, rng, [(3, 2), (0, 3)], 8)
+    cache = torch.randn(2, 8, BLOCK, N_KV, HEAD_DIM, device=device)
+    before = cache.clone()
+    q = torch.randn(5, N_HEADS, HEAD_DIM, device=device)
+    kv = torch.full((5, N_KV, HEAD_DIM), float("nan"), device=device)  # would poison a write
+    backend = get_attention_backend("triton")
+    out = backend.forward(q, kv, kv, cache, meta, HEAD_DIM**-0.5, kv_written=True)
+    assert torch.equal(cache, before), f"seed {seed}"
+    ref = get_attention_backend("torch").forward(q, kv, kv, cache, meta, HEAD_DIM**-0.5, True)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5, msg=lambda m: f"seed {seed}: {m}")
 
 
@@ -164,3 +181,67 @@ def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
         for got, want in zip(step["triton"], step["torch"], strict=True):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         tokens = [int(lg[-1].argmax()) for lg in step["torch"]]
+
+
+def _tiny_llama() -> ModelConfig:
+    return ModelConfig(
+        architecture="LlamaForCausalLM",
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=N_HEADS,
+        num_key_value_heads=N_KV,
+        head_dim=HEAD_DIM,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        attention_bias=True,
+    )
+
+
+@pytest.mark.parametrize("config", [_tiny_qwen3, _tiny_llama], ids=["qwen3", "llama"])
+@pytest.mark.parametrize(
+    "chunks", [[(0, 6), (5, 1), (3, 4)], [(10, 1), (3, 1), (17, 1)]], ids=["mixed", "decode"]
+)
+def test_attention_layer_stores_kv_in_rope(device, seed, config, chunks):
+    """DecoderAttention on the Triton ops and backend takes the fused rope + KV store; its
+    output and cache equal, bit for bit, those of the unfused path (rope launch, then the
+    backend's own write), and match the torch ops and backend."""
+    cfg = config()
+    rng = random.Random(seed)
+    num_blocks = 16
+    meta = _batch(device, rng, chunks, num_blocks)
+    positions = torch.cat([torch.arange(c, c + n) for c, n in chunks]).to(device)
+    t = positions.shape[0]
+    x = torch.randn(t, cfg.hidden_size, device=device)
+    cache = torch.randn(2, num_blocks, BLOCK, N_KV, HEAD_DIM, device=device)
+    rotary = RotaryEmbedding(HEAD_DIM, cfg.rope_theta, None, max_positions=128)
+    rotary.reset_buffers(device)
+
+    layers, outs, caches = {}, {}, {}
+    for name in ("fused", "unfused", "torch"):
+        kind = "torch" if name == "torch" else "triton"
+        ops = get_layer_ops(kind)
+        if name == "unfused":
+            ops.fuses_kv_store = False  # this instance only: rotate, then backend write
+        layer = DecoderAttention(cfg, get_attention_backend(kind), ops).to(device)
+        if layers:
+            layer.load_state_dict(layers["fused"].state_dict())
+        else:
+            gen = torch.Generator(device=device).manual_seed(seed)
+            with torch.no_grad():
+                for p in layer.parameters():
+                    p.normal_(0.0, 0.3, generator=gen)
+        layers[name] = layer
+        caches[name] = cache.clone()
+        with torch.no_grad():
+            tables = ops.rope_tables(rotary, positions, x.dtype)
+            outs[name] = layer(x, tables, caches[name], meta)
+    assert torch.equal(outs["fused"], outs["unfused"]), f"seed {seed}: outputs differ"
+    assert torch.equal(caches["fused"], caches["unfused"]), f"seed {seed}: caches differ"
+    assert not torch.equal(caches["fused"], cache), f"seed {seed}: nothing was stored"
+    close = {"rtol": 1e-4, "atol": 1e-4, "msg": lambda m: f"seed {seed}: {m}"}
+    torch.testing.assert_close(outs["fused"], outs["torch"], **close)
+    torch.testing.assert_close(caches["fused"], caches["torch"], **close)

@@ -9,8 +9,9 @@ Entry points (import the module you need; importing this package loads no Triton
   block_tables, scale, *, max_query_len, out=None)``
 - ``rmsnorm.rms_norm(x, weight, eps, *, out=None)`` and
   ``rmsnorm.fused_add_rms_norm(x, residual, weight, eps, *, out=None, residual_out=None)``
-- ``rope.rope(positions, q, k, cos_sin_cache, *, q_out=None, k_out=None)`` and
-  ``rope.qk_norm_rope(positions, q, k, q_weight, k_weight, eps, cos_sin_cache, *, ...)``
+- ``rope.rope(positions, q, k, cos_sin_cache, *, q_out=None, k_out=None, store=None)`` and
+  ``rope.qk_norm_rope(positions, q, k, q_weight, k_weight, eps, cos_sin_cache, *, ...)``;
+  ``store=rope.KVStore(v, kv_cache, slot_mapping)`` also does ``kv_cache_write``'s job
 - ``activation.silu_and_mul(x, *, out=None)``
 - ``sampling.sample(logits, temperature, top_k, top_p, min_p, seeds, steps, *, plan=None,
   out=None)`` with ``sampling_filters.plan_filters`` for the host-side plan

@@ -143,6 +143,29 @@ def qk_norm_rope_reference(
     return rope_reference(normed, positions, cos_sin_cache)
 
 
+def rope_kv_store_reference(
+    q: torch.Tensor,  # [T, n_heads, head_dim]
+    k: torch.Tensor,  # [T, n_kv, head_dim]
+    v: torch.Tensor,  # [T, n_kv, head_dim]
+    positions: torch.Tensor,  # [T] int
+    cos_sin_cache: torch.Tensor,  # [max_positions, rotary_dim] float32
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv, head_dim]
+    slot_mapping: torch.Tensor,  # [T] int64; < 0 = padding, skipped
+    q_weight: torch.Tensor | None = None,  # [head_dim] Qwen3 q/k norm weights, or None
+    k_weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # (q, k rotated; a new cache)
+    """RoPE (after the q/k norm when weights are given) fused with the KV store: the
+    rotated k, rounded to k's dtype, and v as given land in a copy of ``kv_cache``."""
+    if q_weight is None:
+        q_rot = rope_reference(q, positions, cos_sin_cache)
+        k_rot = rope_reference(k, positions, cos_sin_cache)
+    else:
+        q_rot = qk_norm_rope_reference(q, q_weight, eps, positions, cos_sin_cache)
+        k_rot = qk_norm_rope_reference(k, k_weight, eps, positions, cos_sin_cache)
+    return q_rot, k_rot, kv_cache_write_reference(k_rot, v, kv_cache, slot_mapping)
+
+
 def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
     """x: [T, 2 * I] -> ``silu(x[:, :I]) * x[:, I:]``: [T, I], silu rounded to x's dtype
     before the product, as HF's ``act_fn(gate) * up``."""

@@ -11,15 +11,26 @@ rounded, then the sum; the q/k norm rounds like ``rms_norm``. The kernel is comp
 without floating-point contraction: an FMA would skip the product's rounding. Works in
 place (the default) or into given output tensors; q and k may be strided views of a fused
 QKV projection.
+
+Given ``store=KVStore(v, kv_cache, slot_mapping)``, the same launch also stores the
+rotated k and the unrotated v at the tokens' slots, exactly as ``kv_cache_write`` would
+after it: that saves one launch per layer and step. The k stored is the value rounded to
+k's dtype (the one written to ``k_out``), then cast to the cache's dtype.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from jacana_engine.kernels._common import check_last_dim_contiguous, next_power_of_2
+from jacana_engine.kernels._common import (
+    check_kv_cache,
+    check_last_dim_contiguous,
+    next_power_of_2,
+)
 
 
 @triton.jit
@@ -27,12 +38,15 @@ def _rope_heads(
     x_ptr,
     out_ptr,
     norm_w_ptr,
+    cache_ptr,  # this token's slot row [n_kv, head_dim] of the K cache (STORE_CACHE only)
     token,
     stride_xt,
     stride_xh,
     stride_ot,
     stride_oh,
+    stride_ch,
     num_heads,
+    cache_heads,  # heads to store in the cache: num_heads, or 0 for a padding token
     cos,  # [1, BLOCK_HALF] float32, already rounded to the activation dtype
     sin,
     eps,
@@ -42,6 +56,7 @@ def _rope_heads(
     BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr,
     HAS_NORM: tl.constexpr,
+    STORE_CACHE: tl.constexpr,
 ):
     h = tl.arange(0, BLOCK_H)[:, None]
     j = tl.arange(0, BLOCK_HALF)[None, :]
@@ -80,6 +95,16 @@ def _rope_heads(
     tl.store(dst + HALF + j, o2.to(dtype), mask=rot_mask)
     if BLOCK_PASS > 0:
         tl.store(dst + 2 * HALF + p, xp.to(dtype), mask=pass_mask)
+    if STORE_CACHE:
+        # The values just stored, cast on from x's dtype: what kv_cache_write would copy.
+        cdt = cache_ptr.dtype.element_ty
+        cdst = cache_ptr + h * stride_ch
+        cache_mask = (h < cache_heads) & (j < HALF)
+        tl.store(cdst + j, o1.to(dtype).to(cdt), mask=cache_mask)
+        tl.store(cdst + HALF + j, o2.to(dtype).to(cdt), mask=cache_mask)
+        if BLOCK_PASS > 0:
+            cache_pass_mask = (h < cache_heads) & (p < HEAD_DIM - 2 * HALF)
+            tl.store(cdst + 2 * HALF + p, xp.to(dtype).to(cdt), mask=cache_pass_mask)
 
 
 @triton.jit
@@ -92,6 +117,10 @@ def _rope_kernel(
     k_norm_ptr,
     positions_ptr,
     cos_sin_ptr,
+    v_ptr,  # the rest: STORE_KV only
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_ptr,
     stride_qt,
     stride_qh,
     stride_kt,
@@ -101,6 +130,11 @@ def _rope_kernel(
     stride_kot,
     stride_koh,
     stride_cs,
+    stride_vt,
+    stride_vh,
+    stride_cache_block,
+    stride_cache_offset,
+    stride_cache_head,
     num_q_heads,
     num_kv_heads,
     eps,
@@ -111,6 +145,9 @@ def _rope_kernel(
     BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr,
     HAS_NORM: tl.constexpr,
+    STORE_KV: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,  # KV cache block size (STORE_KV only)
+    BLOCK_D: tl.constexpr,  # next power of 2 of HEAD_DIM (STORE_KV only)
 ):
     token = tl.program_id(0).to(tl.int64)
     pos = tl.load(positions_ptr + token).to(tl.int64)
@@ -120,16 +157,29 @@ def _rope_kernel(
     sin = tl.load(cos_sin_ptr + pos * stride_cs + HALF + j, mask=j < HALF, other=0.0)
     cos = cos.to(dtype).to(tl.float32)
     sin = sin.to(dtype).to(tl.float32)
+    if STORE_KV:
+        slot = tl.load(slot_ptr + token).to(tl.int64)
+        # Padding tokens (slot < 0) store nothing: their head count drops to 0.
+        cache_heads = tl.where(slot >= 0, num_kv_heads, 0)
+        slot_row = (slot // BLOCK_SIZE) * stride_cache_block + (slot % BLOCK_SIZE) * (
+            stride_cache_offset
+        )
+    else:
+        cache_heads = 0
+        slot_row = 0
     _rope_heads(
         q_ptr,
         q_out_ptr,
         q_norm_ptr,
+        q_out_ptr,  # no cache for q
         token,
         stride_qt,
         stride_qh,
         stride_qot,
         stride_qoh,
+        0,
         num_q_heads,
+        0,
         cos,
         sin,
         eps,
@@ -139,17 +189,21 @@ def _rope_kernel(
         BLOCK_HALF,
         BLOCK_PASS,
         HAS_NORM,
+        False,
     )
     _rope_heads(
         k_ptr,
         k_out_ptr,
         k_norm_ptr,
+        k_cache_ptr + slot_row,
         token,
         stride_kt,
         stride_kh,
         stride_kot,
         stride_koh,
+        stride_cache_head,
         num_kv_heads,
+        cache_heads,
         cos,
         sin,
         eps,
@@ -159,7 +213,37 @@ def _rope_kernel(
         BLOCK_HALF,
         BLOCK_PASS,
         HAS_NORM,
+        STORE_KV,
     )
+    if STORE_KV:
+        # v is copied as is: [BLOCK_HK, BLOCK_D] per token
+        h = tl.arange(0, BLOCK_HK)[:, None]
+        d = tl.arange(0, BLOCK_D)[None, :]
+        v_mask = (h < cache_heads) & (d < HEAD_DIM)
+        v = tl.load(v_ptr + token * stride_vt + h * stride_vh + d, mask=v_mask)
+        v_dst = v_cache_ptr + slot_row + h * stride_cache_head + d
+        tl.store(v_dst, v.to(v_cache_ptr.dtype.element_ty), mask=v_mask)
+
+
+class KVStore(NamedTuple):
+    """This step's V and where to store K/V: ``kv_cache_write``'s arguments, for a rope
+    launch that also fills the paged cache. Slots must be distinct; negative ones
+    (padding tokens) are skipped."""
+
+    v: torch.Tensor  # [T, n_kv, head_dim], stored unrotated
+    kv_cache: torch.Tensor  # [2, num_blocks, block_size, n_kv, head_dim]
+    slot_mapping: torch.Tensor  # [T] int64, block * block_size + offset; < 0 = padding
+
+
+def _check_store(store: KVStore, k: torch.Tensor) -> None:
+    num_tokens, n_kv, head_dim = k.shape
+    check_kv_cache(store.kv_cache, n_kv, head_dim)
+    if store.v.shape != k.shape or store.slot_mapping.shape != (num_tokens,):
+        raise ValueError(
+            f"k {tuple(k.shape)}, v {tuple(store.v.shape)} and slot_mapping "
+            f"{tuple(store.slot_mapping.shape)} disagree"
+        )
+    check_last_dim_contiguous("v", store.v)
 
 
 def _rope(
@@ -172,6 +256,7 @@ def _rope(
     eps: float,
     q_out: torch.Tensor | None,
     k_out: torch.Tensor | None,
+    store: KVStore | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     num_tokens, n_q, head_dim = q.shape
     n_kv = k.shape[1]
@@ -192,12 +277,21 @@ def _rope(
         raise ValueError("q_out / k_out must have the shapes of q / k")
     check_last_dim_contiguous("q_out", q_out)
     check_last_dim_contiguous("k_out", k_out)
+    if store is not None:
+        _check_store(store, k)
     if num_tokens == 0:
         return q_out, k_out
     has_norm = q_weight is not None
     if has_norm and (q_weight.shape != (head_dim,) or k_weight.shape != (head_dim,)):
         raise ValueError(f"q/k norm weights must be [{head_dim}]")
     pass_dim = head_dim - rotary_dim
+    if store is not None:
+        v, k_cache, v_cache = store.v, store.kv_cache[0], store.kv_cache[1]
+        slots, block_size = store.slot_mapping, store.kv_cache.shape[2]
+        store_strides = (v.stride(0), v.stride(1), *k_cache.stride()[:3])
+    else:  # the kernel reads none of these: any tensors will do
+        v, k_cache, v_cache, slots, block_size = k, k_out, k_out, positions, 1
+        store_strides = (0,) * 5
     _rope_kernel[(num_tokens,)](
         q,
         k,
@@ -207,6 +301,10 @@ def _rope(
         k_weight if has_norm else k,
         positions,
         cos_sin_cache,
+        v,
+        k_cache,
+        v_cache,
+        slots,
         q.stride(0),
         q.stride(1),
         k.stride(0),
@@ -216,6 +314,7 @@ def _rope(
         k_out.stride(0),
         k_out.stride(1),
         cos_sin_cache.stride(0),
+        *store_strides,
         n_q,
         n_kv,
         eps,
@@ -226,6 +325,9 @@ def _rope(
         BLOCK_HALF=next_power_of_2(rotary_dim // 2),
         BLOCK_PASS=next_power_of_2(pass_dim) if pass_dim else 0,
         HAS_NORM=has_norm,
+        STORE_KV=store is not None,
+        BLOCK_SIZE=block_size,
+        BLOCK_D=next_power_of_2(head_dim),
         num_warps=4,
         enable_fp_fusion=False,
     )
@@ -240,9 +342,10 @@ def rope(
     *,
     q_out: torch.Tensor | None = None,  # [T, n_heads, head_dim]; None = in place
     k_out: torch.Tensor | None = None,  # [T, n_kv, head_dim]; None = in place
+    store: KVStore | None = None,  # also store rotated k and v into the paged cache
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (q_out, k_out)
     """Rotate q and k by their tokens' positions. Positions must index the table."""
-    return _rope(positions, q, k, cos_sin_cache, None, None, 0.0, q_out, k_out)
+    return _rope(positions, q, k, cos_sin_cache, None, None, 0.0, q_out, k_out, store)
 
 
 def qk_norm_rope(
@@ -256,9 +359,10 @@ def qk_norm_rope(
     *,
     q_out: torch.Tensor | None = None,  # [T, n_heads, head_dim]; None = in place
     k_out: torch.Tensor | None = None,  # [T, n_kv, head_dim]; None = in place
+    store: KVStore | None = None,  # also store rotated k and v into the paged cache
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (q_out, k_out)
     """Qwen3: RMSNorm each head of q (weight ``q_weight``) and k (``k_weight``) over
     ``head_dim``, then rotate, in one pass."""
     if k_weight is None or q_weight is None:
         raise ValueError("qk_norm_rope needs both q_weight and k_weight")
-    return _rope(positions, q, k, cos_sin_cache, q_weight, k_weight, eps, q_out, k_out)
+    return _rope(positions, q, k, cos_sin_cache, q_weight, k_weight, eps, q_out, k_out, store)

@@ -1,9 +1,10 @@
 """The attention-backend interface and its registry.
 
 A backend turns one layer's projected, rotated Q/K/V into attention output over the paged
-KV cache, writing this step's K/V into the cache first. Backends are stateless and shared
-by all layers of a model. The registry maps a name to an import path, so a GPU backend
-(Triton) is imported only when chosen.
+KV cache, writing this step's K/V into the cache first, unless told (``kv_written``) that
+the rotary kernel already stored them there (``LayerOps.rotate_and_store``). Backends are
+stateless and shared by all layers of a model. The registry maps a name to an import path,
+so a GPU backend (Triton) is imported only when chosen.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ class AttentionBackend(ABC):
     # (no per-sequence Python loop, no host sync), so a decode step can be captured in a
     # CUDA graph and replayed with new contents in the same buffers.
     graph_safe: bool = False
+    # True when ``forward`` honours ``kv_written=True``: the cache is the plain layout
+    # above, which ``LayerOps.rotate_and_store`` may fill. Backends that keep their own
+    # layout or quantize on write leave it False and always get ``kv_written=False``.
+    accepts_written_kv: bool = False
 
     @abstractmethod
     def forward(
@@ -34,8 +39,10 @@ class AttentionBackend(ABC):
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv_heads, head_dim]
         meta: AttentionMetadata,
         scale: float,
+        kv_written: bool = False,
     ) -> torch.Tensor:  # [T, n_heads, head_dim] in q's dtype
-        """Store k/v at ``meta.slot_mapping``, then attend each sequence's queries causally."""
+        """Store k/v at ``meta.slot_mapping`` (skipped when ``kv_written``: they are already
+        there, and k/v may go unread), then attend each sequence's queries causally."""
 
 
 # name -> "module:attribute" of an AttentionBackend subclass

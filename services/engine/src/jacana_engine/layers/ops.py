@@ -8,6 +8,9 @@ so bf16 outputs agree with transformers.
 
 Rotary embedding is two calls: ``rope_tables`` once per forward (per-step state, e.g.
 cos/sin for these positions) and ``rotate`` in every layer (q/k norm folded in).
+``rotate_and_store`` also stores the step's K/V into the layer's paged cache; ops whose
+``fuses_kv_store`` is set do that in the rotary launch itself (one kernel launch less per
+layer, which is what a batch-1 decode step is made of), the others rotate, then write.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from jacana_engine.layers.paged_attention import write_kv_cache
 from jacana_engine.layers.rotary import RotaryEmbedding, apply_rotary
 
 
@@ -26,6 +30,9 @@ class LayerOps(ABC):
     """One implementation of the decoder's non-GEMM ops."""
 
     name: str
+    # True when ``rotate_and_store`` writes the cache in the same kernel as the rotation;
+    # only then is it worth calling instead of the attention backend's own write.
+    fuses_kv_store: bool = False
 
     @abstractmethod
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -58,6 +65,30 @@ class LayerOps(ABC):
         eps: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Optional per-head RMSNorm of q and k, then RoPE; may work in place."""
+
+    def rotate_and_store(
+        self,
+        q: torch.Tensor,  # [T, n_heads, head_dim]
+        k: torch.Tensor,  # [T, n_kv, head_dim]
+        v: torch.Tensor,  # [T, n_kv, head_dim], stored as is
+        tables: Any,
+        q_norm: torch.Tensor | None,
+        k_norm: torch.Tensor | None,
+        eps: float,
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv, head_dim]
+        slot_mapping: torch.Tensor,  # [T] int64; < 0 = padding token, stores nothing
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``rotate``, then store the rotated k and v at ``slot_mapping`` (cast to the
+        cache's dtype), as the attention backend's write would. This default rotates,
+        then writes with torch (it drops padding slots with a host sync: not for CUDA
+        graphs); ``fuses_kv_store`` ops do both in one launch."""
+        q, k = self.rotate(q, k, tables, q_norm, k_norm, eps)
+        keep = slot_mapping >= 0
+        if bool(keep.all()):
+            write_kv_cache(kv_cache, k, v, slot_mapping)
+        else:
+            write_kv_cache(kv_cache, k[keep], v[keep], slot_mapping[keep])
+        return q, k
 
 
 class TorchOps(LayerOps):

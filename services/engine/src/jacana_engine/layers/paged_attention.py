@@ -88,6 +88,7 @@ class TorchAttentionBackend(AttentionBackend):
     """Reference backend: index_copy into the cache, then per-sequence SDPA in float32."""
 
     name = "torch"
+    accepts_written_kv = True
 
     def forward(
         self,
@@ -97,6 +98,8 @@ class TorchAttentionBackend(AttentionBackend):
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        kv_written: bool = False,
     ) -> torch.Tensor:
-        write_kv_cache(kv_cache, k, v, meta.slot_mapping)
+        if not kv_written:
+            write_kv_cache(kv_cache, k, v, meta.slot_mapping)
         return paged_attention(q, kv_cache, meta, scale)

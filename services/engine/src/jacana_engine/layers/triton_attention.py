@@ -1,11 +1,12 @@
 """Paged attention through the Triton kernels: the GPU path, and graph-capturable.
 
-Per layer and step: ``kv_cache_write`` stores the new tokens' K/V, then one launch
-attends every sequence. A decode-only batch (every query length 1) takes the split-K
-decode kernel; anything else (prefill chunks, prefix-cache hits, mixed batches) takes the
-variable-length prefill kernel, which also serves decode rows. Grids are sized from host
-bounds carried by the metadata, never from device tensors, so nothing syncs and a
-decode step of a fixed padded size launches the same grids every time (CUDA graphs).
+Per layer and step: ``kv_cache_write`` stores the new tokens' K/V (unless the rotary
+kernel already did: ``kv_written``), then one launch attends every sequence. A
+decode-only batch (every query length 1) takes the split-K decode kernel; anything else
+(prefill chunks, prefix-cache hits, mixed batches) takes the variable-length prefill
+kernel, which also serves decode rows. Grids are sized from host bounds carried by the
+metadata, never from device tensors, so nothing syncs and a decode step of a fixed
+padded size launches the same grids every time (CUDA graphs).
 
 Stateless: the cache tensors belong to the model runner, the metadata to the step.
 """
@@ -23,6 +24,7 @@ class TritonAttentionBackend(AttentionBackend):
 
     name = "triton"
     graph_safe = True
+    accepts_written_kv = True
 
     def __init__(self) -> None:
         # Imported here so that choosing the torch backend never loads Triton code.
@@ -42,8 +44,10 @@ class TritonAttentionBackend(AttentionBackend):
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv_heads, head_dim]
         meta: AttentionMetadata,
         scale: float,
+        kv_written: bool = False,
     ) -> torch.Tensor:  # [T, n_heads, head_dim], contiguous, in q's dtype
-        self._write(k, v, kv_cache, meta.slot_mapping)
+        if not kv_written:
+            self._write(k, v, kv_cache, meta.slot_mapping)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         max_query_len = meta.query_len_bound
         if max_query_len == 1 and q.shape[0] == meta.seq_lens.shape[0]:

@@ -3,6 +3,7 @@
 RoPE reads a float32 cos/sin table indexed by position, built once per model on its
 device with HF's float32 angles (``RotaryEmbedding.cos_sin_cache``); building it lazily
 on the first forward keeps it out of any CUDA-graph capture (the runner warms up first).
+``rotate_and_store`` is the same rope launch with the paged-cache store folded in.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from jacana_engine.layers.rotary import RotaryEmbedding
 
 class TritonOps(LayerOps):
     name = "triton"
+    fuses_kv_store = True
 
     def __init__(self) -> None:
         from jacana_engine.kernels import activation, rmsnorm, rope
@@ -24,6 +26,7 @@ class TritonOps(LayerOps):
         self._silu_and_mul = activation.silu_and_mul
         self._rope = rope.rope
         self._qk_norm_rope = rope.qk_norm_rope
+        self._kv_store = rope.KVStore
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return self._rms_norm(x, weight, eps)
@@ -44,7 +47,14 @@ class TritonOps(LayerOps):
         return positions, rotary.cos_sin_cache()  # [T], [max_positions, head_dim] float32
 
     def rotate(self, q, k, tables, q_norm, k_norm, eps):
-        positions, cache = tables
+        return self._rotate(q, k, tables, q_norm, k_norm, eps, None)
+
+    def rotate_and_store(self, q, k, v, tables, q_norm, k_norm, eps, kv_cache, slot_mapping):
+        store = self._kv_store(v, kv_cache, slot_mapping)
+        return self._rotate(q, k, tables, q_norm, k_norm, eps, store)
+
+    def _rotate(self, q, k, tables, q_norm, k_norm, eps, store):
+        positions, cache = tables  # [T], [max_positions, rotary_dim] float32
         if q_norm is not None:
-            return self._qk_norm_rope(positions, q, k, q_norm, k_norm, eps, cache)
-        return self._rope(positions, q, k, cache)
+            return self._qk_norm_rope(positions, q, k, q_norm, k_norm, eps, cache, store=store)
+        return self._rope(positions, q, k, cache, store=store)

@@ -61,6 +61,15 @@ class DecoderAttention(nn.Module):
         v = v.view(t, self.n_kv_heads, self.head_dim)
         q_w = self.q_norm.weight if self.qk_norm else None
         k_w = self.k_norm.weight if self.qk_norm else None
-        q, k = self.ops.rotate(q, k, rope_tables, q_w, k_w, self.eps)
-        out = self.backend.forward(q, k, v, kv_cache, meta, self.scale)  # [T, n_heads, hd]
+        if self.ops.fuses_kv_store and self.backend.accepts_written_kv:
+            # One launch rotates q/k and stores k/v into the cache (saves the backend's
+            # own write launch per layer).
+            q, k = self.ops.rotate_and_store(
+                q, k, v, rope_tables, q_w, k_w, self.eps, kv_cache, meta.slot_mapping
+            )
+            out = self.backend.forward(q, k, v, kv_cache, meta, self.scale, kv_written=True)
+        else:
+            q, k = self.ops.rotate(q, k, rope_tables, q_w, k_w, self.eps)
+            out = self.backend.forward(q, k, v, kv_cache, meta, self.scale)
+        # out: [T, n_heads, head_dim]
         return self.o_proj(out.reshape(t, self.n_heads * self.head_dim))

@@ -6,21 +6,25 @@ mostly host work, and proposing, verifying k + 1 positions and committing can co
 than the accepted drafts save, however well they are accepted. So the gate measures it.
 
 Decode steps (no prefill chunk) go through phases:
-- ``SPEC`` (``window`` steps that verified drafts; steps where nothing was drafted say
-  nothing and are not counted): proposers run; each step's rate is the tokens it gained
-  per sequence over its wall time (propose + forward + commit).
-- ``PLAIN`` (``probe`` steps): nobody drafts; the rate is one token per sequence over the
-  step's wall time.
-- then the gate compares the two phases' median rates. Unless drafting was clearly slower
+- ``SPEC`` (until ``window`` steps have verified drafts): proposers run. The sample starts
+  at the first step that verified a draft (before it, nothing is known about drafting)
+  and from there counts every step, drafted or not: a drafting engine cannot run its
+  steps overlapped (``decode_overlap.py``), so a step in which nobody drafted still costs
+  more than a plain one, and that is part of what drafting costs.
+- ``PLAIN`` (``probe`` steps): nobody drafts (the steps may overlap).
+- then the gate compares the two phases' throughputs: tokens gained per sequence over the
+  phase's summed wall time (propose + forward + commit). A sum weighs each step by its
+  time, as the clock does; a median of per-step rates would let cheap drafted steps
+  outvote the costly undrafted ones between them. Unless drafting was clearly slower
   (below ``margin`` times the plain rate: timing noise must not shut it) it keeps
   drafting unmeasured (``CRUISE``) for a while before measuring again; else it stays
   ``SHUT`` (nobody drafts) for a cooldown of decode steps and then measures again (the
   batch, the text and the proposer's luck change).
-- While cruising, the gate still keeps every step's rate: whenever ``monitor`` cruise
-  steps in a row have a median below ``margin`` times the last plain rate, the four-step
-  verdict was luck (or the text stopped repeating), and the cruise ends early: those
-  steps stand as the drafting sample, ``probe`` plain steps are measured afresh, and the
-  gate decides again. A cruise that turns sour costs ``monitor`` steps, not its length.
+- While cruising, the gate still times every step: whenever ``monitor`` cruise steps in
+  a row gained less than ``margin`` times the last plain rate, the short verdict was
+  luck (or the text stopped repeating), and the cruise ends early: those steps stand as
+  the drafting sample, ``probe`` plain steps are measured afresh, and the gate decides
+  again. A cruise that turns sour costs ``monitor`` steps, not its length.
 Each verdict in a row doubles how long it holds: a cruise from ``cruise`` up to
 ``max_cruise`` decode steps, a cooldown from ``cooldown`` up to ``max_cooldown``. So
 measuring costs little either way: while drafting pays, ``probe`` plain steps per
@@ -39,7 +43,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -71,10 +74,11 @@ class SpeculationGate:
     shut_total: int = 0  # times the gate shut since start-up
     shut_streak: int = 0  # shuts since drafting last paid
     pay_streak: int = 0  # verdicts that drafting pays since it last did not
-    _spec_rates: list[float] = field(default_factory=list)
-    _plain_rates: list[float] = field(default_factory=list)
-    _cruise_rates: list[float] = field(default_factory=list)
-    _plain_reference: float = 0.0  # median plain rate of the latest verdict
+    _spec: _Throughput = field(default_factory=lambda: _Throughput())
+    _spec_drafted: int = 0  # steps of the drafting sample that verified drafts
+    _plain: _Throughput = field(default_factory=lambda: _Throughput())
+    _cruise: _Throughput = field(default_factory=lambda: _Throughput())
+    _plain_reference: float = 0.0  # plain rate of the latest verdict
     cruise_checks_failed: int = 0  # cruises ended early by the monitor since start-up
     _measured: set[str] = field(default_factory=set)  # requests seen while measuring
 
@@ -92,36 +96,38 @@ class SpeculationGate:
     def record(self, seconds: float, tokens_per_sequence: float, drafted: bool = True) -> None:
         """One decode step's wall time, the tokens it gained per sequence (1 for a step
         without drafts) and whether it verified any draft."""
-        if seconds <= 0 or (self.phase is Phase.SPEC and not drafted):
+        if seconds <= 0:
             return
+        if self.phase is Phase.SPEC and not (drafted or self._spec_drafted):
+            return  # nothing drafted yet: no sample of drafting has begun
         self.steps_in_phase += 1
         if self.phase is Phase.SPEC:
-            self._spec_rates.append(tokens_per_sequence / seconds)
-            if self.steps_in_phase >= self.window:
+            self._spec.add(tokens_per_sequence, seconds)
+            self._spec_drafted += drafted
+            if self._spec_drafted >= self.window:
                 self._enter(Phase.PLAIN)
         elif self.phase is Phase.PLAIN:
-            self._plain_rates.append(1.0 / seconds)
+            self._plain.add(1.0, seconds)
             if self.steps_in_phase >= self.probe:
                 self._decide()
-        elif self.phase is Phase.CRUISE and self._cruise_turned_sour(tokens_per_sequence / seconds):
+        elif self.phase is Phase.CRUISE and self._cruise_turned_sour(tokens_per_sequence, seconds):
             return
         elif self.steps_in_phase >= self._hold():
             self._enter(Phase.SPEC)
 
-    def _cruise_turned_sour(self, rate: float) -> bool:
-        """Keep a cruise step's rate; after every ``monitor`` of them, end the cruise
-        (measure plain steps again, with these as the drafting sample) if their median
-        fell below the margin. True when it ended the cruise."""
-        self._cruise_rates.append(rate)
-        if len(self._cruise_rates) < self.monitor:
+    def _cruise_turned_sour(self, tokens: float, seconds: float) -> bool:
+        """Add a cruise step; after every ``monitor`` of them, end the cruise (measure
+        plain steps again, with these as the drafting sample) if their throughput fell
+        below the margin. True when it ended the cruise."""
+        self._cruise.add(tokens, seconds)
+        if self._cruise.steps < self.monitor:
             return False
-        recent = statistics.median(self._cruise_rates)
-        self._cruise_rates.clear()
-        if recent >= self.margin * self._plain_reference:
+        recent, self._cruise = self._cruise, _Throughput()
+        if recent.rate >= self.margin * self._plain_reference:
             return False
         self.cruise_checks_failed += 1
         self._enter(Phase.SPEC)
-        self._spec_rates.append(recent)
+        self._spec, self._spec_drafted = recent, self.window
         self._enter(Phase.PLAIN)
         return True
 
@@ -139,8 +145,8 @@ class SpeculationGate:
         return self.current_cruise if self.phase is Phase.CRUISE else self.current_cooldown
 
     def _decide(self) -> None:
-        spec = statistics.median(self._spec_rates)
-        plain = self._plain_reference = statistics.median(self._plain_rates)
+        spec = self._spec.rate
+        plain = self._plain_reference = self._plain.rate
         if spec >= self.margin * plain:
             self.shut_streak = 0
             self.pay_streak += 1
@@ -160,12 +166,31 @@ class SpeculationGate:
 
     def _enter(self, phase: Phase) -> None:
         if phase is Phase.SPEC:
-            self._spec_rates.clear()
-            self._plain_rates.clear()
+            self._spec, self._spec_drafted = _Throughput(), 0
+            self._plain = _Throughput()
             self._measured.clear()
-        self._cruise_rates.clear()
+        self._cruise = _Throughput()
         self.phase = phase
         self.steps_in_phase = 0
+
+
+@dataclass
+class _Throughput:
+    """Tokens per sequence gained over a run of steps, and the steps' summed wall time."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, tokens: float, seconds: float) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+        self.steps += 1
+
+    @property
+    def rate(self) -> float:
+        """Tokens per second per sequence (0 for an empty run)."""
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def _doubled(base: int, streak: int, cap: int) -> int:
