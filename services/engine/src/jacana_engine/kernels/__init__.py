@@ -4,7 +4,8 @@ Entry points (import the module you need; importing this package loads no Triton
 
 - ``kv_cache_write.kv_cache_write(k, v, kv_cache, slot_mapping)``
 - ``decode_attention.paged_decode_attention(q, kv_cache, seq_lens, block_tables, scale, *,
-  num_splits=None, max_seq_len=None, out=None)``
+  num_splits=None, max_seq_len=None, out=None, fused_merge=True)``: the last split
+  program of each (sequence, KV head) merges the splits (no second launch)
 - ``prefill_attention.paged_prefill_attention(q, kv_cache, query_start_loc, seq_lens,
   block_tables, scale, *, max_query_len, out=None)``
 - ``rmsnorm.rms_norm(x, weight, eps, *, out=None)`` and
