@@ -12,9 +12,11 @@
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), then b1
 #             again with decode steps one at a time (overlap_decode off) for comparison
+#             (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
 #             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
-# spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on)
+# spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
+#             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
 #
@@ -99,6 +101,7 @@ for phase in "$@"; do
       stamp "offline targets (no peer)"
       timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 | tail -14
+      [ "${TARGETS_SERIAL:-1}" = 1 ] || continue
       stamp "b1 with decode steps one at a time"
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --serial --reps 3 --name offline_b1_serial --out "$OUT" 2>&1 | tail -8
@@ -111,7 +114,7 @@ for phase in "$@"; do
       # 512 new tokens: a run at concurrency 32 lasts ~1 s, long enough that the gate's
       # periodic measurements weigh in it as in a running server, and timing noise less.
       timeout "${SPEC_TIMEOUT:-480}" python3 bench/spec_bench.py --grid gpu --device cuda --reps 3 \
-        --max-tokens 512 --out "$OUT" 2>&1 \
+        --max-tokens 512 --out "$OUT" ${SPEC_ARGS:-} 2>&1 \
         | tee "$OUT/spec_stdout.log" | tail -60
       ;;
     overhead)
