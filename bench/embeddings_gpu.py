@@ -374,9 +374,20 @@ def measure(args: argparse.Namespace) -> dict:
 
     embedder = embedder_mod.Embedder(
         config_mod.EmbedderConfig(
-            model_dir=model_dir, model_id="bench", dtype=args.dtype, device=args.device
+            model_dir=model_dir,
+            model_id="bench",
+            dtype=args.dtype,
+            device=args.device,
+            # as the service sizes them: a padded grid may hold twice a batch's tokens
+            graph_tokens=2 * args.max_batch_tokens if args.cuda_graphs else 0,
         )
     )
+    if embedder.graphs is not None:
+        print(
+            f"[bench] {len(embedder.graphs.shapes)} padded shapes ready in "
+            f"{embedder.graph_prepare_s:.1f}s (captured: {embedder.graphs.capture})",
+            flush=True,
+        )
     if embedder.info.max_input_tokens < args.tokens:
         raise SystemExit(f"the model takes at most {embedder.info.max_input_tokens} tokens")
     batcher_config = config_mod.BatcherConfig(
@@ -481,6 +492,8 @@ def measure(args: argparse.Namespace) -> dict:
             "jacana_max_batch_tokens": args.max_batch_tokens,
             "jacana_max_wait_ms": args.max_wait_ms,
             "jacana_batches_in_flight": args.batches_in_flight,
+            "jacana_cuda_graphs": args.cuda_graphs,
+            "jacana_graph_prepare_s": embedder.graph_prepare_s,
             "jacana_linear_backend": embedder.linear_backend,
             "gil_switch_interval_us": round(sys.getswitchinterval() * 1e6),
             "tokenizer_processes": TOKENIZER_PROCESSES,
@@ -541,7 +554,8 @@ def render(result: dict) -> str:
         "interleaved reps. Load CxR: C concurrent callers, R texts per request. Jacana: "
         "`EmbeddingService` + dynamic batcher + packed encoder, texts in, float32 vectors "
         f"out (max_batch_tokens {s['jacana_max_batch_tokens']}, batches in flight "
-        f"{s.get('jacana_batches_in_flight', 1)}, GIL switch interval "
+        f"{s.get('jacana_batches_in_flight', 1)}, CUDA graphs "
+        f"{'on' if s.get('jacana_cuda_graphs') else 'off'}, GIL switch interval "
         f"{s.get('gil_switch_interval_us', 5000)} µs, tokenizer worker processes "
         f"{s.get('tokenizer_processes', 0)}). sentence-transformers: "
         "`encode` on the texts C x R at a time.",
@@ -622,6 +636,11 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--max-batch-tokens", type=int, default=65536)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="padded batches captured as CUDA graphs (JACANA_EMBEDDINGS_CUDA_GRAPHS)",
+    )
     parser.add_argument(
         "--batches-in-flight",
         type=int,

@@ -5,10 +5,10 @@
 #   bench/gpu_suite.sh PHASE [PHASE ...]
 #
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2)
-# embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer
-#             (then, without the peer: per count in $EMBED_IN_FLIGHT, default "1", that many
-#             batches in flight instead of 2; per count in $EMBED_WORKERS, with tokenizer
-#             worker processes)
+# embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer;
+#             then without the peer, once per ';'-separated variant in $EMBED_VARIANTS
+#             (extra arguments; default "--batches-in-flight 1;--cuda-graphs;--cuda-graphs
+#             --tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), then b1
 #             again with decode steps one at a time (overlap_decode off) for comparison
@@ -20,9 +20,9 @@
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
 #
-# Durations seen on an H200 (plan device time with them): tests ~3 min, embeddings ~1 min,
-# targets ~1.5 min, online ~1 min per stream interval plus ~40 s for its offline run,
-# spec ~5.5 min (the grid alone ~5 min; one concurrency of it still takes over 2.5 min:
+# Durations seen on an H200 (plan device time with them): tests ~3 min, embeddings ~1 min
+# plus ~40 s per variant, targets ~1.5 min, online ~1 min per stream interval plus ~40 s
+# for its offline run, spec ~5.5 min (the grid alone ~5 min; one concurrency of it still takes over 2.5 min:
 # the models load and warm up once per group), overlap ~2 min, skinny ~3 min. Model
 # files: SmolLM2 2 parts, MiniLM 2, Qwen2.5-Coder-0.5B 8 (~5 s of device time each).
 #
@@ -66,19 +66,14 @@ for phase in "$@"; do
       TOKENIZERS_PARALLELISM=true timeout 300 python3 bench/embeddings_gpu.py --out-dir "$OUT" --reps 3 \
         --sentences 12000 "${model[@]}" 2>&1 \
         | grep -v "Loading weights" | tail -30
-      # the same without the peer and another number of batches in flight
-      for n in ${EMBED_IN_FLIGHT-1}; do
-        stamp "embeddings, $n batch(es) in flight"
+      # the same without the peer, once per variant
+      IFS=';' read -ra variants <<<"${EMBED_VARIANTS-"--batches-in-flight 1;--cuda-graphs;--cuda-graphs --tokenizer-processes 4"}"
+      for i in "${!variants[@]}"; do
+        stamp "embeddings, variant $i: ${variants[$i]}"
+        # shellcheck disable=SC2086  # a variant is several arguments
         TOKENIZERS_PARALLELISM=true timeout 150 python3 bench/embeddings_gpu.py --no-peer \
-          --out-dir "$OUT/inflight$n" --reps 3 --sentences 12000 "${model[@]}" \
-          --batches-in-flight "$n" 2>&1 | grep -E "^\| [0-9]+x[0-9]+ \||alone|Target"
-      done
-      # the same without the peer, tokenizing in worker processes ($EMBED_WORKERS, e.g. "4 8")
-      for workers in ${EMBED_WORKERS:-}; do
-        stamp "embeddings, $workers tokenizer worker processes"
-        TOKENIZERS_PARALLELISM=true timeout 150 python3 bench/embeddings_gpu.py --no-peer \
-          --out-dir "$OUT/workers$workers" --reps 3 --sentences 12000 "${model[@]}" \
-          --tokenizer-processes "$workers" 2>&1 | grep -E "^\| [0-9]+x[0-9]+ \||alone|Target"
+          --out-dir "$OUT/variant$i" --reps 3 --sentences 12000 "${model[@]}" ${variants[$i]} \
+          2>&1 | grep -E "^\| [0-9]+x[0-9]+ \||alone|Target|padded shapes"
       done
       ;;
     offline)

@@ -47,6 +47,20 @@ def test_environment_is_read(monkeypatch, tmp_path):
     assert s.batcher_config().max_wait_ms == 0
 
 
+def test_gpu_choices_follow_the_device(monkeypatch):
+    monkeypatch.setenv("JACANA_EMBEDDINGS_CUDA_GRAPHS", "true")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_MAX_BATCH_TOKENS", "4096")
+    cpu = EmbeddingsSettings.load()
+    assert cpu.embedder_config().graph_tokens == 0  # graphs are a CUDA matter
+    assert cpu.batcher_config().batches_in_flight == 1
+    monkeypatch.setenv("JACANA_EMBEDDINGS_DEVICE", "cuda:0")
+    gpu = EmbeddingsSettings.load()
+    assert gpu.embedder_config().graph_tokens == 8192  # the padded grid may double a batch
+    assert gpu.batcher_config().batches_in_flight == 2
+    monkeypatch.setenv("JACANA_EMBEDDINGS_BATCHES_IN_FLIGHT", "3")
+    assert EmbeddingsSettings.load().batcher_config().batches_in_flight == 3
+
+
 @pytest.mark.parametrize(
     "name, value, message",
     [

@@ -52,6 +52,13 @@ async def build_service(settings: EmbeddingsSettings):
         list(info.matryoshka_dims),
         embedder.linear_backend,
     )
+    if embedder.graphs is not None:
+        log.info(
+            "%d padded batch shapes ready in %.1fs (captured as CUDA graphs: %s)",
+            len(embedder.graphs.shapes),
+            embedder.graph_prepare_s,
+            embedder.graphs.capture,
+        )
     batcher = DynamicBatcher(embedder.embed, info.dimension, settings.batcher_config())
     batcher.start()
     if settings.tokenizer_processes:

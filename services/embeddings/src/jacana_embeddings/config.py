@@ -15,7 +15,9 @@ class EmbedderConfig:
     to ``1_Pooling/config.json``, ``normalize`` to a trailing ``Normalize`` module,
     ``matryoshka_dims`` to the model card. An empty ``matryoshka_dims`` turns it off.
     ``linear_backend`` names the dense-layer backend (``auto``, ``torch``, ``onednn``; see
-    :mod:`jacana_common.linear_backends`).
+    :mod:`jacana_common.linear_backends`). ``graph_tokens`` > 0 runs batches in padded
+    grids of up to that many cells (rows x padded length), captured as CUDA graphs on a
+    GPU (:mod:`jacana_embeddings.encoder_graphs`); 0 runs every batch packed, eagerly.
     """
 
     model_dir: Path
@@ -27,6 +29,7 @@ class EmbedderConfig:
     pooling: tuple[str, ...] | None = None
     normalize: bool | None = None
     matryoshka_dims: tuple[int, ...] | None = None
+    graph_tokens: int = 0
 
 
 @dataclass(frozen=True)

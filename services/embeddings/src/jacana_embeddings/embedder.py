@@ -17,13 +17,14 @@ import torch
 
 from jacana_common.linear_backends import select_linear_backend
 from jacana_embeddings.config import EmbedderConfig
+from jacana_embeddings.encoder_graphs import EncoderGraphs
 from jacana_embeddings.encoders import load_encoder
 from jacana_embeddings.errors import ModelLoadError
 from jacana_embeddings.heads import HEADS, Head, NormalizeHead
 from jacana_embeddings.model_spec import read_pipeline
 from jacana_embeddings.pooling import Pooling
 from jacana_embeddings.tokenizer import TextTokenizer
-from jacana_embeddings.varlen import PackedLayout
+from jacana_embeddings.varlen import PackedLayout, PaddedLayout
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -100,6 +101,17 @@ class Embedder:
             dtype=config.dtype,
             device=str(self.device),
         )
+        self.graphs: EncoderGraphs | None = None
+        self.graph_prepare_s = 0.0  # start-up time spent allocating (and capturing) them
+        if config.graph_tokens > 0:
+            self.graphs = EncoderGraphs(
+                self._forward_padded,
+                self.pad_token_id,
+                self.device,
+                max_len,
+                config.graph_tokens,
+            )
+            self.graph_prepare_s = self.graphs.prepare()
 
     def _apply_normalize_override(self, normalize: bool | None) -> None:
         trailing = bool(self.heads) and self.heads[-1].normalizes
@@ -122,8 +134,14 @@ class Embedder:
         """Vectors for non-empty, in-range token id lists; returns float32 ``[B, dimension]``.
 
         The inputs run packed (no padding in the token-wise layers); attention pads to the
-        longest input of the batch, so callers still group inputs of similar length.
+        longest input of the batch, so callers still group inputs of similar length. With
+        ``graph_tokens`` a batch that fits one of the padded grids runs there instead
+        (:mod:`jacana_embeddings.encoder_graphs`; on a GPU, one graph replay).
         """
+        if self.graphs is not None:
+            vectors = self.graphs.run(batch)
+            if vectors is not None:
+                return vectors
         lengths = [len(ids) for ids in batch]
         flat = np.fromiter(itertools.chain.from_iterable(batch), np.int64, sum(lengths))
         input_ids = torch.from_numpy(flat).to(self.device)  # [T]
@@ -133,3 +151,12 @@ class Embedder:
         for head in self.heads:
             x = head(x)  # [B, D]
         return x.float().cpu().numpy()
+
+    def _forward_padded(self, input_ids: torch.Tensor, layout: PaddedLayout) -> torch.Tensor:
+        """The whole pass over a graph bucket's static tensors: ids [B*S] -> [B, D] float32."""
+        layout.refresh()
+        hidden = self.encoder.forward_packed(input_ids, layout)  # [B*S, H]
+        x = self.pooling(layout.to_padded(hidden), layout.key_mask)  # [B, P*H]
+        for head in self.heads:
+            x = head(x)  # [B, D]
+        return x.float()

@@ -33,10 +33,7 @@ class PackedLayout:
         self.num_tokens = int(lens.sum())
         self.dense = self.num_tokens == self.batch_size * self.max_len
         starts = np.cumsum(lens) - lens  # [B]: packed index of each input's first token
-        # Flat padded position (b * S + s) of each packed token: [T].
-        flat = np.arange(self.num_tokens) + np.repeat(
-            np.arange(self.batch_size) * self.max_len - starts, lens
-        )
+        flat = grid_positions(lens, self.max_len)  # [T]: padded cell (b * S + s) of each
         key_mask = np.arange(self.max_len)[None, :] < lens[:, None]  # [B, S]
         self.lengths = torch.from_numpy(lens).to(device)
         self.starts = torch.from_numpy(starts).to(device)
@@ -74,3 +71,62 @@ class PackedLayout:
         total = torch.cumsum(x, dim=0)
         before = (total - x)[self.starts]  # [B]: the running sum just before each input
         return total - before[self.segment]
+
+
+class PaddedLayout:
+    """The padded ``[B, S]`` grid itself as the batch: every grid cell is a token.
+
+    The interface of :class:`PackedLayout` (the encoder and pooling run on either), for
+    a fixed grid whose tensors are allocated once and refilled in place, so a forward
+    pass over it can be captured as a CUDA graph and replayed for any batch that fits.
+    Token-wise work covers padding too (the price of a fixed shape). The inputs' lengths
+    live on the device (``lengths``, [B]); :meth:`refresh` rebuilds the key mask from
+    them as the pass's first step, so a replay needs only the ids and lengths uploaded.
+    Rows past the batch's inputs are filler of length 1 (the pad id), so that every row
+    attends to something and every pooling is defined; their outputs are discarded.
+    """
+
+    def __init__(self, batch_size: int, max_len: int, lengths: torch.Tensor) -> None:
+        """``lengths``: [batch_size] int64 on the compute device, written by the caller."""
+        self.batch_size = batch_size
+        self.max_len = max_len
+        self.num_tokens = batch_size * max_len
+        self.dense = False
+        self.lengths = lengths
+        device = lengths.device
+        self.key_mask = torch.zeros(batch_size, max_len, dtype=torch.bool, device=device)
+        self._columns = torch.arange(max_len, device=device)  # [S]
+        self._positions = self._columns.repeat(batch_size)  # [B*S]
+
+    def refresh(self) -> None:
+        """Key mask from ``lengths``, in place (device work only: capturable)."""
+        torch.lt(self._columns[None, :], self.lengths[:, None], out=self.key_mask)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """``[B, 1, 1, S]`` bool key mask for SDPA."""
+        return self.key_mask[:, None, None, :]
+
+    def to_padded(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: [B*S, F] -> [B, S, F]`` (a view)."""
+        return x.view(self.batch_size, self.max_len, x.shape[-1])
+
+    def to_packed(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: [B, S, ...] -> [B*S, F]``."""
+        return x.reshape(self.num_tokens, -1)
+
+    def positions(self) -> torch.Tensor:
+        """``[B*S]``: each cell's index inside its row."""
+        return self._positions
+
+    def segment_cumsum(self, x: torch.Tensor) -> torch.Tensor:
+        """Inclusive cumulative sum of ``x: [B*S]`` along each row."""
+        return torch.cumsum(x.view(self.batch_size, self.max_len), dim=1).view(-1)
+
+
+def grid_positions(lengths: Sequence[int], max_len: int) -> np.ndarray:
+    """``[T]``: the flat ``[B, max_len]`` grid cell of each of the inputs' tokens laid end
+    to end (row ``b * max_len`` plus the token's index in its input)."""
+    lens = np.asarray(lengths, dtype=np.int64)
+    starts = np.cumsum(lens) - lens
+    return np.arange(int(lens.sum())) + np.repeat(np.arange(len(lens)) * max_len - starts, lens)
