@@ -19,6 +19,8 @@
 #             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
+# sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
+#             vs cuBLAS (~3 min)
 #
 # Durations seen on an H200 (plan device time with them): tests ~3 min, embeddings ~1 min
 # plus ~40 s per variant, targets ~1.5 min, online ~1 min per stream interval plus ~40 s
@@ -121,6 +123,10 @@ for phase in "$@"; do
       timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py 2>&1 \
         | tail -6
       timeout 180 python3 bench/skinny_gemm_gpu.py --out "$OUT" 2>&1 | tail -50
+      ;;
+    sweep)
+      stamp "skinny GEMM launch sweep at one row"
+      timeout 300 python3 bench/skinny_gemm_gpu.py --sweep --out "$OUT" 2>&1 | tail -16
       ;;
     *) echo "unknown phase $phase" >&2 ;;
   esac

@@ -18,8 +18,14 @@ with perf_counter and no graphs, to check the script itself.
 
 Writes ``skinny_gemm_gpu.json`` and ``skinny_gemm_gpu.md`` to ``--out``.
 
+``--sweep`` instead times, at one row (batch-1 decode), every launch configuration of
+:func:`sweep_configs` on every shape against torch, and writes the fastest few per
+shape to ``skinny_gemm_sweep.json`` / ``.md``: where the kernel's own choice
+(``pick_config``) should move before it can beat cuBLAS.
+
 Usage: python bench/skinny_gemm_gpu.py [--out bench/results] [--reps 5] [--no-alt]
-       python bench/skinny_gemm_gpu.py --smoke --device cpu --out /tmp/skinny
+       python bench/skinny_gemm_gpu.py --sweep [--out bench/results]
+       python bench/skinny_gemm_gpu.py --smoke --device cpu --out /tmp/skinny [--sweep]
 """
 
 from __future__ import annotations
@@ -144,14 +150,144 @@ def measure_shape(kernel, name, k, n, m, weights, args) -> dict:
     return row
 
 
-def measure(args: argparse.Namespace) -> dict:
+def sweep_configs(kernel, smoke: bool = False) -> list:
+    """One-row launch configurations to try: the broadcast-and-sum inner product with
+    BLOCK_N x BLOCK_K tiles up to 64 fp32 accumulators per thread, 4 or 8 warps, 3 or 4
+    pipeline stages (2 x 2 x 1 x 1 tiny ones for a smoke run)."""
+    tiles = [(bn, bk) for bn in (2, 4, 8, 16, 32) for bk in (256, 512, 1024, 2048)]
+    warps, stages = (4, 8), (3, 4)
+    if smoke:
+        tiles, warps, stages = [(2, 32), (4, 64)], (4,), (3,)
+    return [
+        kernel.SkinnyConfig(1, bn, bk, False, num_warps=w, num_stages=st)
+        for bn, bk in tiles
+        for w in warps
+        for st in stages
+        if bn * bk <= 64 * 32 * w
+    ]
+
+
+def sweep(args: argparse.Namespace) -> dict:
+    """Every :func:`sweep_configs` entry on every shape at M = 1, against torch."""
+    import torch
+
+    kernel = _load_kernel(args)
+    device = torch.device(args.device)
+    shapes = SMOKE_SHAPES if args.smoke else kernel.QWEN3_SHAPES
+    configs = sweep_configs(kernel, args.smoke)
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    results = []
+    for name, (k, n) in shapes.items():
+        row = _sweep_shape(kernel, name, k, n, configs, device, args)
+        results.append(row)
+        best = row["fastest"][0]
+        print(
+            f"[sweep] {name:13s} torch {row['torch_us']:.2f} us, best {best['us']:.2f} us "
+            f"{best['config']}",
+            flush=True,
+        )
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {
+        "benchmark": "skinny_gemm_sweep",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": environment(),
+        "device": args.device,
+        "smoke": args.smoke,
+        "configs_tried": len(configs),
+        "calls_per_graph": args.calls,
+        "replays": args.replays,
+        "wall_s": time.perf_counter() - t0,
+        "results": results,
+    }
+
+
+def _sweep_shape(kernel, name: str, k: int, n: int, configs: list, device, args) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    dtype = torch.bfloat16
+    weight_bytes = n * k * dtype.itemsize
+    copies = 1 if args.smoke else min(args.calls, -(-L2_FLUSH_BYTES // weight_bytes))
+    weights = [_random((n, k), k**-0.5, dtype, device) for _ in range(copies)]  # [N, K] each
+    x = _random((1, k), 1.0, dtype, device)  # [1, K]
+    outs = [torch.empty(1, n, dtype=dtype, device=device) for _ in weights]
+    ref = F.linear(x.float(), weights[0].float())  # [1, N]
+    scale = float(ref.abs().max().clamp_min(1e-30))
+    timer = _time_graph if device.type == "cuda" else _time_eager
+
+    def torch_call(i):
+        return F.linear(x, weights[i % copies])
+
+    torch_us = statistics.median(timer(torch_call, args.calls, args.replays, 3))
+    tried = []
+    for cfg in configs:
+
+        def call(i, cfg=cfg):
+            return kernel.skinny_linear(x, weights[i % copies], outs[i % copies], config=cfg)
+
+        err = float((call(0).float() - ref).abs().max()) / scale
+        us = statistics.median(timer(call, args.calls, args.replays, 3))
+        tried.append({"config": vars(cfg), "us": us, "rel_err": err})
+    tried.sort(key=lambda t: t["us"])
+    return {
+        "shape": name,
+        "k": k,
+        "n": n,
+        "torch_us": torch_us,
+        "torch_gbps": weight_bytes / (torch_us * 1e3),
+        "best_gbps": weight_bytes / (tried[0]["us"] * 1e3),
+        "picked": vars(kernel.pick_config(1, n, k)),
+        "fastest": tried[:5],
+        "worst_rel_err": max(t["rel_err"] for t in tried),
+    }
+
+
+def render_sweep(doc: dict) -> str:
+    lines = [
+        f"# Skinny GEMM launch sweep at one row ({doc['environment'].get('gpu', doc['device'])})",
+        "",
+        f"bfloat16, M = 1; {doc['configs_tried']} configurations per shape (broadcast-and-sum "
+        f"inner product), {doc['calls_per_graph']} calls per CUDA graph x {doc['replays']} "
+        "replays, median of 3; weights rotated past L2. Config: BLOCK_N, BLOCK_K, warps, "
+        f"stages. {doc['date']}",
+        "",
+        "| shape | K->N | torch us | torch GB/s | best us | best GB/s | torch/best | best "
+        "config | runner-up configs (us) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["results"]:
+        best = r["fastest"][0]
+
+        def cfg(c):
+            return f"{c['block_n']},{c['block_k']},{c['num_warps']},{c['num_stages']}"
+
+        others = ", ".join(f"{cfg(t['config'])} ({t['us']:.2f})" for t in r["fastest"][1:4])
+        lines.append(
+            f"| {r['shape']} | {r['k']}->{r['n']} | {r['torch_us']:.2f} | {r['torch_gbps']:.0f} "
+            f"| {best['us']:.2f} | {r['best_gbps']:.0f} | {r['torch_us'] / best['us']:.2f} "
+            f"| {cfg(best['config'])} | {others} |"
+        )
+    worst = max(r["worst_rel_err"] for r in doc["results"])
+    lines += ["", f"Worst max|err| / max|fp32 ref| over every configuration: {worst:.2e}."]
+    return "\n".join(lines) + "\n"
+
+
+def _load_kernel(args: argparse.Namespace):
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("CUDA is not available here (use --smoke --device cpu)")
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module loads
-    kernel = import_kernel()
+    return import_kernel()
+
+
+def measure(args: argparse.Namespace) -> dict:
+    import torch
+
+    kernel = _load_kernel(args)
     device = torch.device(args.device)
     dtype = torch.bfloat16
     shapes, rows = (SMOKE_SHAPES, SMOKE_ROWS) if args.smoke else (kernel.QWEN3_SHAPES, ROWS)
@@ -249,16 +385,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-alt", action="store_true", help="skip the other inner product")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, few calls")
+    parser.add_argument("--sweep", action="store_true", help="launch configurations at M = 1")
     args = parser.parse_args()
     if args.smoke:
         args.calls, args.replays, args.reps = 2, 1, 3
     elif args.reps < 3:
         parser.error("--reps must be at least 3 (medians with spread)")
-    doc = measure(args)
-    table = render(doc)
-    write_results(args.out, "skinny_gemm_gpu", doc, table)
+    name = "skinny_gemm_sweep" if args.sweep else "skinny_gemm_gpu"
+    doc = sweep(args) if args.sweep else measure(args)
+    table = render_sweep(doc) if args.sweep else render(doc)
+    write_results(args.out, name, doc, table)
     print(table)
-    print(f"[bench] wrote {args.out}/skinny_gemm_gpu.json and .md")
+    print(f"[bench] wrote {args.out}/{name}.json and .md")
 
 
 if __name__ == "__main__":

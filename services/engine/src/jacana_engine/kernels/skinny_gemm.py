@@ -11,8 +11,9 @@ Two inner products, chosen per call (``pick_config``):
 
 - ``tl.dot`` with x padded to 16 rows (tensor cores; the padding is free, the kernel
   is memory bound), used from ``DOT_MIN_M`` rows up;
-- a broadcast multiply and ``tl.sum`` over K for fewer rows (no padding, no shared
-  memory round trip for the weight).
+- a broadcast multiply for fewer rows (no padding, no shared memory round trip for the
+  weight), its products accumulated elementwise over the K steps and summed over
+  BLOCK_K once at the end.
 
 Deterministic: each output element is reduced over K by one program in a fixed order,
 no atomics and no split-K, so results are bitwise identical run to run.
@@ -113,7 +114,12 @@ def _skinny_gemm_kernel(
     n_mask = cols < N
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
     w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_wn  # [BLOCK_N, 1]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if USE_DOT:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    else:
+        # products summed elementwise across K steps, reduced over BLOCK_K once at the end:
+        # a reduction per step (warp shuffles) would cost more than the loads it follows
+        acc3 = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + ks
         k_mask = k < K
@@ -123,9 +129,10 @@ def _skinny_gemm_kernel(
         if USE_DOT:
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
         else:
-            # [BLOCK_M, 1, BLOCK_K] * [1, BLOCK_N, BLOCK_K] summed over K -> [BLOCK_M, BLOCK_N]
-            prod = x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
-            acc += tl.sum(prod, axis=2)
+            # [BLOCK_M, 1, BLOCK_K] * [1, BLOCK_N, BLOCK_K]
+            acc3 += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    if not USE_DOT:
+        acc = tl.sum(acc3, axis=2)  # [BLOCK_M, BLOCK_N]
     out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
