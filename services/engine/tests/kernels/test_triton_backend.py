@@ -135,13 +135,14 @@ def test_triton_ops_match_torch_ops(device, seed):
             torch.testing.assert_close(g, ww, rtol=1e-5, atol=1e-5)
 
 
-def _tiny_qwen3() -> ModelConfig:
+def _tiny_config(architecture: str, num_layers: int, **flags) -> ModelConfig:
+    """A two-head-group toy decoder of ``architecture`` (``flags``: its ModelConfig flags)."""
     return ModelConfig(
-        architecture="Qwen3ForCausalLM",
+        architecture=architecture,
         vocab_size=96,
         hidden_size=32,
         intermediate_size=48,
-        num_hidden_layers=2,
+        num_hidden_layers=num_layers,
         num_attention_heads=N_HEADS,
         num_key_value_heads=N_KV,
         head_dim=HEAD_DIM,
@@ -149,8 +150,12 @@ def _tiny_qwen3() -> ModelConfig:
         rope_theta=10000.0,
         max_position_embeddings=128,
         tie_word_embeddings=False,
-        qk_norm=True,
+        **flags,
     )
+
+
+def _tiny_qwen3() -> ModelConfig:
+    return _tiny_config("Qwen3ForCausalLM", 2, qk_norm=True)
 
 
 def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
@@ -184,21 +189,7 @@ def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
 
 
 def _tiny_llama() -> ModelConfig:
-    return ModelConfig(
-        architecture="LlamaForCausalLM",
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=1,
-        num_attention_heads=N_HEADS,
-        num_key_value_heads=N_KV,
-        head_dim=HEAD_DIM,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        attention_bias=True,
-    )
+    return _tiny_config("LlamaForCausalLM", 1, attention_bias=True)
 
 
 @pytest.mark.parametrize("config", [_tiny_qwen3, _tiny_llama], ids=["qwen3", "llama"])
