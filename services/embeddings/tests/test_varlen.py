@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from jacana_embeddings.varlen import PackedLayout
+from jacana_embeddings.varlen import PackedLayout, flatten_ids
 
 CPU = torch.device("cpu")
 
@@ -48,3 +49,12 @@ def test_equal_lengths_need_no_copies_and_no_mask():
 def test_empty_inputs_are_refused(lengths):
     with pytest.raises(ValueError):
         PackedLayout(lengths, CPU)
+
+
+def test_flatten_ids_joins_lists_and_worker_arrays_alike():
+    lists = [[101, 7, 102], [101, 102], [5]]
+    arrays = [np.asarray(ids, dtype=np.int32) for ids in lists]
+    for batch in (lists, arrays):
+        flat = flatten_ids(batch)
+        assert flat.dtype == np.int64 and flat.tolist() == [101, 7, 102, 101, 102, 5]
+    assert flatten_ids([arrays[0], lists[1]]).tolist() == [101, 7, 102, 101, 102]  # mixed

@@ -8,7 +8,6 @@ nothing between calls, so calls may run on several worker threads at once (the b
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from jacana_embeddings.heads import HEADS, Head, NormalizeHead
 from jacana_embeddings.model_spec import read_pipeline
 from jacana_embeddings.pooling import Pooling
 from jacana_embeddings.tokenizer import TextTokenizer
-from jacana_embeddings.varlen import PackedLayout, PaddedLayout
+from jacana_embeddings.varlen import PackedLayout, PaddedLayout, flatten_ids
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -143,7 +142,7 @@ class Embedder:
             if vectors is not None:
                 return vectors
         lengths = [len(ids) for ids in batch]
-        flat = np.fromiter(itertools.chain.from_iterable(batch), np.int64, sum(lengths))
+        flat = flatten_ids(batch)
         input_ids = torch.from_numpy(flat).to(self.device)  # [T]
         layout = PackedLayout(lengths, self.device)
         hidden = self.encoder.forward_packed(input_ids, layout)  # [T, H]

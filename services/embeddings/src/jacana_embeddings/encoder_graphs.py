@@ -22,7 +22,6 @@ eagerly: the CPU tests check its arithmetic against the packed path with it.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from jacana_embeddings.varlen import PaddedLayout, grid_positions
+from jacana_embeddings.varlen import PaddedLayout, flatten_ids, grid_positions
 
 # ids [B*S] int64 and the bucket's layout -> vectors [B, D] float32
 PaddedForward = Callable[[torch.Tensor, PaddedLayout], torch.Tensor]
@@ -133,7 +132,7 @@ class EncoderGraphs:
             return None
         bucket = self._buckets[key]
         cells = bucket.rows * bucket.length
-        flat = np.fromiter(itertools.chain.from_iterable(batch), np.int64, sum(lengths))
+        flat = flatten_ids(batch)
         where = grid_positions(lengths, bucket.length)  # [T]: grid cell of each token
         with bucket.lock:
             if bucket.uploaded is not None:

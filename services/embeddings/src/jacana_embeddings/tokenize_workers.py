@@ -4,7 +4,8 @@ Why: in one process the tokenizer's calls and the model's batch thread share one
 interpreter lock, and a GPU batch needs it for each of its ~100 kernel launches; on an
 H200 host the two stages, each fast alone (tens of thousands of texts/s), held each
 other to about half of that (``bench/results/embeddings_gpu_stages.md``). Workers keep
-their own lock and thread pool, so only the texts and their ids cross over (pickled).
+their own lock and thread pool, so only the texts and their ids cross over (pickled; the
+ids as one int32 array per input).
 
 Who owns what: :func:`start_tokenizer_workers` returns the pool (the caller shuts it
 down); each worker process owns one :class:`TextTokenizer`, loaded once from the same
@@ -18,6 +19,8 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
+
+import numpy as np
 
 from jacana_embeddings.errors import InvalidRequestError
 from jacana_embeddings.tokenizer import TextTokenizer
@@ -36,11 +39,18 @@ def _start_worker(tokenizer: TextTokenizer, threads: int) -> None:
 
 def encode_in_worker(
     requests: Sequence[tuple[Sequence[str], bool]],
-) -> list[list[tuple[list[int], bool]] | InvalidRequestError]:
-    """``TextTokenizer.encode_requests`` in a worker (the callable the pool runs)."""
+) -> list[list[tuple[np.ndarray, bool]] | InvalidRequestError]:
+    """``TextTokenizer.encode_requests`` in a worker (the callable the pool runs), each
+    input's ids as an int32 array: one buffer to pickle and unpickle instead of a Python
+    int per token, and the batcher joins arrays without touching each id."""
     if _worker_tokenizer is None:
         raise RuntimeError("encode_in_worker runs in a tokenizer worker process only")
-    return _worker_tokenizer.encode_requests(requests)
+    return [
+        result
+        if isinstance(result, InvalidRequestError)
+        else [(np.asarray(ids, dtype=np.int32), truncated) for ids, truncated in result]
+        for result in _worker_tokenizer.encode_requests(requests)
+    ]
 
 
 def start_tokenizer_workers(

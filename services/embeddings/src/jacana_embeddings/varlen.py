@@ -11,6 +11,7 @@ the compute device once per batch; it holds no weights and is not shared across 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -122,6 +123,16 @@ class PaddedLayout:
     def segment_cumsum(self, x: torch.Tensor) -> torch.Tensor:
         """Inclusive cumulative sum of ``x: [B*S]`` along each row."""
         return torch.cumsum(x.view(self.batch_size, self.max_len), dim=1).view(-1)
+
+
+def flatten_ids(batch: Sequence[Sequence[int]]) -> np.ndarray:
+    """``[T]`` int64: the inputs' token ids end to end. Inputs may be lists of ints or
+    integer numpy arrays (tokenizer worker processes send arrays: they cross the process
+    boundary as one buffer each instead of one Python int per token)."""
+    if batch and all(isinstance(ids, np.ndarray) for ids in batch):
+        return np.concatenate(batch).astype(np.int64, copy=False)
+    total = sum(len(ids) for ids in batch)
+    return np.fromiter(itertools.chain.from_iterable(batch), np.int64, total)
 
 
 def grid_positions(lengths: Sequence[int], max_len: int) -> np.ndarray:
