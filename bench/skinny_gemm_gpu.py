@@ -190,11 +190,7 @@ def sweep(args: argparse.Namespace) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return {
-        "benchmark": "skinny_gemm_sweep",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": environment(),
-        "device": args.device,
-        "smoke": args.smoke,
+        **_header("skinny_gemm_sweep", args),
         "configs_tried": len(configs),
         "calls_per_graph": args.calls,
         "replays": args.replays,
@@ -274,6 +270,17 @@ def render_sweep(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _header(benchmark: str, args: argparse.Namespace) -> dict:
+    """The fields every result document of this script starts with."""
+    return {
+        "benchmark": benchmark,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": environment(),
+        "device": args.device,
+        "smoke": args.smoke,
+    }
+
+
 def _load_kernel(args: argparse.Namespace):
     import torch
 
@@ -311,11 +318,7 @@ def measure(args: argparse.Namespace) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return {
-        "benchmark": "skinny_gemm_gpu",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": environment(),
-        "device": args.device,
-        "smoke": args.smoke,
+        **_header("skinny_gemm_gpu", args),
         "dtype": "bfloat16",
         "calls_per_graph": args.calls,
         "replays": args.replays,
