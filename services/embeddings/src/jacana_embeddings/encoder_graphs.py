@@ -101,7 +101,6 @@ class EncoderGraphs:
         self.capture = capture and device.type == "cuda"
         self.shapes = bucket_shapes(max_len, max_grid_tokens)
         self._buckets: dict[tuple[int, int], _Bucket] = {}
-        self._lengths = sorted({s for _, s in self.shapes})
         self.replays = 0  # batches run through a bucket (graph or eager static path)
 
     def prepare(self) -> float:
