@@ -574,7 +574,9 @@ def render(result: dict) -> str:
         lines += [
             "",
             "Where Jacana's time went (busy time over the run's wall time; the tokenizer "
-            "runs up to 2 calls at once, the model one batch at a time):",
+            "runs up to 2 calls at once, the model up to "
+            f"{s.get('jacana_batches_in_flight', 1)} batch(es) at once, so either may "
+            "exceed 1):",
             "",
             "| load | tokenizer busy | texts per tokenizer call | model busy | inputs per batch "
             "| model ms per batch | of which on the worker thread |",
