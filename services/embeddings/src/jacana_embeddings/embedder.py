@@ -142,19 +142,17 @@ class Embedder:
             if vectors is not None:
                 return vectors
         lengths = [len(ids) for ids in batch]
-        flat = flatten_ids(batch)
-        input_ids = torch.from_numpy(flat).to(self.device)  # [T]
-        layout = PackedLayout(lengths, self.device)
-        hidden = self.encoder.forward_packed(input_ids, layout)  # [T, H]
-        x = self.pooling(layout.to_padded(hidden), layout.key_mask)  # [B, P*H]
-        for head in self.heads:
-            x = head(x)  # [B, D]
-        return x.float().cpu().numpy()
+        input_ids = torch.from_numpy(flatten_ids(batch)).to(self.device)  # [T]
+        return self._encode(input_ids, PackedLayout(lengths, self.device)).cpu().numpy()
 
     def _forward_padded(self, input_ids: torch.Tensor, layout: PaddedLayout) -> torch.Tensor:
         """The whole pass over a graph bucket's static tensors: ids [B*S] -> [B, D] float32."""
         layout.refresh()
-        hidden = self.encoder.forward_packed(input_ids, layout)  # [B*S, H]
+        return self._encode(input_ids, layout)
+
+    def _encode(self, input_ids: torch.Tensor, layout: PackedLayout | PaddedLayout) -> torch.Tensor:
+        """Encoder, pooling and heads over one layout's tokens: ids [T] -> [B, D] float32."""
+        hidden = self.encoder.forward_packed(input_ids, layout)  # [T, H]
         x = self.pooling(layout.to_padded(hidden), layout.key_mask)  # [B, P*H]
         for head in self.heads:
             x = head(x)  # [B, D]
