@@ -26,6 +26,22 @@ def check_kv_cache(kv_cache: torch.Tensor, n_kv_heads: int, head_dim: int) -> No
         raise ValueError("kv_cache must have unit stride on head_dim")
 
 
+def check_kv_write(
+    k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """Raise ``ValueError`` unless k and v [T, n_kv, head_dim] (unit stride on head_dim),
+    ``slot_mapping`` [T] and ``kv_cache`` fit one store of this step's K/V."""
+    num_tokens, n_kv, head_dim = k.shape
+    check_kv_cache(kv_cache, n_kv, head_dim)
+    if v.shape != k.shape or slot_mapping.shape != (num_tokens,):
+        raise ValueError(
+            f"k {tuple(k.shape)}, v {tuple(v.shape)} and slot_mapping "
+            f"{tuple(slot_mapping.shape)} disagree"
+        )
+    check_last_dim_contiguous("k", k)
+    check_last_dim_contiguous("v", v)
+
+
 def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``t``'s last dimension has unit stride."""
     if t.stride(-1) != 1:

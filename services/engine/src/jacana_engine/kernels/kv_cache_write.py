@@ -10,11 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jacana_engine.kernels._common import (
-    check_kv_cache,
-    check_last_dim_contiguous,
-    next_power_of_2,
-)
+from jacana_engine.kernels._common import check_kv_write, next_power_of_2
 
 
 @triton.jit
@@ -63,14 +59,7 @@ def kv_cache_write(
     offset``) of ``kv_cache`` in place, cast to the cache's dtype. Negative slots
     (padding tokens) are skipped. Slots must be distinct; nothing is synchronized."""
     num_tokens, n_kv, head_dim = k.shape
-    check_kv_cache(kv_cache, n_kv, head_dim)
-    if v.shape != k.shape or slot_mapping.shape != (num_tokens,):
-        raise ValueError(
-            f"k {tuple(k.shape)}, v {tuple(v.shape)} and slot_mapping "
-            f"{tuple(slot_mapping.shape)} disagree"
-        )
-    check_last_dim_contiguous("k", k)
-    check_last_dim_contiguous("v", v)
+    check_kv_write(k, v, kv_cache, slot_mapping)
     if num_tokens == 0:
         return
     k_cache, v_cache = kv_cache[0], kv_cache[1]

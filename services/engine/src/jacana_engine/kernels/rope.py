@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from jacana_engine.kernels._common import (
-    check_kv_cache,
+    check_kv_write,
     check_last_dim_contiguous,
     next_power_of_2,
 )
@@ -235,17 +235,6 @@ class KVStore(NamedTuple):
     slot_mapping: torch.Tensor  # [T] int64, block * block_size + offset; < 0 = padding
 
 
-def _check_store(store: KVStore, k: torch.Tensor) -> None:
-    num_tokens, n_kv, head_dim = k.shape
-    check_kv_cache(store.kv_cache, n_kv, head_dim)
-    if store.v.shape != k.shape or store.slot_mapping.shape != (num_tokens,):
-        raise ValueError(
-            f"k {tuple(k.shape)}, v {tuple(store.v.shape)} and slot_mapping "
-            f"{tuple(store.slot_mapping.shape)} disagree"
-        )
-    check_last_dim_contiguous("v", store.v)
-
-
 def _rope(
     positions: torch.Tensor,
     q: torch.Tensor,
@@ -278,7 +267,7 @@ def _rope(
     check_last_dim_contiguous("q_out", q_out)
     check_last_dim_contiguous("k_out", k_out)
     if store is not None:
-        _check_store(store, k)
+        check_kv_write(k, store.v, store.kv_cache, store.slot_mapping)
     if num_tokens == 0:
         return q_out, k_out
     has_norm = q_weight is not None
