@@ -2,7 +2,8 @@
 
 On the CPU nothing is captured: the buckets' static tensors run eagerly, which is the
 arithmetic a replay repeats, so these tests check the bucketing, the padding, the
-filler rows and the static-buffer bookkeeping. Capture and replay on a GPU are covered
+filler rows and the static-buffer bookkeeping (the encoder over a padded grid itself:
+``test_encoders.py``). Capture and replay on a GPU are covered
 by the gpu-marked test at the end.
 """
 
@@ -17,9 +18,8 @@ import torch
 from jacana_embeddings.config import EmbedderConfig
 from jacana_embeddings.embedder import Embedder
 from jacana_embeddings.encoder_graphs import bucket_shapes
-from jacana_embeddings.encoders import load_encoder
 from jacana_embeddings.settings import DEFAULT_MODEL_ID
-from jacana_embeddings.varlen import PackedLayout, PaddedLayout, grid_positions
+from jacana_embeddings.varlen import grid_positions
 
 
 def test_bucket_shapes_cover_lengths_and_rows_within_the_budget():
@@ -35,43 +35,6 @@ def test_bucket_shapes_cover_lengths_and_rows_within_the_budget():
 
 def test_grid_positions_places_each_token_in_its_row():
     assert grid_positions([2, 3, 1], 4).tolist() == [0, 1, 4, 5, 6, 8]
-
-
-@pytest.mark.parametrize("kind", ["bert", "roberta"])
-def test_padded_grid_gives_the_packed_hidden_states(kind, tmp_path):
-    import transformers
-
-    config_cls, model_cls = {
-        "bert": (transformers.BertConfig, transformers.BertModel),
-        "roberta": (transformers.RobertaConfig, transformers.RobertaModel),
-    }[kind]
-    pad = 1 if kind == "roberta" else 0
-    torch.manual_seed(0)
-    config = config_cls(
-        vocab_size=120,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        pad_token_id=pad,
-    )
-    model_cls(config).save_pretrained(tmp_path)
-    _, encoder = load_encoder(tmp_path, torch.float32, torch.device("cpu"))
-    lengths = [9, 3, 17, 1]
-    g = torch.Generator().manual_seed(1)
-    flat = torch.randint(pad + 1, 120, (sum(lengths),), generator=g)  # [T]
-    expected = encoder.forward_packed(flat, PackedLayout(lengths, torch.device("cpu")))
-
-    rows, length = 6, 32  # two filler rows, padding in every row
-    grid = torch.full((rows * length,), pad, dtype=torch.int64)
-    grid[torch.from_numpy(grid_positions(lengths, length))] = flat
-    layout = PaddedLayout(rows, length, torch.tensor([*lengths, 1, 1]))
-    layout.refresh()
-    got = encoder.forward_packed(grid, layout)  # [rows * length, H]
-    where = torch.from_numpy(grid_positions(lengths, length))
-    torch.testing.assert_close(got[where], expected, atol=2e-5, rtol=1e-4)
-    assert torch.isfinite(got).all()  # filler rows and padding stay finite
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from jacana_common.linear_backends import select_linear_backend
 from jacana_embeddings.encoders import ENCODER_FAMILIES, load_encoder, resolve_family
 from jacana_embeddings.errors import ModelLoadError
+from jacana_embeddings.varlen import PackedLayout, PaddedLayout, grid_positions
 
 CPU = torch.device("cpu")
 TINY = dict(
@@ -75,6 +76,29 @@ def test_tiny_random_encoders_match_transformers(kind, dense, tmp_path):
     expected = _reference_hidden(model, ids, mask)
     got = ours(ids, mask)
     torch.testing.assert_close(got[mask], expected[mask], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_padded_grid_gives_the_packed_hidden_states(kind, tmp_path):
+    # The CUDA-graph path (encoder_graphs.py) runs a fixed [rows, length] grid with filler
+    # rows; its real tokens must come out as the packed path gives them.
+    pad = 1 if kind == "roberta" else 0
+    _save_random(kind, tmp_path, pad_token_id=pad)
+    _, encoder = load_encoder(tmp_path, torch.float32, CPU)
+    lengths = [9, 3, 17, 1]
+    g = torch.Generator().manual_seed(1)
+    flat = torch.randint(pad + 1, TINY["vocab_size"], (sum(lengths),), generator=g)  # [T]
+    expected = encoder.forward_packed(flat, PackedLayout(lengths, CPU))
+
+    rows, length = 6, 32  # two filler rows, padding in every row
+    where = torch.from_numpy(grid_positions(lengths, length))  # [T]: grid cell of each
+    grid = torch.full((rows * length,), pad, dtype=torch.int64)
+    grid[where] = flat
+    layout = PaddedLayout(rows, length, torch.tensor([*lengths, 1, 1]))
+    layout.refresh()
+    got = encoder.forward_packed(grid, layout)  # [rows * length, H]
+    torch.testing.assert_close(got[where], expected, atol=2e-5, rtol=1e-4)
+    assert torch.isfinite(got).all()  # filler rows and padding stay finite
 
 
 def test_legacy_gamma_beta_names(tmp_path):
