@@ -392,7 +392,7 @@ def measure(args: argparse.Namespace) -> dict:
         raise SystemExit(f"the model takes at most {embedder.info.max_input_tokens} tokens")
     batcher_config = config_mod.BatcherConfig(
         max_batch_tokens=args.max_batch_tokens,
-        max_batch_size=65536,  # only the token budget bounds a batch
+        max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms,
         batches_in_flight=args.batches_in_flight,
         max_queued_inputs=10_000_000,
@@ -490,6 +490,7 @@ def measure(args: argparse.Namespace) -> dict:
             "tokens_per_input": args.tokens,
             "loads": loads,
             "jacana_max_batch_tokens": args.max_batch_tokens,
+            "jacana_max_batch_size": args.max_batch_size,
             "jacana_max_wait_ms": args.max_wait_ms,
             "jacana_batches_in_flight": args.batches_in_flight,
             "jacana_cuda_graphs": args.cuda_graphs,
@@ -553,7 +554,8 @@ def render(result: dict) -> str:
         f"{s['sentences_per_run']:,} texts per run; median (min–max) of {s['reps']} "
         "interleaved reps. Load CxR: C concurrent callers, R texts per request. Jacana: "
         "`EmbeddingService` + dynamic batcher + packed encoder, texts in, float32 vectors "
-        f"out (max_batch_tokens {s['jacana_max_batch_tokens']}, batches in flight "
+        f"out (max_batch_tokens {s['jacana_max_batch_tokens']}, max_batch_size "
+        f"{s.get('jacana_max_batch_size', 65536)}, batches in flight "
         f"{s.get('jacana_batches_in_flight', 1)}, CUDA graphs "
         f"{'on' if s.get('jacana_cuda_graphs') else 'off'}, GIL switch interval "
         f"{s.get('gil_switch_interval_us', 5000)} µs, tokenizer worker processes "
@@ -640,8 +642,13 @@ def main() -> None:
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument(
         "--cuda-graphs",
-        action="store_true",
-        help="padded batches captured as CUDA graphs (JACANA_EMBEDDINGS_CUDA_GRAPHS)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="padded batches captured as CUDA graphs (JACANA_EMBEDDINGS_CUDA_GRAPHS; the "
+        "service's default on CUDA)",
+    )
+    parser.add_argument(
+        "--max-batch-size", type=int, default=4096, help="the service's default on CUDA"
     )
     parser.add_argument(
         "--batches-in-flight",

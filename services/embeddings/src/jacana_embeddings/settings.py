@@ -42,8 +42,8 @@ class EmbeddingsSettings(ServiceSettings):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$",
         description="Model name clients send.",
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Compute dtype (float32 on CPU; bfloat16 on GPU)."
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="Compute dtype; unset: float32 on CPU, float16 on CUDA."
     )
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="Torch device.")
     linear_backend: Literal["auto", "torch", "onednn"] = Field(
@@ -88,15 +88,20 @@ class EmbeddingsSettings(ServiceSettings):
     max_inputs_per_request: int = Field(
         2048, ge=1, le=65536, description="Most inputs in one request (OpenAI allows 2048)."
     )
-    max_batch_tokens: int = Field(
-        2048,
+    max_batch_tokens: int | None = Field(
+        None,
         ge=16,
         le=4_194_304,
         description="Tokens of one forward pass (inputs run packed: real tokens, no "
-        "padding). On CPU 1-2k is about best; on a GPU raise it (e.g. 65536) together "
-        "with max_batch_size.",
+        "padding); unset: 2048 on CPU (about best there), 65536 on CUDA.",
     )
-    max_batch_size: int = Field(256, ge=1, le=65536, description="Most inputs in one batch.")
+    max_batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description="Most inputs in one batch; unset: 256 on CPU, 4096 on CUDA (where the "
+        "token budget is what bounds a batch).",
+    )
     max_wait_ms: float = Field(
         2.0,
         ge=0.0,
@@ -111,11 +116,11 @@ class EmbeddingsSettings(ServiceSettings):
         description="Forward passes running at once, each on its own worker thread; unset: "
         "2 on CUDA (the next batch is launched while one computes), 1 on CPU.",
     )
-    cuda_graphs: bool = Field(
-        False,
+    cuda_graphs: bool | None = Field(
+        None,
         description="CUDA only: run each batch in a padded grid captured as a CUDA graph at "
         "start-up (one launch per batch instead of ~100 from Python); grids up to twice "
-        "max_batch_tokens cells, larger batches run eagerly.",
+        "max_batch_tokens cells, larger batches run eagerly. Unset: on with CUDA.",
     )
     max_queued_inputs: int = Field(
         65536,
@@ -123,6 +128,19 @@ class EmbeddingsSettings(ServiceSettings):
         le=10_000_000,
         description="Inputs waiting for a batch; beyond it new requests get RESOURCE_EXHAUSTED.",
     )
+
+    @field_validator(
+        "dtype",
+        "max_batch_tokens",
+        "max_batch_size",
+        "batches_in_flight",
+        "cuda_graphs",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value):
+        # docker-compose passes ``${VAR:-}`` through as an empty string: the device decides
+        return None if value == "" else value
 
     @field_validator("model")
     @classmethod
@@ -156,28 +174,35 @@ class EmbeddingsSettings(ServiceSettings):
             raise ValueError("dimensions must be positive")
         return value
 
+    @property
+    def on_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def resolved_max_batch_tokens(self) -> int:
+        """max_batch_tokens, or the device's default when unset."""
+        return self.max_batch_tokens or (65536 if self.on_cuda else 2048)
+
     def embedder_config(self) -> EmbedderConfig:
+        graphs = self.on_cuda if self.cuda_graphs is None else self.cuda_graphs
         return EmbedderConfig(
             model_dir=Path(self.model or default_model_path()),
             model_id=self.model_id,
-            dtype=self.dtype,
+            dtype=self.dtype or ("float16" if self.on_cuda else "float32"),
             device=self.device,
             linear_backend=self.linear_backend,
             max_input_tokens=self.max_input_tokens,
             pooling=tuple(self.pooling.split("+")) if self.pooling else None,
             normalize=self.normalize,
             matryoshka_dims=None if self.matryoshka_dims is None else tuple(self.matryoshka_dims),
-            graph_tokens=2 * self.max_batch_tokens
-            if self.cuda_graphs and self.device.startswith("cuda")
-            else 0,
+            # the padded grid may double a batch's cells
+            graph_tokens=2 * self.resolved_max_batch_tokens() if graphs and self.on_cuda else 0,
         )
 
     def batcher_config(self) -> BatcherConfig:
         return BatcherConfig(
-            max_batch_tokens=self.max_batch_tokens,
-            max_batch_size=self.max_batch_size,
+            max_batch_tokens=self.resolved_max_batch_tokens(),
+            max_batch_size=self.max_batch_size or (4096 if self.on_cuda else 256),
             max_wait_ms=self.max_wait_ms,
             max_queued_inputs=self.max_queued_inputs,
-            batches_in_flight=self.batches_in_flight
-            or (2 if self.device.startswith("cuda") else 1),
+            batches_in_flight=self.batches_in_flight or (2 if self.on_cuda else 1),
         )
