@@ -10,8 +10,9 @@ texts). A departure anywhere else fails. The counts of exact prompts are written
 ``$JACANA_GPU_REPORT`` (a JSON file) when it is set.
 
 Transformers' run-to-run set: the continuations transformers itself produces for a
-prompt when only the way it is run changes (alone and left-padded in a batch with the
-other prompts, each with SDPA and with eager attention; alone with a static KV cache).
+prompt when only the way it is run changes (alone, left-padded in a batch with all the
+other prompts and in a pair with the next one, each with SDPA and with eager attention;
+alone with a static KV cache; alone with cuBLAS's full-precision bf16 reductions).
 The report also counts the prompts whose continuation lies inside that set.
 
 Models: a small random Qwen3 (q/k norm, GQA) saved as safetensors, and SmolLM2-135M's
@@ -117,20 +118,41 @@ def _attention(model, implementation: str):
         model.set_attn_implementation("sdpa")
 
 
+@contextlib.contextmanager
+def _full_precision_bf16_reductions():
+    """cuBLAS without its reduced-precision bf16 split-K reductions (torch's default allows
+    them), the other numerics torch offers for the same GEMMs."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_bf16_reduced_precision_reduction
+    matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction = before
+
+
 def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
     """Per prompt, transformers' distinct greedy continuations across ways of running it
-    that change nothing but how it computes: alone and left-padded in one batch of all,
-    each with SDPA and with eager attention; alone with a static KV cache."""
-    runs = [[tokens for tokens, _ in hf_greedy(model, prompts)], hf_batched_greedy(model, prompts)]
+    that change nothing but how it computes: alone, left-padded in one batch of all and
+    in a pair with the next prompt, each with SDPA and with eager attention; alone with a
+    static KV cache; alone with full-precision bf16 GEMM reductions."""
+
+    def alone(**kwargs) -> list[list[int]]:
+        return [tokens for tokens, _ in hf_greedy(model, prompts, **kwargs)]
+
+    def paired() -> list[list[int]]:
+        n = len(prompts)
+        return [hf_batched_greedy(model, [prompts[i], prompts[(i + 1) % n]])[0] for i in range(n)]
+
+    runs = [alone(), hf_batched_greedy(model, prompts), paired()]
     with _attention(model, "eager"):
-        runs += [[tokens for tokens, _ in hf_greedy(model, prompts)]]
-        runs += [hf_batched_greedy(model, prompts)]
+        runs += [alone(), hf_batched_greedy(model, prompts), paired()]
+    with _full_precision_bf16_reductions():
+        runs.append(alone())
     try:
-        static = hf_greedy(model, prompts, cache_implementation="static")
+        runs.append(alone(cache_implementation="static"))
     except (TypeError, ValueError, NotImplementedError) as exc:  # not in this version
         print(f"run-to-run set without a static-cache run: {exc}")
-    else:
-        runs.append([tokens for tokens, _ in static])
     per_prompt = zip(*runs, strict=True)  # each: one prompt's continuation in every run
     return [[list(t) for t in dict.fromkeys(tuple(t) for t in found)] for found in per_prompt]
 
