@@ -20,12 +20,22 @@ import torch
 
 pytest.importorskip("triton")
 
+from jacana_engine.kernels._common import next_power_of_2
 from jacana_engine.kernels.reference import skinny_linear_ref
-from jacana_engine.kernels.skinny_gemm import MAX_M, QWEN3_SHAPES, pick_config, skinny_linear
+from jacana_engine.kernels.skinny_gemm import (
+    MAX_M,
+    QWEN3_SHAPES,
+    candidate_configs,
+    pick_config,
+    skinny_linear,
+)
 
 TOL = {torch.float32: (1e-6, 1e-5), torch.bfloat16: (3e-3, 4e-3)}
 TOL_BF16_TRUNCATED = (6e-3, 8e-3)  # the CPU interpreter truncates float32 -> bfloat16
 SMALL = [(1, 64, 40), (3, 200, 96), (16, 200, 40), (5, 64, 96), (16, 64, 96)]
+# candidate_configs' tiles: N not a multiple of BLOCK_N, K not a multiple of BLOCK_K
+# (1100: 3 steps of 512, 2 of 1024, 1 masked one of 2048)
+CANDIDATE_SHAPES = [(1, 40, 64), (1, 1100, 72), (1, 600, 200), (5, 1100, 40), (16, 96, 64)]
 
 
 def _check(out, x, w, seed, checks, what) -> None:
@@ -101,6 +111,34 @@ def test_pick_config_fills_the_gpu():
             assert programs >= 264 or cfg.block_n == (16 if cfg.use_dot else 8), (m, k, n, cfg)
 
 
+@pytest.mark.parametrize("m,k,n", CANDIDATE_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_candidate_config_matches(device, seed, checks, m, k, n, dtype):
+    configs = candidate_configs(m, n, k)
+    if dtype == torch.bfloat16 and device.type == "cpu" and configs[0].use_dot:
+        pytest.skip("the CPU interpreter's tl.dot is wrong on bfloat16 (module docstring)")
+    x = torch.randn(m, k, device=device).to(dtype)
+    w = torch.randn(n, k, device=device).to(dtype)
+    for cfg in configs:
+        _check(skinny_linear(x, w, config=cfg), x, w, seed, checks, f"{m}x{k}x{n} {cfg}")
+
+
+def test_candidate_configs_rule():
+    shapes = [(m, n, k) for k, n in QWEN3_SHAPES.values() for m in (1, 2, 3, 8, 16)]
+    shapes += [(m, n, k) for m, k, n in CANDIDATE_SHAPES]
+    for m, n, k in shapes:
+        configs = candidate_configs(m, n, k)
+        assert configs[0] == pick_config(m, n, k), (m, n, k)
+        assert len(set(configs)) == len(configs), (m, n, k, configs)
+        assert len(configs) <= (8 if m == 1 else 2), (m, n, k, configs)
+        for cfg in configs:
+            assert cfg.block_k <= max(32, next_power_of_2(k)) and cfg.block_n >= 2, (m, n, k, cfg)
+            assert cfg.block_m >= m and cfg.use_dot == configs[0].use_dot
+    # the sweep's winners at one row are among the candidates
+    k, n = QWEN3_SHAPES["0.6B o"]
+    assert {(c.block_n, c.block_k) for c in candidate_configs(1, n, k)} >= {(2, 2048), (4, 2048)}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(QWEN3_SHAPES))
 def test_skinny_linear_qwen3_gpu(gpu, device, seed, checks, name):
@@ -139,16 +177,57 @@ def test_linear_sends_only_its_skinny_rows_to_the_kernel(device, seed, checks, b
     from jacana_engine.layers.linear import Linear
 
     layer = Linear(48, 40, bias=bias).to(device).requires_grad_(False)
-    layer.skinny_rows = frozenset({1, 3})
+    configs = {1: candidate_configs(1, 40, 48)[-1], 3: pick_config(3, 40, 48)}
+    layer.skinny_configs = configs
+    assert layer.skinny_rows == {1, 3}
     calls = []
     real = skinny_gemm.skinny_linear
-    monkeypatch.setattr(skinny_gemm, "skinny_linear", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(
+        skinny_gemm, "skinny_linear", lambda *a, **kw: calls.append(kw["config"]) or real(*a, **kw)
+    )
     for m in (1, 2, 3):
         x = torch.randn(m, 48, device=device)
         expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
         rel_l2, max_rel = TOL[torch.float32]
         checks.close(layer(x), expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"m={m}")
-    assert len(calls) == 2  # rows 1 and 3, not 2
+    assert calls == [configs[1], configs[3]]  # rows 1 and 3 with their configs, not 2
+
+
+def test_tuner_stores_the_fastest_config_that_forward_uses(device, seed, checks, monkeypatch):
+    """The plumbing, with a fake clock: at one row the last candidate is fastest and beats
+    cuBLAS, at two rows every candidate loses to cuBLAS by less than the margin."""
+    from jacana_engine.kernels import skinny_gemm
+    from jacana_engine.layers import decode_gemm
+    from jacana_engine.layers.linear import Linear
+
+    k, n = 1100, 72
+    fastest = candidate_configs(1, n, k)[-1]
+
+    def fake_time(layers, x, config):
+        if config is None:
+            return 1.0
+        if x.shape[0] == 2:
+            return 0.95
+        return 0.5 if config == fastest else 0.8
+
+    monkeypatch.setattr(decode_gemm, "_time", fake_time)
+    layers = [Linear(k, n, bias=True).to(device).requires_grad_(False) for _ in range(2)]
+    assert decode_gemm._tune_shape(layers, [1, 2]) == {1: fastest}
+    calls = []
+    real = skinny_gemm.skinny_linear
+    monkeypatch.setattr(
+        skinny_gemm, "skinny_linear", lambda *a, **kw: calls.append(kw["config"]) or real(*a, **kw)
+    )
+    for layer in layers:
+        assert dict(layer.skinny_configs) == {1: fastest}
+        for m in (1, 2):
+            x = torch.randn(m, k, device=device)
+            expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+            rel_l2, max_rel = TOL[torch.float32]
+            checks.close(
+                layer(x), expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"m={m}"
+            )
+    assert calls == [fastest, fastest]  # one-row calls only, with the tuned config
 
 
 @pytest.mark.gpu
@@ -166,6 +245,10 @@ def test_tune_decode_gemms_keeps_the_outputs(gpu, device, seed, checks):
     chosen = tune_decode_gemms(model, rows=range(1, 5))
     assert set(chosen) == {(1024, 2048, torch.bfloat16), (6144, 1024, torch.bfloat16)}
     for layer in model:
+        out, k = layer.weight.shape
+        assert dict(layer.skinny_configs) == chosen[(out, k, torch.bfloat16)]
+        for m, cfg in layer.skinny_configs.items():
+            assert cfg in candidate_configs(m, out, k), (m, cfg)
         for m in range(1, 5):
             x = torch.randn(m, layer.in_features, device=device, dtype=torch.bfloat16)
             expected = torch.nn.functional.linear(x.float(), layer.weight.float(), None)

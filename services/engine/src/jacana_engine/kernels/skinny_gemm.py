@@ -15,6 +15,11 @@ Two inner products, chosen per call (``pick_config``):
   weight), its products accumulated elementwise over the K steps and summed over
   BLOCK_K once at the end.
 
+``pick_config`` is a rule of thumb; at start-up ``layers.decode_gemm`` times the few
+alternatives of ``candidate_configs`` on the model's own weights and keeps the fastest
+(at one row on an H200, ``bench/results/skinny_gemm_sweep.md``, another tile beat
+pick_config's on every Qwen3 shape, mostly a narrower or deeper one).
+
 Deterministic: each output element is reduced over K by one program in a fixed order,
 no atomics and no split-K, so results are bitwise identical run to run.
 """
@@ -41,6 +46,12 @@ _MIN_BLOCK_K, _MAX_BLOCK_K = 32, 512
 _MAX_DOT_BLOCK_K = 256
 _DOT_TILE = 8192  # weight elements per K step on the dot path (16 KiB in bf16)
 _SUM_PRODUCTS = 8192  # BLOCK_M * BLOCK_N * BLOCK_K on the sum path (64 fp32/thread)
+# one-row candidates: tiles of 4096 or 8192 weight elements, BLOCK_K of 512-2048, the
+# families of the winner or runner-up of bench/skinny_gemm_gpu.py's launch sweep on
+# every Qwen3 shape
+_ONE_ROW_TILES = (_SUM_PRODUCTS // 2, _SUM_PRODUCTS)
+_ONE_ROW_BLOCK_KS = (512, 1024, 2048)
+_MIN_CANDIDATE_BLOCK_N = 2
 # The shapes it is measured on (tests, bench/skinny_gemm_gpu.py): (K, N) of Qwen3's
 # decoder linear layers.
 QWEN3_SHAPES = {
@@ -88,6 +99,34 @@ def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> Skinn
         budget = _SUM_PRODUCTS // (block_m * block_n)
     block_k = min(_MAX_BLOCK_K, max(_MIN_BLOCK_K, budget), max(_MIN_BLOCK_K, next_power_of_2(k)))
     return SkinnyConfig(block_m=block_m, block_n=block_n, block_k=block_k, use_dot=use_dot)
+
+
+def candidate_configs(m: int, n: int, k: int) -> list[SkinnyConfig]:
+    """Launch configs worth timing for x [m, k] @ weight[n, k].T, ``pick_config``'s first,
+    no duplicates, each with BLOCK_K <= max(32, next_power_of_2(k)).
+
+    One row (6-7 configs): every BLOCK_N x BLOCK_K tile of 4096 or 8192 elements with
+    BLOCK_K in {512, 1024, 2048} (capped by K; BLOCK_N >= 2 and <= N's power of two).
+    More rows on the sum path: one alternative, pick_config's tile half as wide and twice
+    as deep (same registers per thread). The dot path: pick_config's alone (its tile
+    already sits at the shared-memory budget and BLOCK_N floor)."""
+    picked = pick_config(m, n, k)
+    k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
+    n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
+    tiles: list[tuple[int, int]] = []  # (BLOCK_N, BLOCK_K)
+    if m == 1:
+        for area in _ONE_ROW_TILES:
+            for block_k in _ONE_ROW_BLOCK_KS:
+                block_k = min(block_k, k_cap)
+                tiles.append((max(_MIN_CANDIDATE_BLOCK_N, min(n_cap, area // block_k)), block_k))
+    elif not picked.use_dot and picked.block_k * 2 <= k_cap:
+        tiles.append((max(_MIN_CANDIDATE_BLOCK_N, picked.block_n // 2), picked.block_k * 2))
+    configs = [picked]
+    for block_n, block_k in tiles:
+        cfg = SkinnyConfig(picked.block_m, block_n, block_k, use_dot=picked.use_dot)
+        if cfg not in configs:
+            configs.append(cfg)
+    return configs
 
 
 @triton.jit

@@ -1,17 +1,20 @@
 """Decode-sized GEMMs: per weight shape and row count, the faster of cuBLAS and the
-skinny kernel, chosen by timing both at start-up.
+skinny kernel (with its fastest launch config), chosen by timing them at start-up.
 
 A decode or verification step multiplies a few rows (M <= 16) by each weight, and its
 cost is reading the weight once. cuBLAS does that near the bandwidth for most shapes but
-picks poorly for a few small ones (on an H200, Qwen3-0.6B's o_proj 2048->1024 at one row
-takes 12.6 us against 5.7 us for ``kernels.skinny_gemm``; for every 8B shape cuBLAS is as
-fast or faster, ``bench/results/skinny_gemm_gpu.md``). A fixed shape table would not
-carry over to other GPUs and library versions, so :func:`tune_decode_gemms` times both on
-the model's own weights: each trial runs every layer's weight of one shape in turn, so
-the weights stream from HBM as in a real step rather than sitting in L2. A layer then
-sends an input of M rows to the skinny kernel only where that was clearly faster
-(``Linear.skinny_rows``); the choice depends on M alone, so eager and graph-replayed
-steps of one batch size run the same kernels.
+picks poorly for a few small ones, and the skinny kernel's best launch config varies by
+shape. On an H200 at one row (``bench/results/skinny_gemm_sweep.md``, best config per
+shape): Qwen3-0.6B's o_proj 2048->1024 takes 12.7 us on cuBLAS against 3.4 us on
+``kernels.skinny_gemm``; among the 8B shapes o_proj, down_proj and qkv_proj run at
+0.87-0.90x cuBLAS's time, gate_up_proj at 1.04x. A fixed table would not carry over to
+other GPUs and library versions, so :func:`tune_decode_gemms` times cuBLAS and each of
+``candidate_configs`` on the model's own weights: each trial runs every layer's weight of
+one shape in turn, so the weights stream from HBM as in a real step rather than sitting
+in L2. A layer then sends an input of M rows to the skinny kernel, with the fastest
+config, only where that was clearly faster (``Linear.skinny_configs``); the choice
+depends on M alone, so eager and graph-replayed steps of one batch size run the same
+kernels.
 """
 
 from __future__ import annotations
@@ -20,11 +23,15 @@ import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from jacana_engine.layers.linear import Linear
+
+if TYPE_CHECKING:
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,48 +40,71 @@ SKINNY_MAX_ROWS = 16  # kernels.skinny_gemm.MAX_M, without importing Triton here
 _TRIALS = 3
 
 
-def tune_decode_gemms(model: nn.Module, rows: Iterable[int]) -> dict[tuple, list[int]]:
-    """Set ``skinny_rows`` on every CUDA :class:`Linear` of ``model``, trying the row
+def tune_decode_gemms(
+    model: nn.Module, rows: Iterable[int]
+) -> dict[tuple, dict[int, SkinnyConfig]]:
+    """Set ``skinny_configs`` on every CUDA :class:`Linear` of ``model``, trying the row
     counts ``rows`` (those the decode graphs run); returns, per (out, in, dtype) shape,
-    the row counts that go to the skinny kernel."""
-    from jacana_engine.kernels.skinny_gemm import can_use
+    the row counts that go to the skinny kernel and the launch config of each.
 
+    Cost: per shape and row count, 1 + C CUDA graphs (cuBLAS and C candidates: 6-7 at one
+    row, 1-2 above) of one call per layer of that shape, each replayed 1 + 3 times; for an
+    8B model at rows 1-16 that is ~200 graphs, well under a second of GPU time. The first
+    start also compiles each distinct config (~30 across shapes), cached on disk after."""
     rows = list(rows)
     groups: dict[tuple, list[Linear]] = defaultdict(list)
     for module in model.modules():
         if isinstance(module, Linear) and module.weight.device.type == "cuda":
             groups[(*module.weight.shape, module.weight.dtype)].append(module)
-    chosen: dict[tuple, list[int]] = {}
-    for shape, layers in groups.items():
-        weight = layers[0].weight
-        picked = []
-        for m in rows:
-            x = torch.randn(m, weight.shape[1], device=weight.device, dtype=weight.dtype)
-            if not can_use(x, weight):
-                continue
-            cublas = _time(layers, x, skinny=False)
-            skinny = _time(layers, x, skinny=True)
-            if skinny < MARGIN * cublas:
-                picked.append(m)
-        for layer in layers:
-            layer.skinny_rows = frozenset(picked)
-        chosen[shape] = picked
-    log.info("decode GEMMs on the skinny kernel (out, in, dtype: rows): %s", chosen)
-    return chosen
+    return {shape: _tune_shape(layers, rows) for shape, layers in groups.items()}
+
+
+def _tune_shape(layers: list[Linear], rows: list[int]) -> dict[int, SkinnyConfig]:
+    """Time cuBLAS and each candidate config on ``layers`` (one weight shape) per row
+    count, set the winners on every layer as ``skinny_configs`` and return them."""
+    from jacana_engine.kernels.skinny_gemm import can_use, candidate_configs
+
+    weight = layers[0].weight  # [N, K]
+    n, k = weight.shape
+    picked: dict[int, SkinnyConfig] = {}
+    report = []
+    for m in rows:
+        x = torch.randn(m, k, device=weight.device, dtype=weight.dtype)  # [M, K]
+        if not can_use(x, weight):
+            continue
+        cublas = _time(layers, x, None)
+        timed = [(_time(layers, x, cfg), cfg) for cfg in candidate_configs(m, n, k)]
+        best, cfg = min(timed, key=lambda t: t[0])
+        won = best < MARGIN * cublas
+        if won:
+            picked[m] = cfg
+        per_layer = 1e6 / len(layers)  # seconds per pass -> us per call
+        report.append(
+            f"M={m} {'skinny' if won else 'cuBLAS'} (skinny {cfg.block_n}x{cfg.block_k} "
+            f"{best * per_layer:.2f} us, cuBLAS {cublas * per_layer:.2f} us)"
+        )
+    for layer in layers:  # a plain dict each: shares no state, deep-copies and pickles
+        layer.skinny_configs = dict(picked)
+    log.info("decode GEMM %dx%d %s: %s", n, k, weight.dtype, "; ".join(report))
+    return picked
 
 
 @torch.inference_mode()
-def _time(layers: list[Linear], x: torch.Tensor, skinny: bool) -> float:
-    """Median seconds of one pass of ``x`` through every layer, replayed from a CUDA graph
-    as decode steps are (timed eagerly, the launch overhead would decide instead)."""
-    run = Linear.skinny_forward if skinny else Linear.backend_forward
+def _time(layers: list[Linear], x: torch.Tensor, config: SkinnyConfig | None) -> float:
+    """Median seconds of one pass of ``x`` through every layer on the skinny kernel with
+    ``config`` (None: on the backend, cuBLAS), replayed from a CUDA graph as decode steps
+    are (timed eagerly, the launch overhead would decide instead)."""
+
+    def run(layer: Linear) -> torch.Tensor:
+        return layer.backend_forward(x) if config is None else layer.skinny_forward(x, config)
+
     for layer in layers:  # compiles the kernel outside the capture
-        run(layer, x)
+        run(layer)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for layer in layers:
-            run(layer, x)
+            run(layer)
     graph.replay()
     times = []
     for _ in range(_TRIALS):

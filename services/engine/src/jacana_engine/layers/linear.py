@@ -13,32 +13,50 @@ checkpoint tensor straight into its slice.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from jacana_common.linear_backends import LinearBackend, TorchLinear
 
+if TYPE_CHECKING:  # the kernel module imports Triton; Linear must not need it
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+
 
 class Linear(nn.Linear):
     """``nn.Linear`` whose product runs on ``self.gemm`` (x: [T, in] -> [T, out]), or on
-    the skinny decode kernel for the row counts T in ``skinny_rows`` (set on CUDA by
-    ``decode_gemm.tune_decode_gemms``, empty elsewhere)."""
+    the skinny decode kernel for the row counts T in ``skinny_configs``, with that row
+    count's launch config (set on CUDA by ``decode_gemm.tune_decode_gemms``, empty
+    elsewhere)."""
 
     gemm: LinearBackend = TorchLinear()
-    skinny_rows: frozenset[int] = frozenset()
+    # read-only default (instances get their own dict), so no layer mutates a shared one
+    skinny_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
+
+    @property
+    def skinny_rows(self) -> frozenset[int]:
+        """The row counts that go to the skinny kernel."""
+        return frozenset(self.skinny_configs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] in self.skinny_rows:
-            return self.skinny_forward(x)
+        config = self.skinny_configs.get(x.shape[0])
+        if config is not None:
+            return self.skinny_forward(x, config)
         return self.backend_forward(x)
 
     def backend_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.gemm.linear(x, self.weight, self.bias)
 
-    def skinny_forward(self, x: torch.Tensor) -> torch.Tensor:
+    def skinny_forward(self, x: torch.Tensor, config: SkinnyConfig | None = None) -> torch.Tensor:
+        """The product on the skinny kernel, launched with ``config`` (by default the one
+        tuned for x's row count, else the kernel's ``pick_config``)."""
         from jacana_engine.kernels.skinny_gemm import skinny_linear
 
-        y = skinny_linear(x.contiguous(), self.weight)  # [T, out]
+        config = config or self.skinny_configs.get(x.shape[0])
+        y = skinny_linear(x.contiguous(), self.weight, config=config)  # [T, out]
         return y if self.bias is None else y.add_(self.bias)
 
 
