@@ -10,9 +10,9 @@
 #             then without the peer, once per ';'-separated variant in $EMBED_VARIANTS
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
-# targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), then b1
-#             again with decode steps one at a time (overlap_decode off) for comparison
-#             (TARGETS_SERIAL=0 skips that)
+# targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
+#             with decode_gemm auto, then b1 with decode steps one at a time (overlap_decode
+#             off) for comparison (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
 #             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
@@ -98,6 +98,10 @@ for phase in "$@"; do
       stamp "offline targets (no peer)"
       timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 | tail -14
+      stamp "b1 with the skinny decode GEMM where start-up timing picks it (decode_gemm auto)"
+      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 --decode-gemm auto --reps 3 --name offline_b1_auto --out "$OUT" 2>&1 \
+        | grep -E "^\| qwen|decode GEMM" | tail -30
       [ "${TARGETS_SERIAL:-1}" = 1 ] || continue
       stamp "b1 with decode steps one at a time"
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
