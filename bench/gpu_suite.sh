@@ -7,7 +7,8 @@
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2),
 #             the embeddings service's GPU tests (~3.5 min)
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer;
-#             then without the peer, once per ';'-separated variant in $EMBED_VARIANTS
+#             ($EMBED_REPS reps, default 5: this host varies run to run), then without the
+#             peer, once per ';'-separated variant in $EMBED_VARIANTS
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -65,7 +66,7 @@ for phase in "$@"; do
       [ -n "${JACANA_ASSET_MINILM:-}" ] && model=(--model-dir "$JACANA_ASSET_MINILM")
       # The service's tokenizer spreads each batch over every core; the suite's global
       # TOKENIZERS_PARALLELISM=false (quiet forks elsewhere) would hold it to one.
-      TOKENIZERS_PARALLELISM=true timeout 300 python3 bench/embeddings_gpu.py --out-dir "$OUT" --reps 3 \
+      TOKENIZERS_PARALLELISM=true timeout 300 python3 bench/embeddings_gpu.py --out-dir "$OUT" --reps "${EMBED_REPS:-5}" \
         --sentences 12000 "${model[@]}" 2>&1 \
         | grep -v "Loading weights" | tail -30
       # the same without the peer, once per variant
