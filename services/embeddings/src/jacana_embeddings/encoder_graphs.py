@@ -9,12 +9,14 @@ launch per batch.
 How: a set of buckets, padded grids of B rows x S tokens (:func:`bucket_shapes`), each
 with its own static tensors (:class:`~jacana_embeddings.varlen.PaddedLayout`); on CUDA
 each bucket's pass is captured at start-up (:meth:`EncoderGraphs.prepare`), the largest
-first, all in one memory pool (buckets replay one at a time in stream order, never
-overlapping). A batch runs in the smallest bucket that holds it: its ids and lengths go
-up in one copy from a pinned staging buffer, the graph replays, and its rows of the
-output are copied out. All three are queued under the bucket's lock, so two batches in
-flight that pick the same bucket keep their inputs and outputs apart (stream order does
-the rest). A batch no bucket holds returns None: the caller runs it eagerly.
+first, all in one memory pool. A batch runs in the smallest bucket that holds it: its
+ids and lengths go up in one copy from a pinned staging buffer, the graph replays, and its
+rows of the output are copied out. The staging buffer is filled under the bucket's lock;
+the copy, replay and copy-out are queued under one lock shared by every bucket. That
+second lock matters: in a shared pool one bucket's output may sit in memory that another
+bucket's graph uses as scratch, so no other replay may be queued between a bucket's
+replay and the copy of its output (stream order does the rest). A batch no bucket holds
+returns None: the caller runs it eagerly.
 
 Without capture (``capture=False``, or a CPU device) the same static-tensor path runs
 eagerly: the CPU tests check its arithmetic against the packed path with it.
@@ -101,6 +103,7 @@ class EncoderGraphs:
         self.capture = capture and device.type == "cuda"
         self.shapes = bucket_shapes(max_len, max_grid_tokens)
         self._buckets: dict[tuple[int, int], _Bucket] = {}
+        self._replay_lock = threading.Lock()  # upload, replay, copy-out: see the module doc
         self.replays = 0  # batches run through a bucket (graph or eager static path)
 
     def prepare(self) -> float:
@@ -141,16 +144,17 @@ class EncoderGraphs:
             host[where] = flat
             host[cells:] = 1  # filler rows: one token each
             host[cells : cells + len(lengths)] = lengths
-            bucket.inputs.copy_(bucket.staging, non_blocking=True)
-            if bucket.uploaded is not None:
-                bucket.uploaded.record()
-            if bucket.graph is not None:
-                bucket.graph.replay()
-                out = bucket.out
-            else:
-                out = self.forward(bucket.ids, bucket.layout)
-            vectors = out[: len(batch)].clone()  # queued before another batch replays
-            self.replays += 1
+            with self._replay_lock:
+                bucket.inputs.copy_(bucket.staging, non_blocking=True)
+                if bucket.uploaded is not None:
+                    bucket.uploaded.record()
+                if bucket.graph is not None:
+                    bucket.graph.replay()
+                    out = bucket.out
+                else:
+                    out = self.forward(bucket.ids, bucket.layout)
+                vectors = out[: len(batch)].clone()  # queued before any other replay
+                self.replays += 1
         return vectors.cpu().numpy()
 
     def _allocate(self, rows: int, length: int) -> _Bucket:
