@@ -5,14 +5,14 @@
 #   bench/gpu_suite.sh PHASE [PHASE ...]
 #
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2),
-#             the embeddings service's GPU tests (~3.5 min)
+#             the embeddings service's GPU tests (over 7 min: a call of its own)
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer;
 #             ($EMBED_REPS reps, default 5: this host varies run to run), then without the
 #             peer, once per ';'-separated variant in $EMBED_VARIANTS
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
-#             with decode_gemm auto, then b1 with decode steps one at a time (overlap_decode
+#             with decode_gemm torch (cuBLAS only), then b1 with decode steps one at a time (overlap_decode
 #             off) for comparison (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
 #             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
@@ -23,7 +23,7 @@
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS (~3 min)
 #
-# Durations seen on an H200 (plan device time with them): tests ~3.5 min, embeddings ~1 min
+# Durations seen on an H200 (plan device time with them): tests over 7 min, embeddings ~1 min
 # plus ~40 s per variant, targets ~1.5 min, online ~1 min per stream interval plus ~40 s
 # for its offline run, spec ~5.5 min (the grid alone ~5 min; one concurrency of it still takes over 2.5 min:
 # the models load and warm up once per group), overlap ~2 min, skinny ~3 min. Model
@@ -57,7 +57,7 @@ for phase in "$@"; do
   case "$phase" in
     tests)
       stamp "GPU tests"
-      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout 420 "${PYTEST[@]}" -m "gpu and not slow" \
+      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout 570 "${PYTEST[@]}" -m "gpu and not slow" \
         services/engine/tests services/embeddings/tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
       ;;
     embeddings)
@@ -99,9 +99,9 @@ for phase in "$@"; do
       stamp "offline targets (no peer)"
       timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 | tail -14
-      stamp "b1 with the skinny decode GEMM where start-up timing picks it (decode_gemm auto)"
+      stamp "b1 with cuBLAS for every decode GEMM (decode_gemm torch)"
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 --decode-gemm auto --reps 3 --name offline_b1_auto --out "$OUT" 2>&1 \
+        --workloads b1 --decode-gemm torch --reps 3 --name offline_b1_cublas --out "$OUT" 2>&1 \
         | grep -E "^\| qwen|decode GEMM" | tail -30
       [ "${TARGETS_SERIAL:-1}" = 1 ] || continue
       stamp "b1 with decode steps one at a time"

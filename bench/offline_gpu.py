@@ -390,7 +390,7 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="Jacana without CUDA graphs")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
-        "--decode-gemm", choices=["auto", "torch"], default="torch", help="EngineConfig.decode_gemm"
+        "--decode-gemm", choices=["auto", "torch"], default="auto", help="EngineConfig.decode_gemm"
     )
     parser.add_argument(
         "--serial", action="store_true", help="decode steps one at a time (overlap_decode off)"

@@ -10,14 +10,14 @@ from jacana_engine.settings import EngineSettings
 
 def test_env_reaches_the_engine_config(monkeypatch):
     monkeypatch.setenv("JACANA_ENGINE_STREAM_INTERVAL", "4")
-    monkeypatch.setenv("JACANA_ENGINE_DECODE_GEMM", "auto")
+    monkeypatch.setenv("JACANA_ENGINE_DECODE_GEMM", "torch")
     config = EngineSettings.load().engine_config()
-    assert (config.stream_interval, config.decode_gemm) == (4, "auto")
+    assert (config.stream_interval, config.decode_gemm) == (4, "torch")
 
 
-def test_defaults_keep_streaming_per_token_and_cublas():
+def test_defaults_stream_per_token_and_time_the_decode_gemms():
     config = EngineSettings.load().engine_config()
-    assert (config.stream_interval, config.decode_gemm) == (1, "torch")
+    assert (config.stream_interval, config.decode_gemm) == (1, "auto")
 
 
 @pytest.mark.parametrize(

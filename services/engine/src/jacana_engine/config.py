@@ -40,10 +40,11 @@ class EngineConfig:
         (triton on CUDA, torch elsewhere); its namesake layer ops come with it.
     linear_backend: GEMMs of the dense layers: "auto" (oneDNN on CPU when this torch build
         runs it correctly, else F.linear), "torch" or "onednn".
-    decode_gemm: dense layers of decode-sized steps (<= 16 rows) on CUDA: "torch" always
-        cuBLAS (the default: transformers' own GEMMs, so greedy output follows its
-        rounding); "auto" times cuBLAS against the skinny Triton kernel per weight shape
-        and row count at start-up and runs the faster (``layers/decode_gemm.py``).
+    decode_gemm: dense layers of decode-sized steps (<= 16 rows) on CUDA with graphs:
+        "auto" (the default) times cuBLAS against the skinny Triton kernel per weight
+        shape and row count at start-up and runs the faster (``layers/decode_gemm.py``);
+        "torch" always cuBLAS (transformers' own GEMMs, so greedy output follows its
+        rounding more often: ``bench/results/gpu_targets.md``).
     enforce_eager: never capture or replay CUDA graphs.
     overlap_decode: while a decode step runs on the device, plan and launch the next one
         (its input tokens are the running step's samples, read on the device) before
@@ -75,7 +76,7 @@ class EngineConfig:
     seed: int = 0
     attention_backend: str = "auto"
     linear_backend: str = "auto"
-    decode_gemm: str = "torch"
+    decode_gemm: str = "auto"
     enforce_eager: bool = False
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512

@@ -91,9 +91,9 @@ class EngineSettings(ServiceSettings):
         "auto", description="Dense-layer GEMMs: auto is oneDNN on CPU where usable, else torch."
     )
     decode_gemm: Literal["auto", "torch"] = Field(
-        "torch",
-        description="Decode-sized GEMMs on CUDA: torch is cuBLAS; auto times cuBLAS "
-        "against the skinny Triton kernel per weight shape at start-up and runs the faster.",
+        "auto",
+        description="Decode-sized GEMMs on CUDA: auto times cuBLAS against the skinny "
+        "Triton kernel per weight shape at start-up and runs the faster; torch is cuBLAS.",
     )
     enforce_eager: bool = Field(
         False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
