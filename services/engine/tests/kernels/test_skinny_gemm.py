@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("triton")
 
 from jacana_engine.kernels._common import next_power_of_2
+from jacana_engine.kernels.activation import silu_and_mul
 from jacana_engine.kernels.reference import skinny_linear_ref
 from jacana_engine.kernels.skinny_gemm import (
     MAX_M,
@@ -102,6 +103,81 @@ def test_skinny_linear_rejects(device):
         skinny_linear(torch.randn(2, 32, device=device), w, out=torch.empty(2, 9, device=device))
 
 
+def _gated_cases(device: torch.device):
+    """(dtype, configs) to compare the gated kernel on: every candidate of the sum path,
+    and on CUDA the dot path too (the CPU interpreter's bfloat16 ``tl.dot`` is broken)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        for m, k, n in CANDIDATE_SHAPES:
+            configs = candidate_configs(m, n, k)
+            if device.type == "cuda" or dtype == torch.float32:
+                configs.append(pick_config(m, n, k, use_dot=not configs[0].use_dot))
+            yield (
+                dtype,
+                m,
+                k,
+                n,
+                [
+                    c
+                    for c in configs
+                    if device.type == "cuda" or not (c.use_dot and dtype == torch.bfloat16)
+                ],
+            )
+
+
+def test_gated_kernel_gives_the_bits_of_silu_and_mul_then_the_kernel(device, seed):
+    for dtype, m, k, n, configs in _gated_cases(device):
+        gate_up = (torch.randn(m, 2 * k, device=device) * 2).to(dtype)
+        w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+        activated = silu_and_mul(gate_up)  # [m, k]
+        for cfg in configs:
+            fused = skinny_linear(gate_up, w, config=cfg, gated=True)
+            plain = skinny_linear(activated, w, config=cfg)
+            assert torch.equal(fused, plain), f"{dtype} {(m, k, n)} {cfg} seed={seed}"
+
+
+def test_gated_kernel_rejects_a_gate_up_of_the_wrong_width(device):
+    w = torch.randn(8, 32, device=device)
+    with pytest.raises(ValueError, match="width"):
+        skinny_linear(torch.randn(2, 32, device=device), w, gated=True)
+    with pytest.raises(ValueError, match="width"):
+        skinny_linear(torch.randn(2, 65, device=device), w, gated=True)
+
+
+@pytest.mark.parametrize("tuned", [False, True])
+def test_gated_forward_folds_the_activation_only_into_skinny_rows(
+    device, seed, checks, tuned, monkeypatch
+):
+    from jacana_engine.kernels import skinny_gemm
+    from jacana_engine.layers.linear import Linear
+
+    layer = Linear(48, 40, bias=True).to(device).requires_grad_(False)
+    if tuned:
+        layer.skinny_configs = {1: pick_config(1, 40, 48)}
+    gated_calls, activations = [], []
+    real = skinny_gemm.skinny_linear
+    monkeypatch.setattr(
+        skinny_gemm,
+        "skinny_linear",
+        lambda *a, **kw: gated_calls.append(kw.get("gated")) or real(*a, **kw),
+    )
+
+    def counted_silu_and_mul(x):
+        activations.append(x.shape[0])
+        gate, up = x.chunk(2, dim=-1)
+        return torch.nn.functional.silu(gate) * up
+
+    for m in (1, 2):
+        gate_up = torch.randn(m, 96, device=device)
+        gate, up = gate_up.chunk(2, dim=-1)
+        expected = torch.nn.functional.linear(
+            torch.nn.functional.silu(gate) * up, layer.weight, layer.bias
+        )
+        got = layer.gated_forward(gate_up, counted_silu_and_mul)
+        checks.close(got, expected, rel_l2=1e-5, max_rel=1e-4, seed=seed, what=f"m={m}")
+    # one row on the kernel with the activation folded in; two rows activate, then cuBLAS
+    assert (gated_calls, activations) == (([True], [2]) if tuned else ([], [1, 2]))
+
+
 def test_pick_config_fills_the_gpu():
     for k, n in QWEN3_SHAPES.values():
         for m in (1, 2, 4, 8, 16):
@@ -149,6 +225,19 @@ def test_skinny_linear_qwen3_gpu(gpu, device, seed, checks, name):
         out = skinny_linear(x, w)
         _check(out, x, w, seed, checks, f"{name} M={m}")
         assert torch.equal(out, skinny_linear(x, w)), f"{name} M={m} seed={seed}: not deterministic"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["0.6B down", "8B down"])
+def test_gated_kernel_gives_the_bits_of_silu_and_mul_at_qwen3_sizes_gpu(gpu, device, seed, name):
+    k, n = QWEN3_SHAPES[name]
+    w = (torch.randn(n, k, device=device) * k**-0.5).bfloat16()
+    for m in (1, 2, 4, 8, 16):
+        gate_up = (torch.randn(m, 2 * k, device=device) * 2).bfloat16()
+        activated = silu_and_mul(gate_up)
+        for cfg in candidate_configs(m, n, k):
+            fused = skinny_linear(gate_up, w, config=cfg, gated=True)
+            assert torch.equal(fused, skinny_linear(activated, w, config=cfg)), (m, cfg, seed)
 
 
 @pytest.mark.gpu

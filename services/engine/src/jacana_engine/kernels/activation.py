@@ -16,6 +16,15 @@ _BLOCK = 1024
 
 
 @triton.jit
+def silu_mul_rounded(gate, up, dtype: tl.constexpr):
+    """``silu(gate) * up`` of float32 blocks, rounded as HF rounds it in ``dtype``: silu
+    rounded before the product, the product rounded again (returned in ``dtype``). The
+    skinny GEMM's gated loads use it too, so both give the same bits."""
+    act = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+    return (act * up).to(dtype)
+
+
+@triton.jit
 def _silu_and_mul_kernel(
     x_ptr,
     out_ptr,
@@ -29,9 +38,8 @@ def _silu_and_mul_kernel(
     mask = cols < inter
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x + inter + cols, mask=mask, other=0.0).to(tl.float32)
-    # silu rounded to the activation dtype before the product, as HF's act_fn(gate) * up
-    act = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(out_ptr + row * stride_o + cols, (act * up).to(out_ptr.dtype.element_ty), mask=mask)
+    product = silu_mul_rounded(gate, up, out_ptr.dtype.element_ty)
+    tl.store(out_ptr + row * stride_o + cols, product, mask=mask)
 
 
 def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precision, next_power_of_2
+from jacana_engine.kernels.activation import silu_mul_rounded
 
 MAX_M = 16  # rows of x handled in one program; larger batches belong to cuBLAS
 DOT_MIN_M = 16  # from this many rows up the inner product is tl.dot (16-row tiles)
@@ -145,6 +146,7 @@ def _skinny_gemm_kernel(
     BLOCK_K: tl.constexpr,
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
+    GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -163,7 +165,11 @@ def _skinny_gemm_kernel(
         k = k0 + ks
         k_mask = k < K
         # x: [BLOCK_M, BLOCK_K]; w: [BLOCK_N, BLOCK_K]; padding is zeros
-        x = tl.load(x_rows + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        x_mask = m_mask[:, None] & k_mask[None, :]
+        x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
+        if GATED:  # padding stays zero: silu(0) * 0
+            up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
+            x = silu_mul_rounded(x.to(tl.float32), up.to(tl.float32), x_ptr.dtype.element_ty)
         w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
         if USE_DOT:
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
@@ -194,23 +200,28 @@ def can_use(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def skinny_linear(
-    x: torch.Tensor,  # [M, K], M <= MAX_M
+    x: torch.Tensor,  # [M, K] ([M, 2K] gate then up when gated), M <= MAX_M
     weight: torch.Tensor,  # [N, K], unit stride on K
     out: torch.Tensor | None = None,  # [M, N] in x's dtype
     *,
     config: SkinnyConfig | None = None,  # launch parameters; pick_config's by default
+    gated: bool = False,  # x is a gated MLP's gate_up: multiply by silu(gate) * up
 ) -> torch.Tensor:  # [M, N] in x's dtype
-    """``x @ weight.T`` accumulated in float32, rounded once to x's dtype. Raises
-    ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
-    Never syncs with the host, so it can be captured in a CUDA graph."""
+    """``x @ weight.T`` accumulated in float32, rounded once to x's dtype; with ``gated``,
+    ``silu_and_mul(x) @ weight.T``, the activation computed as the weight streams in and
+    rounded as ``kernels.activation.silu_and_mul`` rounds it (same bits as that kernel
+    followed by this one, one launch fewer). Raises ``ValueError`` for M > MAX_M,
+    mismatched shapes or dtypes, or a non-unit last stride. Never syncs with the host, so
+    it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:
         raise ValueError(f"x and weight must be 2-D, got {x.dim()}-D and {weight.dim()}-D")
-    m, k = x.shape
+    m, width = x.shape
+    k = width // 2 if gated else width
     n = weight.shape[0]
     if m > MAX_M:
         raise ValueError(f"skinny_linear takes at most {MAX_M} rows, got {m}")
-    if weight.shape[1] != k:
-        raise ValueError(f"weight {tuple(weight.shape)} does not match x's K={k}")
+    if weight.shape[1] != k or (gated and width != 2 * k):
+        raise ValueError(f"weight {tuple(weight.shape)} does not match x's width {width}")
     if x.dtype not in _DTYPES or weight.dtype != x.dtype:
         raise ValueError(f"dtypes x={x.dtype} weight={weight.dtype}: want one of {_DTYPES}")
     check_last_dim_contiguous("x", x)
@@ -240,6 +251,7 @@ def skinny_linear(
         BLOCK_K=cfg.block_k,
         USE_DOT=cfg.use_dot,
         PRECISION=dot_precision(x.dtype),
+        GATED=gated,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -13,7 +13,7 @@ checkpoint tensor straight into its slice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -57,6 +57,23 @@ class Linear(nn.Linear):
 
         config = config or self.skinny_configs.get(x.shape[0])
         y = skinny_linear(x.contiguous(), self.weight, config=config)  # [T, out]
+        return y if self.bias is None else y.add_(self.bias)
+
+    def gated_forward(
+        self,
+        gate_up: torch.Tensor,  # [T, 2 * in]: a gated MLP's gate, then up
+        silu_and_mul: Callable[[torch.Tensor], torch.Tensor],  # [T, 2 * in] -> [T, in]
+    ) -> torch.Tensor:  # [T, out]
+        """The product with ``silu(gate) * up``. Where T rows run on the skinny kernel the
+        activation is folded into its loads (one launch fewer, the same bits as the
+        Triton ``silu_and_mul`` followed by the kernel); elsewhere ``silu_and_mul`` runs
+        first."""
+        config = self.skinny_configs.get(gate_up.shape[0])
+        if config is None:
+            return self.backend_forward(silu_and_mul(gate_up))
+        from jacana_engine.kernels.skinny_gemm import skinny_linear
+
+        y = skinny_linear(gate_up.contiguous(), self.weight, config=config, gated=True)
         return y if self.bias is None else y.add_(self.bias)
 
 

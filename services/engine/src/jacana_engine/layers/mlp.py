@@ -24,4 +24,4 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, hidden] -> gate_up: [T, 2 * intermediate] -> [T, intermediate] -> [T, hidden]
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj.gated_forward(self.gate_up_proj(x), self.ops.silu_and_mul)
