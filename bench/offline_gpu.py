@@ -82,6 +82,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.eager,
         decode_gemm=args.decode_gemm,
+        fuse_norm_gemm=args.fuse_norm_gemm,
         overlap_decode=not args.serial,
         seed=1,
     )
@@ -392,6 +393,7 @@ def main() -> None:
     parser.add_argument(
         "--decode-gemm", choices=["auto", "torch"], default="auto", help="EngineConfig.decode_gemm"
     )
+    parser.add_argument("--fuse-norm-gemm", action="store_true", help="EngineConfig.fuse_norm_gemm")
     parser.add_argument(
         "--serial", action="store_true", help="decode steps one at a time (overlap_decode off)"
     )
@@ -412,6 +414,7 @@ def main() -> None:
         "settings": {
             "eager": args.eager,
             "decode_gemm": args.decode_gemm,
+            "fuse_norm_gemm": args.fuse_norm_gemm,
             "overlap_decode": not args.serial,
         },
         "models": {},

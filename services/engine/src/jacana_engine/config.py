@@ -45,6 +45,9 @@ class EngineConfig:
         shape and row count at start-up and runs the faster (``layers/decode_gemm.py``);
         "torch" always cuBLAS (transformers' own GEMMs, so greedy output follows its
         rounding more often: ``bench/results/gpu_targets.md``).
+    fuse_norm_gemm: with ``decode_gemm="auto"``, also time the RMSNorm before the QKV and
+        gate/up projections folded into the skinny kernel and fold it where faster
+        (opt-in: not yet measured on a GPU).
     enforce_eager: never capture or replay CUDA graphs.
     overlap_decode: while a decode step runs on the device, plan and launch the next one
         (its input tokens are the running step's samples, read on the device) before
@@ -77,6 +80,7 @@ class EngineConfig:
     attention_backend: str = "auto"
     linear_backend: str = "auto"
     decode_gemm: str = "auto"
+    fuse_norm_gemm: bool = False
     enforce_eager: bool = False
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512

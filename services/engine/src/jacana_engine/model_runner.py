@@ -250,7 +250,11 @@ class ModelRunner:
         widths = query_widths(spec.num_speculative_tokens) if spec.enabled else [1]
         if config.decode_gemm == "auto":  # before capture: the graphs keep the chosen kernels
             rows = {size * width for size in self._graph_sizes for width in widths}
-            tune_decode_gemms(self.model, sorted(r for r in rows if r <= SKINNY_MAX_ROWS))
+            tune_decode_gemms(
+                self.model,
+                sorted(r for r in rows if r <= SKINNY_MAX_ROWS),
+                fuse_norm=config.fuse_norm_gemm,
+            )
         graphs = DecodeGraphs(
             self._run_model,
             sizes=self._graph_sizes,

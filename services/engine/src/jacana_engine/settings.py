@@ -95,6 +95,12 @@ class EngineSettings(ServiceSettings):
         description="Decode-sized GEMMs on CUDA: auto times cuBLAS against the skinny "
         "Triton kernel per weight shape at start-up and runs the faster; torch is cuBLAS.",
     )
+    fuse_norm_gemm: bool = Field(
+        False,
+        description="With decode_gemm auto: also time each RMSNorm folded into the skinny "
+        "kernel of the QKV and gate/up projections after it, and fold it where faster "
+        "(not yet measured on a GPU).",
+    )
     enforce_eager: bool = Field(
         False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
     )
@@ -238,6 +244,7 @@ class EngineSettings(ServiceSettings):
             attention_backend=self.attention_backend,
             linear_backend=self.linear_backend,
             decode_gemm=self.decode_gemm,
+            fuse_norm_gemm=self.fuse_norm_gemm,
             enforce_eager=self.enforce_eager,
             overlap_decode=self.overlap_decode,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,

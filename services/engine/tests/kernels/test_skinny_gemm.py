@@ -23,9 +23,11 @@ pytest.importorskip("triton")
 from jacana_engine.kernels._common import next_power_of_2
 from jacana_engine.kernels.activation import silu_and_mul
 from jacana_engine.kernels.reference import skinny_linear_ref
+from jacana_engine.kernels.rmsnorm import fused_add_rms_norm, rms_norm
 from jacana_engine.kernels.skinny_gemm import (
     MAX_M,
     QWEN3_SHAPES,
+    NormPrologue,
     candidate_configs,
     pick_config,
     skinny_linear,
@@ -178,6 +180,46 @@ def test_gated_forward_folds_the_activation_only_into_skinny_rows(
     assert (gated_calls, activations) == (([True], [2]) if tuned else ([], [1, 2]))
 
 
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_norm_prologue_equals_rms_norm_then_the_kernel(device, seed, checks, with_residual):
+    """Against the RMSNorm kernel followed by the same GEMM kernel (the unfused path): the
+    normalized rows may round differently where the statistics' summation order moves a
+    bf16 boundary, so within the bf16 tolerance; the residual sum is bit-exact."""
+    for dtype, m, k, n, configs in _gated_cases(device):
+        x = torch.randn(m, k, device=device).to(dtype)
+        nw = (1 + 0.1 * torch.randn(k, device=device)).to(dtype)
+        w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+        residual = torch.randn(m, k, device=device).to(dtype) if with_residual else None
+        if with_residual:
+            normed, summed = fused_add_rms_norm(x, residual, nw, 1e-6)
+        else:
+            normed, summed = rms_norm(x, nw, 1e-6), None
+        for cfg in configs:
+            res_out = torch.full_like(x, float("nan")) if with_residual else None
+            got = skinny_linear(x, w, config=cfg, norm=NormPrologue(nw, 1e-6, residual, res_out))
+            want = skinny_linear(normed, w, config=cfg)
+            rel_l2, max_rel = TOL[dtype]
+            if dtype == torch.bfloat16 and device.type == "cpu":
+                rel_l2, max_rel = TOL_BF16_TRUNCATED
+            what = f"{dtype} {(m, k, n)} {cfg}"
+            checks.close(got, want.float(), rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=what)
+            if with_residual:
+                assert torch.equal(res_out, summed), what
+
+
+def test_norm_prologue_rejects_what_it_cannot_run(device):
+    x, w = torch.randn(2, 32, device=device), torch.randn(8, 32, device=device)
+    nw, r = torch.ones(32, device=device), torch.randn(2, 32, device=device)
+    with pytest.raises(ValueError, match="norm weight"):
+        skinny_linear(x, w, norm=NormPrologue(torch.ones(16, device=device), 1e-6))
+    with pytest.raises(ValueError, match="come together"):
+        skinny_linear(x, w, norm=NormPrologue(nw, 1e-6, residual=r))
+    with pytest.raises(ValueError, match="storage"):
+        skinny_linear(x, w, norm=NormPrologue(nw, 1e-6, residual=r, residual_out=r))
+    with pytest.raises(ValueError, match="exclude"):
+        skinny_linear(torch.randn(2, 64, device=device), w, gated=True, norm=NormPrologue(nw, 1e-6))
+
+
 def test_pick_config_fills_the_gpu():
     for k, n in QWEN3_SHAPES.values():
         for m in (1, 2, 4, 8, 16):
@@ -282,6 +324,44 @@ def test_linear_sends_only_its_skinny_rows_to_the_kernel(device, seed, checks, b
     assert calls == [configs[1], configs[3]]  # rows 1 and 3 with their configs, not 2
 
 
+class _FakeClock:
+    """Stands in for ``decode_gemm._time``: runs the timed call once on the first layer
+    (for real, small), notes what it launched, and returns ``price(event)`` for it, an
+    event being ("cublas", rows), ("norm", rows), ("skinny", rows, config) or ("folded",
+    rows, config)."""
+
+    def __init__(self, monkeypatch, price) -> None:
+        from jacana_engine.kernels import rmsnorm, skinny_gemm
+        from jacana_engine.layers.linear import Linear
+
+        self.price, self.events = price, []
+        real_skinny, real_backend = skinny_gemm.skinny_linear, Linear.backend_forward
+        real_norm = rmsnorm.fused_add_rms_norm
+
+        def skinny(x, w, *a, **kw):
+            kind = "folded" if kw.get("norm") is not None else "skinny"
+            self.events.append((kind, x.shape[0], kw["config"]))
+            return real_skinny(x, w, *a, **kw)
+
+        def backend(layer, x):
+            self.events.append(("cublas", x.shape[0]))
+            return real_backend(layer, x)
+
+        def norm(x, *a, **kw):
+            self.events.append(("norm", x.shape[0]))
+            return real_norm(x, *a, **kw)
+
+        monkeypatch.setattr(skinny_gemm, "skinny_linear", skinny)
+        monkeypatch.setattr(Linear, "backend_forward", backend)
+        monkeypatch.setattr(rmsnorm, "fused_add_rms_norm", norm)
+
+    def __call__(self, layers, run) -> float:
+        self.events.clear()
+        run(layers[0])
+        (event,) = self.events
+        return self.price(event)
+
+
 def test_tuner_stores_the_fastest_config_that_forward_uses(device, seed, checks, monkeypatch):
     """The plumbing, with a fake clock: at one row the last candidate is fastest and beats
     cuBLAS, at two rows every candidate loses to cuBLAS by less than the margin."""
@@ -292,14 +372,12 @@ def test_tuner_stores_the_fastest_config_that_forward_uses(device, seed, checks,
     k, n = 1100, 72
     fastest = candidate_configs(1, n, k)[-1]
 
-    def fake_time(layers, x, config):
-        if config is None:
+    def price(event):
+        if event[0] == "cublas":
             return 1.0
-        if x.shape[0] == 2:
-            return 0.95
-        return 0.5 if config == fastest else 0.8
+        return 0.95 if event[1] == 2 else 0.5 if event[2] == fastest else 0.8
 
-    monkeypatch.setattr(decode_gemm, "_time", fake_time)
+    monkeypatch.setattr(decode_gemm, "_time", _FakeClock(monkeypatch, price))
     layers = [Linear(k, n, bias=True).to(device).requires_grad_(False) for _ in range(2)]
     assert decode_gemm._tune_shape(layers, [1, 2]) == {1: fastest}
     calls = []
@@ -317,6 +395,52 @@ def test_tuner_stores_the_fastest_config_that_forward_uses(device, seed, checks,
                 layer(x), expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"m={m}"
             )
     assert calls == [fastest, fastest]  # one-row calls only, with the tuned config
+
+
+def test_norm_fusion_is_kept_where_it_beats_the_norm_plus_the_gemm(device, monkeypatch):
+    """Fake clock: the norm kernel costs 0.3 and cuBLAS 1.0; folded, one config costs 1.1
+    at one row (< 1.3, kept) and every config 1.4 at two rows (> 1.3, not kept)."""
+    from jacana_engine.layers import decode_gemm
+    from jacana_engine.layers.linear import Linear
+
+    k, n = 64, 40
+    cheapest = candidate_configs(1, n, k)[-1]
+
+    def price(event):
+        kind, rows = event[:2]
+        if kind in ("cublas", "skinny"):
+            return 1.0
+        if kind == "norm":
+            return 0.3
+        return 1.1 if rows == 1 and event[2] == cheapest else 1.4
+
+    monkeypatch.setattr(decode_gemm, "_time", _FakeClock(monkeypatch, price))
+    layers = [Linear(k, n, bias=False).to(device).requires_grad_(False) for _ in range(2)]
+    decode_gemm._tune_norm_fusion(layers, [1, 2])
+    assert all(dict(layer.norm_configs) == {1: cheapest} for layer in layers)
+
+
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_a_norm_then_its_linear_folds_only_the_tuned_rows(device, seed, checks, with_residual):
+    from jacana_engine.layers.linear import Linear
+    from jacana_engine.layers.norm import RMSNorm
+
+    k, n = 64, 40
+    norm = RMSNorm(k, 1e-6).to(device).requires_grad_(False)
+    norm.weight.copy_(1 + 0.1 * torch.randn(k, device=device))
+    layer = Linear(k, n, bias=True).to(device).requires_grad_(False)
+    layer.norm_configs = {1: pick_config(1, n, k)}
+    for m in (1, 2):  # one row folded, two rows through the norm, then the GEMM
+        x = torch.randn(m, k, device=device)
+        residual = torch.randn(m, k, device=device) if with_residual else None
+        summed = x + residual if with_residual else x
+        expected = layer.backend_forward(norm(summed.clone()))
+        y, new_residual = norm.then(
+            layer, x.clone(), None if residual is None else residual.clone()
+        )
+        rel_l2, max_rel = TOL[torch.float32]
+        checks.close(y, expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"m={m}")
+        assert torch.equal(new_residual, summed), m
 
 
 @pytest.mark.gpu
@@ -346,6 +470,45 @@ def test_tune_decode_gemms_keeps_the_outputs(gpu, device, seed, checks):
             rel_l2, max_rel = TOL[torch.bfloat16]
             checks.close(
                 layer(x).float(), expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}"
+            )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["0.6B qkv", "8B qkv", "8B gate_up"])
+def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
+    """Folded norm vs the RMSNorm kernel then the same GEMM config: the residual sum
+    bit-exact, the outputs within bf16 tolerance and at most 1% of them a rounding apart;
+    then the tuner with ``fuse_norm`` on layers of that shape keeps their outputs."""
+    from jacana_engine.layers.decode_gemm import tune_decode_gemms
+    from jacana_engine.layers.linear import Linear
+
+    k, n = QWEN3_SHAPES[name]
+    w = (torch.randn(n, k, device=device) * k**-0.5).bfloat16()
+    nw = (1 + 0.1 * torch.randn(k, device=device)).bfloat16()
+    for m in (1, 2, 4, 8, 16):
+        x, residual = torch.randn(2, m, k, device=device).bfloat16()
+        normed, summed = fused_add_rms_norm(x, residual, nw, 1e-6)
+        for cfg in candidate_configs(m, n, k):
+            res_out = torch.empty_like(x)
+            got = skinny_linear(x, w, config=cfg, norm=NormPrologue(nw, 1e-6, residual, res_out))
+            want = skinny_linear(normed, w, config=cfg)
+            assert torch.equal(res_out, summed), (m, cfg, seed)
+            checks.close(got, want.float(), rel_l2=3e-3, max_rel=4e-3, seed=seed, what=f"{m}")
+            checks.mostly_equal(got, want, max_fraction=0.01, seed=seed, what=f"{m} {cfg}")
+    layers = torch.nn.Sequential(*[Linear(k, n, bias=False) for _ in range(4)]).to(device)
+    layers.to(torch.bfloat16).requires_grad_(False)
+    for layer in layers:
+        torch.nn.init.normal_(layer.weight, std=k**-0.5)
+        layer.follows_norm = True
+    tune_decode_gemms(layers, rows=range(1, 5), fuse_norm=True)
+    for layer in layers:
+        for m, cfg in layer.norm_configs.items():
+            x, residual = torch.randn(2, m, k, device=device).bfloat16()
+            got, new_residual = layer.normed_forward(x, residual, nw, 1e-6, cfg)
+            normed, summed = fused_add_rms_norm(x, residual, nw, 1e-6)
+            assert torch.equal(new_residual, summed), (m, cfg, seed)
+            checks.close(
+                got, layer(normed).float(), rel_l2=3e-3, max_rel=4e-3, seed=seed, what=f"{m}"
             )
 
 

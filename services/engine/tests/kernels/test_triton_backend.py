@@ -188,6 +188,50 @@ def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
         tokens = [int(lg[-1].argmax()) for lg in step["torch"]]
 
 
+def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
+    device, seed, paged_driver
+):
+    """The same tiny Qwen3 twice on the Triton path, one copy with every norm folded into
+    the skinny kernel of the QKV and gate/up projections after it and SiLU-and-mul into
+    the down projection's, for 1- and 2-row steps (as the tuner would set them): the
+    prefill (10 rows) runs unfolded in both; the decode steps' logits agree."""
+    from jacana_engine.kernels.skinny_gemm import pick_config
+    from jacana_engine.layers.linear import Linear
+    from jacana_engine.models.registry import build_model
+
+    if device.type == "cuda":
+        pytest.skip("the paged test driver builds host tensors (GPU parity: test_gpu_engine)")
+    cfg = _tiny_qwen3()
+    models = []
+    for _ in range(2):
+        model = build_model(cfg, device=device, dtype=torch.float32, attention_backend="triton")
+        gen = torch.Generator(device=device).manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.3, generator=gen)
+        models.append(model)
+    folded = 0
+    for module in models[1].modules():
+        if isinstance(module, Linear):
+            n, k = module.weight.shape
+            configs = {m: pick_config(m, n, k) for m in (1, 2)}
+            if module.follows_norm:
+                module.norm_configs = configs
+                folded += 1
+            elif k == cfg.intermediate_size:  # down_proj: SiLU-and-mul folded in
+                module.skinny_configs = configs
+    assert folded == 2 * cfg.num_hidden_layers
+    prompts = [[1, 5, 9, 13, 2, 7], [3, 4, 40, 2]]
+    drivers = [paged_driver(m, block_size=BLOCK, num_blocks=16) for m in models]
+    logits = [d.step(list(enumerate(prompts))) for d in drivers]
+    tokens = [int(lg[-1].argmax()) for lg in logits[0]]
+    for rows in (2, 1, 2):  # decode steps of both sequences, then of the first alone
+        step = [d.step([(i, [tok]) for i, tok in enumerate(tokens[:rows])]) for d in drivers]
+        for got, want in zip(step[1], step[0], strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        tokens = [int(lg[-1].argmax()) for lg in step[0]] + tokens[rows:]
+
+
 def _tiny_llama() -> ModelConfig:
     return _tiny_config("LlamaForCausalLM", 1, attention_bias=True)
 

@@ -131,22 +131,40 @@ def candidate_configs(m: int, n: int, k: int) -> list[SkinnyConfig]:
 
 
 @triton.jit
+def _norm_input(x_rows, r_rows, k, mask, HAS_RESIDUAL: tl.constexpr, dtype: tl.constexpr):
+    """[BLOCK_M, BLOCK_K] float32 of x (+ residual, the sum rounded to ``dtype`` as HF's
+    residual add rounds it), the rows the norm prologue normalizes."""
+    h = tl.load(x_rows + k[None, :], mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(r_rows + k[None, :], mask=mask, other=0.0).to(tl.float32)
+        h = (h + r).to(dtype).to(tl.float32)
+    return h
+
+
+@triton.jit
 def _skinny_gemm_kernel(
     x_ptr,
     w_ptr,
     out_ptr,
+    res_ptr,  # NORM == 2: [M, K] residual added to x before the norm
+    norm_w_ptr,  # NORM > 0: [K] the norm's weight
+    res_out_ptr,  # NORM == 2: [M, K] where program 0 stores x + residual
     M,
     N,
     K,
     stride_xm,
     stride_wn,
     stride_om,
+    stride_rm,
+    stride_rom,
+    eps,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
     GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
+    NORM: tl.constexpr,  # 0: x as is; 1: rms_norm(x); 2: rms_norm(x + residual)
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -155,6 +173,22 @@ def _skinny_gemm_kernel(
     n_mask = cols < N
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
     w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_wn  # [BLOCK_N, 1]
+    dtype = x_ptr.dtype.element_ty
+    if NORM > 0:
+        # Every program reads its rows whole once for the statistics (from L2 after the
+        # first; K * M elements against its BLOCK_N * K of weight), as RMSNorm would.
+        r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
+        sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + ks
+            mask = m_mask[:, None] & (k < K)[None, :]
+            h = _norm_input(x_rows, r_rows, k, mask, NORM == 2, dtype)
+            if NORM == 2:  # noqa: SIM102 (a compile-time branch around a run-time one)
+                if tl.program_id(0) == 0:  # the new residual stream, written once
+                    ro = res_out_ptr + rows.to(tl.int64)[:, None] * stride_rom + k[None, :]
+                    tl.store(ro, h.to(dtype), mask=mask)
+            sum_sq += tl.sum(h * h, axis=1)
+        rstd = tl.rsqrt(sum_sq / K + eps)  # [BLOCK_M]
     if USE_DOT:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     else:
@@ -166,10 +200,16 @@ def _skinny_gemm_kernel(
         k_mask = k < K
         # x: [BLOCK_M, BLOCK_K]; w: [BLOCK_N, BLOCK_K]; padding is zeros
         x_mask = m_mask[:, None] & k_mask[None, :]
-        x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
+        if NORM > 0:  # RMSNorm's rounding: normed rows, then the weight product
+            h = _norm_input(x_rows, r_rows, k, x_mask, NORM == 2, dtype)
+            normed = (h * rstd[:, None]).to(dtype).to(tl.float32)
+            nw = tl.load(norm_w_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+            x = (normed * nw[None, :]).to(dtype)
+        else:
+            x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
         if GATED:  # padding stays zero: silu(0) * 0
             up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
-            x = silu_mul_rounded(x.to(tl.float32), up.to(tl.float32), x_ptr.dtype.element_ty)
+            x = silu_mul_rounded(x.to(tl.float32), up.to(tl.float32), dtype)
         w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
         if USE_DOT:
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
@@ -199,6 +239,19 @@ def can_use(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
+@dataclass(frozen=True)
+class NormPrologue:
+    """An RMSNorm run on x inside the GEMM (``skinny_linear(norm=...)``), rounded as
+    ``kernels.rmsnorm`` rounds it: with ``residual``, ``x + residual`` (rounded) is
+    normalized and stored into ``residual_out`` (a buffer of its own: the programs still
+    read ``residual`` while one of them writes)."""
+
+    weight: torch.Tensor  # [K] the norm's weight
+    eps: float
+    residual: torch.Tensor | None = None  # [M, K]
+    residual_out: torch.Tensor | None = None  # [M, K], not residual's storage
+
+
 def skinny_linear(
     x: torch.Tensor,  # [M, K] ([M, 2K] gate then up when gated), M <= MAX_M
     weight: torch.Tensor,  # [N, K], unit stride on K
@@ -206,11 +259,15 @@ def skinny_linear(
     *,
     config: SkinnyConfig | None = None,  # launch parameters; pick_config's by default
     gated: bool = False,  # x is a gated MLP's gate_up: multiply by silu(gate) * up
+    norm: NormPrologue | None = None,  # multiply by rms_norm(x [+ residual]) instead
 ) -> torch.Tensor:  # [M, N] in x's dtype
     """``x @ weight.T`` accumulated in float32, rounded once to x's dtype; with ``gated``,
     ``silu_and_mul(x) @ weight.T``, the activation computed as the weight streams in and
     rounded as ``kernels.activation.silu_and_mul`` rounds it (same bits as that kernel
-    followed by this one, one launch fewer). Raises ``ValueError`` for M > MAX_M,
+    followed by this one, one launch fewer); with ``norm``, ``rms_norm(x) @ weight.T``
+    (:class:`NormPrologue`; the statistics are summed in another order than
+    ``kernels.rmsnorm``'s, so a normalized element may round to its neighbour). Raises
+    ``ValueError`` for M > MAX_M,
     mismatched shapes or dtypes, or a non-unit last stride. Never syncs with the host, so
     it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:
@@ -231,6 +288,11 @@ def skinny_linear(
     elif out.shape != (m, n) or out.dtype != x.dtype:
         raise ValueError(f"out {tuple(out.shape)} {out.dtype} != ({m}, {n}) {x.dtype}")
     check_last_dim_contiguous("out", out)
+    residual, residual_out, norm_weight = x, x, x  # placeholders when there is no norm
+    if norm is not None:
+        if gated:
+            raise ValueError("a norm prologue and a gated x exclude each other")
+        norm_weight, residual, residual_out = _checked_norm(norm, x)
     if m == 0 or n == 0:
         return out
     cfg = config or pick_config(m, n, k)
@@ -240,19 +302,48 @@ def skinny_linear(
         x,
         weight,
         out,
+        residual,
+        norm_weight,
+        residual_out,
         m,
         n,
         k,
         x.stride(0),
         weight.stride(0),
         out.stride(0),
+        residual.stride(0),
+        residual_out.stride(0),
+        norm.eps if norm is not None else 0.0,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
         USE_DOT=cfg.use_dot,
         PRECISION=dot_precision(x.dtype),
         GATED=gated,
+        NORM=0 if norm is None else 1 if norm.residual is None else 2,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
     return out
+
+
+def _checked_norm(
+    norm: NormPrologue, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weight, residual, residual_out) to launch with; x's own buffer stands in for the
+    residual pair when there is none (the kernel then never reads or writes it)."""
+    k = x.shape[1]
+    if norm.weight.shape != (k,) or norm.weight.device != x.device:
+        raise ValueError(f"norm weight {tuple(norm.weight.shape)} does not match x's K={k}")
+    check_last_dim_contiguous("norm weight", norm.weight)
+    if (norm.residual is None) != (norm.residual_out is None):
+        raise ValueError("residual and residual_out come together")
+    if norm.residual is None:
+        return norm.weight, x, x
+    for name, t in (("residual", norm.residual), ("residual_out", norm.residual_out)):
+        if t.shape != x.shape or t.dtype != x.dtype:
+            raise ValueError(f"{name} {tuple(t.shape)} {t.dtype} != x {tuple(x.shape)} {x.dtype}")
+        check_last_dim_contiguous(name, t)
+    if norm.residual_out.data_ptr() == norm.residual.data_ptr():
+        raise ValueError("residual_out must not share residual's storage")
+    return norm.weight, norm.residual, norm.residual_out

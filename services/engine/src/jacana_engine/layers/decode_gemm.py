@@ -15,6 +15,12 @@ in L2. A layer then sends an input of M rows to the skinny kernel, with the fast
 config, only where that was clearly faster (``Linear.skinny_configs``); the choice
 depends on M alone, so eager and graph-replayed steps of one batch size run the same
 kernels.
+
+With ``fuse_norm`` the layers that follow an RMSNorm (``Linear.follows_norm``: QKV and
+gate/up) also time the skinny kernel with the norm folded in (``NormPrologue``: one
+launch for the residual add, the norm and the GEMM) against the separate norm kernel
+plus the faster GEMM, and keep the fused launch per row count where it is faster
+(``Linear.norm_configs``). Not measured on a GPU yet, hence opt-in.
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -41,11 +47,12 @@ _TRIALS = 3
 
 
 def tune_decode_gemms(
-    model: nn.Module, rows: Iterable[int]
+    model: nn.Module, rows: Iterable[int], *, fuse_norm: bool = False
 ) -> dict[tuple, dict[int, SkinnyConfig]]:
-    """Set ``skinny_configs`` on every CUDA :class:`Linear` of ``model``, trying the row
-    counts ``rows`` (those the decode graphs run); returns, per (out, in, dtype) shape,
-    the row counts that go to the skinny kernel and the launch config of each.
+    """Set ``skinny_configs`` (and with ``fuse_norm`` ``norm_configs``) on every CUDA
+    :class:`Linear` of ``model``, trying the row counts ``rows`` (those the decode graphs
+    run); returns, per (out, in, dtype) shape, the row counts that go to the skinny kernel
+    and the launch config of each.
 
     Cost: per shape and row count, 1 + C CUDA graphs (cuBLAS and C candidates: 6-7 at one
     row, 1-2 above) of one call per layer of that shape, each replayed 1 + 3 times; for an
@@ -56,7 +63,12 @@ def tune_decode_gemms(
     for module in model.modules():
         if isinstance(module, Linear) and module.weight.device.type == "cuda":
             groups[(*module.weight.shape, module.weight.dtype)].append(module)
-    return {shape: _tune_shape(layers, rows) for shape, layers in groups.items()}
+    picked = {}
+    for shape, layers in groups.items():
+        picked[shape] = _tune_shape(layers, rows)
+        if fuse_norm and all(layer.follows_norm for layer in layers):
+            _tune_norm_fusion(layers, rows)
+    return picked
 
 
 def _tune_shape(layers: list[Linear], rows: list[int]) -> dict[int, SkinnyConfig]:
@@ -72,8 +84,11 @@ def _tune_shape(layers: list[Linear], rows: list[int]) -> dict[int, SkinnyConfig
         x = torch.randn(m, k, device=weight.device, dtype=weight.dtype)  # [M, K]
         if not can_use(x, weight):
             continue
-        cublas = _time(layers, x, None)
-        timed = [(_time(layers, x, cfg), cfg) for cfg in candidate_configs(m, n, k)]
+        cublas = _time(layers, lambda layer, x=x: layer.backend_forward(x))
+        timed = [
+            (_time(layers, lambda layer, x=x, cfg=cfg: layer.skinny_forward(x, cfg)), cfg)
+            for cfg in candidate_configs(m, n, k)
+        ]
         best, cfg = min(timed, key=lambda t: t[0])
         won = best < MARGIN * cublas
         if won:
@@ -89,15 +104,53 @@ def _tune_shape(layers: list[Linear], rows: list[int]) -> dict[int, SkinnyConfig
     return picked
 
 
+def _tune_norm_fusion(layers: list[Linear], rows: list[int]) -> None:
+    """Per row count, time the norm folded into the skinny kernel (each candidate config)
+    against the residual-add + RMSNorm kernel followed by the GEMM the layers already run
+    (cuBLAS or their skinny config); set ``norm_configs`` where folding is faster."""
+    from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
+    from jacana_engine.kernels.skinny_gemm import candidate_configs
+
+    weight = layers[0].weight  # [N, K]
+    n, k = weight.shape
+    norm_weight = torch.ones(k, device=weight.device, dtype=weight.dtype)
+    fused: dict[int, SkinnyConfig] = {}
+    report = []
+    for m in rows:
+        if m > SKINNY_MAX_ROWS:
+            continue
+        x = torch.randn(m, k, device=weight.device, dtype=weight.dtype)  # [M, K]
+        residual = torch.randn_like(x)
+
+        def norm(_: Linear, x=x, residual=residual) -> Any:
+            return fused_add_rms_norm(x, residual, norm_weight, 1e-6)
+
+        def folded(layer: Linear, cfg: SkinnyConfig, x=x, residual=residual) -> Any:
+            return layer.normed_forward(x, residual, norm_weight, 1e-6, cfg)
+
+        separate = _time(layers, norm) + _time(layers, lambda layer, x=x: layer(x))
+        timed = [
+            (_time(layers, lambda layer, cfg=cfg: folded(layer, cfg)), cfg)
+            for cfg in candidate_configs(m, n, k)
+        ]
+        best, cfg = min(timed, key=lambda t: t[0])
+        if best < separate:
+            fused[m] = cfg
+        per_layer = 1e6 / len(layers)
+        report.append(
+            f"M={m} {'fused' if m in fused else 'separate'} (fused {cfg.block_n}x{cfg.block_k} "
+            f"{best * per_layer:.2f} us, norm + GEMM {separate * per_layer:.2f} us)"
+        )
+    for layer in layers:
+        layer.norm_configs = dict(fused)
+    log.info("RMSNorm + decode GEMM %dx%d: %s", n, k, "; ".join(report))
+
+
 @torch.inference_mode()
-def _time(layers: list[Linear], x: torch.Tensor, config: SkinnyConfig | None) -> float:
-    """Median seconds of one pass of ``x`` through every layer on the skinny kernel with
-    ``config`` (None: on the backend, cuBLAS), replayed from a CUDA graph as decode steps
-    are (timed eagerly, the launch overhead would decide instead)."""
-
-    def run(layer: Linear) -> torch.Tensor:
-        return layer.backend_forward(x) if config is None else layer.skinny_forward(x, config)
-
+def _time(layers: list[Linear], run: Callable[[Linear], Any]) -> float:
+    """Median seconds of ``run`` on every layer in turn (one call each), replayed from a
+    CUDA graph as decode steps are (timed eagerly, the launch overhead would decide
+    instead)."""
     for layer in layers:  # compiles the kernel outside the capture
         run(layer)
     torch.cuda.synchronize()

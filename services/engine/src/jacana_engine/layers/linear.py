@@ -33,8 +33,12 @@ class Linear(nn.Linear):
     elsewhere)."""
 
     gemm: LinearBackend = TorchLinear()
-    # read-only default (instances get their own dict), so no layer mutates a shared one
+    # read-only defaults (instances get their own dict), so no layer mutates a shared one
     skinny_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
+    # the row counts whose RMSNorm before this layer folds into the skinny kernel
+    # (``normed_forward``; set by the tuner with ``fuse_norm``), with their configs
+    norm_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
+    follows_norm = False  # an RMSNorm computes this layer's input (set by the model)
 
     @property
     def skinny_rows(self) -> frozenset[int]:
@@ -58,6 +62,24 @@ class Linear(nn.Linear):
         config = config or self.skinny_configs.get(x.shape[0])
         y = skinny_linear(x.contiguous(), self.weight, config=config)  # [T, out]
         return y if self.bias is None else y.add_(self.bias)
+
+    def normed_forward(
+        self,
+        x: torch.Tensor,  # [T, in]: the norm's input (the residual add's other term)
+        residual: torch.Tensor | None,  # [T, in] added to x first; None: x alone
+        norm_weight: torch.Tensor,  # [in]
+        eps: float,
+        config: SkinnyConfig,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # ([T, out], the new residual [T, in])
+        """``self(rms_norm(x + residual))`` and ``x + residual`` in one skinny-kernel launch
+        (``kernels.skinny_gemm.NormPrologue``); without a residual the new one is x."""
+        from jacana_engine.kernels.skinny_gemm import NormPrologue, skinny_linear
+
+        residual_out = None if residual is None else torch.empty_like(residual)
+        prologue = NormPrologue(norm_weight, eps, residual, residual_out)
+        y = skinny_linear(x.contiguous(), self.weight, config=config, norm=prologue)
+        y = y if self.bias is None else y.add_(self.bias)
+        return y, (x if residual_out is None else residual_out)
 
     def gated_forward(
         self,

@@ -24,4 +24,8 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, hidden] -> gate_up: [T, 2 * intermediate] -> [T, intermediate] -> [T, hidden]
-        return self.down_proj.gated_forward(self.gate_up_proj(x), self.ops.silu_and_mul)
+        return self.down(self.gate_up_proj(x))
+
+    def down(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up [T, 2 * intermediate] (gate_up_proj's output) -> [T, hidden]."""
+        return self.down_proj.gated_forward(gate_up, self.ops.silu_and_mul)

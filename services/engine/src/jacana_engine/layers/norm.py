@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from jacana_engine.layers.linear import Linear
 from jacana_engine.layers.ops import LayerOps, TorchOps
 
 
@@ -31,3 +32,17 @@ class RMSNorm(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(norm(x + residual), x + residual), both [T, dim]; may reuse the inputs' buffers."""
         return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
+
+    def then(
+        self, linear: Linear, x: torch.Tensor, residual: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(linear(norm(x + residual)), x + residual)``; without a residual
+        ``(linear(norm(x)), x)``. Where ``linear`` runs x's row count with the norm folded
+        into its kernel (``Linear.norm_configs``) that is one launch."""
+        config = linear.norm_configs.get(x.shape[0])
+        if config is not None:
+            return linear.normed_forward(x, residual, self.weight, self.eps, config)
+        if residual is None:
+            return linear(self(x)), x
+        h, residual = self.add_forward(x, residual)
+        return linear(h), residual

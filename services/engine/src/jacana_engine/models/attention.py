@@ -54,8 +54,18 @@ class DecoderAttention(nn.Module):
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv, head_dim]
         meta: AttentionMetadata,
     ) -> torch.Tensor:  # [T, hidden]
-        t = x.shape[0]
-        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+        return self.attend(self.qkv_proj(x), rope_tables, kv_cache, meta)
+
+    def attend(
+        self,
+        qkv: torch.Tensor,  # [T, (n_heads + 2 * n_kv) * head_dim]: qkv_proj's output
+        rope_tables: Any,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:  # [T, hidden]
+        """The block after the QKV projection: rotate, attend, project out."""
+        t = qkv.shape[0]
+        q, k, v = self.qkv_proj.split(qkv)
         q = q.view(t, self.n_heads, self.head_dim)  # [T, n_heads, head_dim]
         k = k.view(t, self.n_kv_heads, self.head_dim)  # [T, n_kv, head_dim]
         v = v.view(t, self.n_kv_heads, self.head_dim)

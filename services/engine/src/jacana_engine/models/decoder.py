@@ -56,6 +56,9 @@ class DecoderLayer(nn.Module):
         self.self_attn = DecoderAttention(config, backend, ops)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, ops)
+        # their inputs come from the norms, which may fold into their kernels (RMSNorm.then)
+        self.self_attn.qkv_proj.follows_norm = True
+        self.mlp.gate_up_proj.follows_norm = True
 
     def forward(
         self,
@@ -65,14 +68,10 @@ class DecoderLayer(nn.Module):
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # (mlp output, residual), both [T, hidden]
-        if residual is None:
-            residual = x
-            h = self.input_layernorm(x)
-        else:
-            h, residual = self.input_layernorm.add_forward(x, residual)
-        h = self.self_attn(h, rope_tables, kv_cache, meta)
-        h, residual = self.post_attention_layernorm.add_forward(h, residual)
-        return self.mlp(h), residual
+        qkv, residual = self.input_layernorm.then(self.self_attn.qkv_proj, x, residual)
+        h = self.self_attn.attend(qkv, rope_tables, kv_cache, meta)
+        gate_up, residual = self.post_attention_layernorm.then(self.mlp.gate_up_proj, h, residual)
+        return self.mlp.down(gate_up), residual
 
 
 class DecoderModel(nn.Module):
