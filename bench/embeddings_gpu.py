@@ -215,8 +215,9 @@ async def _jacana_run(modules, embedder, batcher_config, texts, clients, per_req
     return elapsed, latencies, np.concatenate(parts)
 
 
-# Tokenizer worker processes of Jacana's service (``--tokenizer-processes``; 0: threads).
-TOKENIZER_PROCESSES = 0
+# Tokenizer worker processes of Jacana's service (``--tokenizer-processes``; 0: threads;
+# None until measure() takes the service's default).
+TOKENIZER_PROCESSES: int | None = 0
 
 # Where a Jacana run's wall time went (``breakdown``), kept for the caller of the last run.
 LAST_BREAKDOWN: dict[str, float] = {}
@@ -362,8 +363,11 @@ def isolated_stages(embedder, texts: list[str], batch_size: int, sync) -> dict[s
 def measure(args: argparse.Namespace) -> dict:
     import torch
 
+    global TOKENIZER_PROCESSES
     modules = import_model_code()
     _, config_mod, embedder_mod, model_spec, _ = modules
+    if TOKENIZER_PROCESSES is None:
+        TOKENIZER_PROCESSES = config_mod.default_tokenizer_processes(args.device.startswith("cuda"))
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("CUDA is not available here (use --device cpu for a smoke run)")
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[
@@ -665,8 +669,8 @@ def main() -> None:
     parser.add_argument(
         "--tokenizer-processes",
         type=int,
-        default=0,
-        help="tokenize in worker processes (JACANA_EMBEDDINGS_TOKENIZER_PROCESSES)",
+        help="tokenize in worker processes (JACANA_EMBEDDINGS_TOKENIZER_PROCESSES; default: "
+        "the service's, one per 4 cores up to 4 on a CUDA host of 8+ cores)",
     )
     parser.add_argument(
         "--gil-switch-interval-us",
@@ -681,7 +685,7 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
     global TOKENIZER_PROCESSES
-    TOKENIZER_PROCESSES = args.tokenizer_processes
+    TOKENIZER_PROCESSES = args.tokenizer_processes  # None: measure() takes the service's
     result = measure(args)
     table = render(result)
     write_results(args.out_dir, "embeddings_gpu", result, table)

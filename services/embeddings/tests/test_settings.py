@@ -61,6 +61,16 @@ def test_gpu_choices_follow_the_device(monkeypatch):
     assert (b.max_batch_tokens, b.max_batch_size, b.batches_in_flight) == (65536, 4096, 2)
 
 
+@pytest.mark.parametrize("cores, expected", [(2, 0), (8, 2), (16, 4), (64, 4)])
+def test_tokenizer_processes_default_to_a_share_of_a_gpu_hosts_cores(monkeypatch, cores, expected):
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert EmbeddingsSettings.load().resolved_tokenizer_processes() == 0  # CPU: threads
+    monkeypatch.setenv("JACANA_EMBEDDINGS_DEVICE", "cuda")
+    assert EmbeddingsSettings.load().resolved_tokenizer_processes() == expected
+    monkeypatch.setenv("JACANA_EMBEDDINGS_TOKENIZER_PROCESSES", "1")
+    assert EmbeddingsSettings.load().resolved_tokenizer_processes() == 1
+
+
 def test_explicit_settings_override_the_device_defaults(monkeypatch):
     monkeypatch.setenv("JACANA_EMBEDDINGS_CUDA_GRAPHS", "true")
     monkeypatch.setenv("JACANA_EMBEDDINGS_MAX_BATCH_TOKENS", "4096")

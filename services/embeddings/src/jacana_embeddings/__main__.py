@@ -61,14 +61,11 @@ async def build_service(settings: EmbeddingsSettings):
         )
     batcher = DynamicBatcher(embedder.embed, info.dimension, settings.batcher_config())
     batcher.start()
-    if settings.tokenizer_processes:
-        log.info("tokenizing in %d worker processes", settings.tokenizer_processes)
+    processes = settings.resolved_tokenizer_processes()
+    if processes:
+        log.info("tokenizing in %d worker processes", processes)
     return await asyncio.to_thread(
-        EmbeddingService,
-        embedder,
-        batcher,
-        settings.max_inputs_per_request,
-        settings.tokenizer_processes,
+        EmbeddingService, embedder, batcher, settings.max_inputs_per_request, processes
     )
 
 

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from jacana_common.settings import ServiceSettings
-from jacana_embeddings.config import BatcherConfig, EmbedderConfig
+from jacana_embeddings.config import BatcherConfig, EmbedderConfig, default_tokenizer_processes
 from jacana_embeddings.model_spec import DEFAULT_MODEL_ID, default_model_path
 
 __all__ = ["DEFAULT_MODEL_ID", "EmbeddingsSettings", "default_model_path"]
@@ -77,13 +77,14 @@ class EmbeddingsSettings(ServiceSettings):
         description="Dimensions the model was trained to be truncated to (enables the "
         "'dimensions' parameter); unset reads them from the model card, [] disables.",
     )
-    tokenizer_processes: int = Field(
-        0,
+    tokenizer_processes: int | None = Field(
+        None,
         ge=0,
         le=64,
         description="Tokenize in this many worker processes (each with its own "
         "interpreter lock and a share of the cores); 0 tokenizes on threads of the "
-        "service process.",
+        "service process. Unset: on CUDA with 8 or more cores, one per 4 cores up to 4; "
+        "else 0.",
     )
     max_inputs_per_request: int = Field(
         2048, ge=1, le=65536, description="Most inputs in one request (OpenAI allows 2048)."
@@ -135,6 +136,7 @@ class EmbeddingsSettings(ServiceSettings):
         "max_batch_size",
         "batches_in_flight",
         "cuda_graphs",
+        "tokenizer_processes",
         mode="before",
     )
     @classmethod
@@ -177,6 +179,12 @@ class EmbeddingsSettings(ServiceSettings):
     @property
     def on_cuda(self) -> bool:
         return self.device.startswith("cuda")
+
+    def resolved_tokenizer_processes(self) -> int:
+        """tokenizer_processes, or ``config.default_tokenizer_processes`` when unset."""
+        if self.tokenizer_processes is not None:
+            return self.tokenizer_processes
+        return default_tokenizer_processes(self.on_cuda)
 
     def resolved_max_batch_tokens(self) -> int:
         """max_batch_tokens, or the device's default when unset."""
