@@ -20,6 +20,8 @@
 #             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
+# pdl         pdl_probe_gpu.py: what programmatic dependent launch would save per norm ->
+#             GEMV pair at the 8B o_proj and down_proj shapes (~1 min)
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS (~3 min)
 #
@@ -132,6 +134,12 @@ for phase in "$@"; do
       timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py 2>&1 \
         | tail -6
       timeout 180 python3 bench/skinny_gemm_gpu.py --out "$OUT" 2>&1 | tail -50
+      ;;
+    pdl)
+      stamp "programmatic dependent launch probe (norm -> one-row GEMV pairs)"
+      timeout 90 python3 bench/pdl_probe_gpu.py --out "$OUT" 2>&1 | tail -9
+      timeout 90 python3 bench/pdl_probe_gpu.py --k 12288 --n 4096 --name pdl_probe_gpu_down \
+        --out "$OUT" 2>&1 | tail -7
       ;;
     sweep)
       stamp "skinny GEMM launch sweep at one row"
