@@ -12,7 +12,8 @@
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
-#             with fuse_norm_gemm, with decode_gemm torch (cuBLAS only), then b1 with decode steps one at a time (overlap_decode
+#             with fuse_norm_gemm, with it and pdl_gemm, with decode_gemm torch (cuBLAS
+#             only), then b1 with decode steps one at a time (overlap_decode
 #             off) for comparison (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
 #             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
@@ -105,6 +106,10 @@ for phase in "$@"; do
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --fuse-norm-gemm --reps 3 --name offline_b1_fuse_norm --out "$OUT" \
         2>&1 | grep -E "^\| qwen|RMSNorm \+ decode GEMM" | tail -30
+      stamp "b1 with fuse_norm_gemm and pdl_gemm"
+      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 --fuse-norm-gemm --pdl-gemm --reps 3 --name offline_b1_fuse_norm_pdl \
+        --out "$OUT" 2>&1 | grep -E "^\| qwen|decode GEMM" | tail -30
       stamp "b1 with cuBLAS for every decode GEMM (decode_gemm torch)"
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --decode-gemm torch --reps 3 --name offline_b1_cublas --out "$OUT" 2>&1 \

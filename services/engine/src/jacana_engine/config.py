@@ -48,6 +48,8 @@ class EngineConfig:
     fuse_norm_gemm: with ``decode_gemm="auto"``, also time the RMSNorm before the QKV and
         gate/up projections folded into the skinny kernel and fold it where faster
         (opt-in: not yet measured on a GPU).
+    pdl_gemm: with ``decode_gemm="auto"``, also time each skinny-kernel candidate launched
+        with programmatic dependent launch (Hopper and later; opt-in, not yet measured).
     enforce_eager: never capture or replay CUDA graphs.
     overlap_decode: while a decode step runs on the device, plan and launch the next one
         (its input tokens are the running step's samples, read on the device) before
@@ -81,6 +83,7 @@ class EngineConfig:
     linear_backend: str = "auto"
     decode_gemm: str = "auto"
     fuse_norm_gemm: bool = False
+    pdl_gemm: bool = False
     enforce_eager: bool = False
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512

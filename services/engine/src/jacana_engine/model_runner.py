@@ -254,6 +254,7 @@ class ModelRunner:
                 self.model,
                 sorted(r for r in rows if r <= SKINNY_MAX_ROWS),
                 fuse_norm=config.fuse_norm_gemm,
+                pdl=config.pdl_gemm,
             )
         graphs = DecodeGraphs(
             self._run_model,

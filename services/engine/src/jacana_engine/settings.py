@@ -101,6 +101,13 @@ class EngineSettings(ServiceSettings):
         "kernel of the QKV and gate/up projections after it, and fold it where faster "
         "(not yet measured on a GPU).",
     )
+    pdl_gemm: bool = Field(
+        False,
+        description="With decode_gemm auto: also time each skinny-kernel launch config "
+        "with programmatic dependent launch (Hopper and later: the kernel starts while the "
+        "previous one finishes, fetching its first weight tile) and keep it where faster "
+        "(not yet measured on a GPU).",
+    )
     enforce_eager: bool = Field(
         False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
     )
@@ -245,6 +252,7 @@ class EngineSettings(ServiceSettings):
             linear_backend=self.linear_backend,
             decode_gemm=self.decode_gemm,
             fuse_norm_gemm=self.fuse_norm_gemm,
+            pdl_gemm=self.pdl_gemm,
             enforce_eager=self.enforce_eager,
             overlap_decode=self.overlap_decode,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,

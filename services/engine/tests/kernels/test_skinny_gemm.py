@@ -15,6 +15,8 @@ there), and float32 -> bfloat16 stores truncate instead of rounding to nearest (
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -135,6 +137,40 @@ def test_gated_kernel_gives_the_bits_of_silu_and_mul_then_the_kernel(device, see
             fused = skinny_linear(gate_up, w, config=cfg, gated=True)
             plain = skinny_linear(activated, w, config=cfg)
             assert torch.equal(fused, plain), f"{dtype} {(m, k, n)} {cfg} seed={seed}"
+
+
+def _plain_gated_and_normed(gate_up, w, nw, residual, cfg) -> dict[str, torch.Tensor]:
+    """The three kinds of product of one config: x = gate_up's first half; gated; normed."""
+    x = gate_up[:, : w.shape[1]].contiguous()
+    norm = NormPrologue(nw, 1e-6, residual, torch.empty_like(residual))
+    return {
+        "plain": skinny_linear(x, w, config=cfg),
+        "gated": skinny_linear(gate_up, w, config=cfg, gated=True),
+        "norm": skinny_linear(x, w, config=cfg, norm=norm),
+    }
+
+
+def test_pdl_configs_give_the_bits_of_the_plain_ones(device, seed):
+    """``pdl`` reorders the first weight tile's load (and on CUDA launches with PDL); the
+    sums are the same, so plain, gated and normalized products keep their bits."""
+    for dtype, m, k, n, configs in _gated_cases(device):
+        gate_up = torch.randn(m, 2 * k, device=device).to(dtype)
+        w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+        nw = torch.ones(k, device=device, dtype=dtype)
+        residual = torch.randn(m, k, device=device).to(dtype)
+        for cfg in configs:
+            twin = dataclasses.replace(cfg, pdl=True)
+            got = _plain_gated_and_normed(gate_up, w, nw, residual, twin)
+            want = _plain_gated_and_normed(gate_up, w, nw, residual, cfg)
+            for kind in want:
+                assert torch.equal(got[kind], want[kind]), f"{kind} {dtype} {cfg} seed={seed}"
+
+
+def test_candidates_with_pdl_come_twice(device):
+    plain = candidate_configs(1, 4096, 4096)
+    both = candidate_configs(1, 4096, 4096, pdl=True)
+    assert both == plain + [dataclasses.replace(c, pdl=True) for c in plain]
+    assert not any(c.pdl for c in plain)
 
 
 def test_gated_kernel_rejects_a_gate_up_of_the_wrong_width(device):
@@ -280,6 +316,35 @@ def test_gated_kernel_gives_the_bits_of_silu_and_mul_at_qwen3_sizes_gpu(gpu, dev
         for cfg in candidate_configs(m, n, k):
             fused = skinny_linear(gate_up, w, config=cfg, gated=True)
             assert torch.equal(fused, skinny_linear(activated, w, config=cfg)), (m, cfg, seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["8B o", "8B down"])
+def test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu(gpu, device, seed, name):
+    """A chain of PDL launches (each layer's output the next one's input) captured in a
+    CUDA graph and replayed equals the same chain launched plainly and eagerly."""
+    k, n = QWEN3_SHAPES[name]
+    weights = [(torch.randn(n, k, device=device) * k**-0.5).bfloat16() for _ in range(4)]
+    for cfg in candidate_configs(1, n, k)[:2]:
+        twin = dataclasses.replace(cfg, pdl=True)
+
+        def chain(c, x):
+            for w in weights:  # n == k for o; down's output is sliced back to k
+                y = skinny_linear(x, w, config=c)
+                x = torch.cat([y] * (k // n), dim=1) if k != n else y
+            return y
+
+        x = torch.randn(1, k, device=device).bfloat16()
+        want = chain(cfg, x)
+        static_x = x.clone()
+        chain(twin, static_x)  # compile outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = chain(twin, static_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(got, want), (name, cfg, seed)
 
 
 @pytest.mark.gpu

@@ -26,6 +26,7 @@ no atomics and no split-K, so results are bitwise identical run to run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -77,6 +78,10 @@ class SkinnyConfig:
     use_dot: bool
     num_warps: int = 4
     num_stages: int = 3
+    # Programmatic dependent launch (CUDA, compute capability 9.0+): the kernel lets the
+    # next one launch at its start, loads its first weight tile while the previous kernel
+    # finishes, then waits for it (``griddepcontrol``); elsewhere only that tile order.
+    pdl: bool = False
 
     def grid(self, n: int) -> tuple[int]:
         return (triton.cdiv(n, self.block_n),)
@@ -102,7 +107,7 @@ def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> Skinn
     return SkinnyConfig(block_m=block_m, block_n=block_n, block_k=block_k, use_dot=use_dot)
 
 
-def candidate_configs(m: int, n: int, k: int) -> list[SkinnyConfig]:
+def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[SkinnyConfig]:
     """Launch configs worth timing for x [m, k] @ weight[n, k].T, ``pick_config``'s first,
     no duplicates, each with BLOCK_K <= max(32, next_power_of_2(k)).
 
@@ -110,7 +115,8 @@ def candidate_configs(m: int, n: int, k: int) -> list[SkinnyConfig]:
     BLOCK_K in {512, 1024, 2048} (capped by K; BLOCK_N >= 2 and <= N's power of two).
     More rows on the sum path: one alternative, pick_config's tile half as wide and twice
     as deep (same registers per thread). The dot path: pick_config's alone (its tile
-    already sits at the shared-memory budget and BLOCK_N floor)."""
+    already sits at the shared-memory budget and BLOCK_N floor). With ``pdl`` each comes
+    twice, without and with programmatic dependent launch."""
     picked = pick_config(m, n, k)
     k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
     n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
@@ -127,6 +133,8 @@ def candidate_configs(m: int, n: int, k: int) -> list[SkinnyConfig]:
         cfg = SkinnyConfig(picked.block_m, block_n, block_k, use_dot=picked.use_dot)
         if cfg not in configs:
             configs.append(cfg)
+    if pdl:
+        configs += [dataclasses.replace(cfg, pdl=True) for cfg in configs]
     return configs
 
 
@@ -139,6 +147,40 @@ def _norm_input(x_rows, r_rows, k, mask, HAS_RESIDUAL: tl.constexpr, dtype: tl.c
         r = tl.load(r_rows + k[None, :], mask=mask, other=0.0).to(tl.float32)
         h = (h + r).to(dtype).to(tl.float32)
     return h
+
+
+@triton.jit
+def _x_tile(
+    x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K,
+    GATED: tl.constexpr, NORM: tl.constexpr, dtype: tl.constexpr,
+):  # fmt: skip
+    """x's [BLOCK_M, BLOCK_K] tile at columns ``k`` in ``dtype``, as the GEMM consumes it:
+    loaded, normalized (NORM) or activated (GATED); zero where masked."""
+    k_mask = k < K
+    x_mask = m_mask[:, None] & k_mask[None, :]
+    if NORM > 0:  # RMSNorm's rounding: normed rows, then the weight product
+        h = _norm_input(x_rows, r_rows, k, x_mask, NORM == 2, dtype)
+        normed = (h * rstd[:, None]).to(dtype).to(tl.float32)
+        nw = tl.load(norm_w_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+        x = (normed * nw[None, :]).to(dtype)
+    else:
+        x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
+    if GATED:  # padding stays zero: silu(0) * 0
+        up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
+        x = silu_mul_rounded(x.to(tl.float32), up.to(tl.float32), dtype)
+    return x
+
+
+@triton.jit
+def _accumulate(acc, x, w, USE_DOT: tl.constexpr, PRECISION: tl.constexpr):
+    """acc += x [BLOCK_M, BLOCK_K] times w [BLOCK_N, BLOCK_K]: into [BLOCK_M, BLOCK_N] by
+    tl.dot, or elementwise into [BLOCK_M, BLOCK_N, BLOCK_K] (summed over K at the end: a
+    reduction per step, warp shuffles, would cost more than the loads it follows)."""
+    if USE_DOT:
+        acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
+    else:
+        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    return acc
 
 
 @triton.jit
@@ -165,6 +207,8 @@ def _skinny_gemm_kernel(
     PRECISION: tl.constexpr,
     GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
     NORM: tl.constexpr,  # 0: x as is; 1: rms_norm(x); 2: rms_norm(x + residual)
+    PEEL: tl.constexpr,  # load the first weight tile before anything else
+    PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after that first tile
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -174,10 +218,17 @@ def _skinny_gemm_kernel(
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
     w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_wn  # [BLOCK_N, 1]
     dtype = x_ptr.dtype.element_ty
+    if PDL:  # the next kernel may launch now: it waits for all of this one before reading
+        tl.extra.cuda.gdc_launch_dependents()
+    if PEEL:  # weights are never written by other kernels: no need to wait for them
+        w_first = tl.load(w_rows + ks[None, :], mask=n_mask[:, None] & (ks < K)[None, :], other=0.0)
+    if PDL:  # everything below may read what the previous kernel wrote
+        tl.extra.cuda.gdc_wait()
+    r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
+    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)  # stays unused without a norm
     if NORM > 0:
         # Every program reads its rows whole once for the statistics (from L2 after the
         # first; K * M elements against its BLOCK_N * K of weight), as RMSNorm would.
-        r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
         sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             k = k0 + ks
@@ -192,32 +243,19 @@ def _skinny_gemm_kernel(
     if USE_DOT:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     else:
-        # products summed elementwise across K steps, reduced over BLOCK_K once at the end:
-        # a reduction per step (warp shuffles) would cost more than the loads it follows
-        acc3 = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+    start = 0
+    if PEEL:
+        x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, ks, m_mask, K, GATED, NORM, dtype)
+        acc = _accumulate(acc, x, w_first, USE_DOT, PRECISION)
+        start = BLOCK_K
+    for k0 in range(start, K, BLOCK_K):
         k = k0 + ks
-        k_mask = k < K
-        # x: [BLOCK_M, BLOCK_K]; w: [BLOCK_N, BLOCK_K]; padding is zeros
-        x_mask = m_mask[:, None] & k_mask[None, :]
-        if NORM > 0:  # RMSNorm's rounding: normed rows, then the weight product
-            h = _norm_input(x_rows, r_rows, k, x_mask, NORM == 2, dtype)
-            normed = (h * rstd[:, None]).to(dtype).to(tl.float32)
-            nw = tl.load(norm_w_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
-            x = (normed * nw[None, :]).to(dtype)
-        else:
-            x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
-        if GATED:  # padding stays zero: silu(0) * 0
-            up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
-            x = silu_mul_rounded(x.to(tl.float32), up.to(tl.float32), dtype)
-        w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        if USE_DOT:
-            acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
-        else:
-            # [BLOCK_M, 1, BLOCK_K] * [1, BLOCK_N, BLOCK_K]
-            acc3 += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+        x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
+        w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & (k < K)[None, :], other=0.0)
+        acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
     if not USE_DOT:
-        acc = tl.sum(acc3, axis=2)  # [BLOCK_M, BLOCK_N]
+        acc = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
     out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
@@ -321,8 +359,11 @@ def skinny_linear(
         PRECISION=dot_precision(x.dtype),
         GATED=gated,
         NORM=0 if norm is None else 1 if norm.residual is None else 2,
+        PEEL=cfg.pdl,
+        PDL=cfg.pdl and x.device.type == "cuda",
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **({"launch_pdl": True} if cfg.pdl and x.device.type == "cuda" else {}),
     )
     return out
 

@@ -47,12 +47,13 @@ _TRIALS = 3
 
 
 def tune_decode_gemms(
-    model: nn.Module, rows: Iterable[int], *, fuse_norm: bool = False
+    model: nn.Module, rows: Iterable[int], *, fuse_norm: bool = False, pdl: bool = False
 ) -> dict[tuple, dict[int, SkinnyConfig]]:
     """Set ``skinny_configs`` (and with ``fuse_norm`` ``norm_configs``) on every CUDA
     :class:`Linear` of ``model``, trying the row counts ``rows`` (those the decode graphs
     run); returns, per (out, in, dtype) shape, the row counts that go to the skinny kernel
-    and the launch config of each.
+    and the launch config of each. ``pdl`` adds each candidate launched with programmatic
+    dependent launch (``SkinnyConfig.pdl``; timed as the layers run back to back).
 
     Cost: per shape and row count, 1 + C CUDA graphs (cuBLAS and C candidates: 6-7 at one
     row, 1-2 above) of one call per layer of that shape, each replayed 1 + 3 times; for an
@@ -65,13 +66,15 @@ def tune_decode_gemms(
             groups[(*module.weight.shape, module.weight.dtype)].append(module)
     picked = {}
     for shape, layers in groups.items():
-        picked[shape] = _tune_shape(layers, rows)
+        picked[shape] = _tune_shape(layers, rows, pdl)
         if fuse_norm and all(layer.follows_norm for layer in layers):
-            _tune_norm_fusion(layers, rows)
+            _tune_norm_fusion(layers, rows, pdl)
     return picked
 
 
-def _tune_shape(layers: list[Linear], rows: list[int]) -> dict[int, SkinnyConfig]:
+def _tune_shape(
+    layers: list[Linear], rows: list[int], pdl: bool = False
+) -> dict[int, SkinnyConfig]:
     """Time cuBLAS and each candidate config on ``layers`` (one weight shape) per row
     count, set the winners on every layer as ``skinny_configs`` and return them."""
     from jacana_engine.kernels.skinny_gemm import can_use, candidate_configs
@@ -87,7 +90,7 @@ def _tune_shape(layers: list[Linear], rows: list[int]) -> dict[int, SkinnyConfig
         cublas = _time(layers, lambda layer, x=x: layer.backend_forward(x))
         timed = [
             (_time(layers, lambda layer, x=x, cfg=cfg: layer.skinny_forward(x, cfg)), cfg)
-            for cfg in candidate_configs(m, n, k)
+            for cfg in candidate_configs(m, n, k, pdl=pdl)
         ]
         best, cfg = min(timed, key=lambda t: t[0])
         won = best < MARGIN * cublas
@@ -95,7 +98,7 @@ def _tune_shape(layers: list[Linear], rows: list[int]) -> dict[int, SkinnyConfig
             picked[m] = cfg
         per_layer = 1e6 / len(layers)  # seconds per pass -> us per call
         report.append(
-            f"M={m} {'skinny' if won else 'cuBLAS'} (skinny {cfg.block_n}x{cfg.block_k} "
+            f"M={m} {'skinny' if won else 'cuBLAS'} (skinny {_label(cfg)} "
             f"{best * per_layer:.2f} us, cuBLAS {cublas * per_layer:.2f} us)"
         )
     for layer in layers:  # a plain dict each: shares no state, deep-copies and pickles
@@ -104,7 +107,7 @@ def _tune_shape(layers: list[Linear], rows: list[int]) -> dict[int, SkinnyConfig
     return picked
 
 
-def _tune_norm_fusion(layers: list[Linear], rows: list[int]) -> None:
+def _tune_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool = False) -> None:
     """Per row count, time the norm folded into the skinny kernel (each candidate config)
     against the residual-add + RMSNorm kernel followed by the GEMM the layers already run
     (cuBLAS or their skinny config); set ``norm_configs`` where folding is faster."""
@@ -131,14 +134,14 @@ def _tune_norm_fusion(layers: list[Linear], rows: list[int]) -> None:
         separate = _time(layers, norm) + _time(layers, lambda layer, x=x: layer(x))
         timed = [
             (_time(layers, lambda layer, cfg=cfg: folded(layer, cfg)), cfg)
-            for cfg in candidate_configs(m, n, k)
+            for cfg in candidate_configs(m, n, k, pdl=pdl)
         ]
         best, cfg = min(timed, key=lambda t: t[0])
         if best < separate:
             fused[m] = cfg
         per_layer = 1e6 / len(layers)
         report.append(
-            f"M={m} {'fused' if m in fused else 'separate'} (fused {cfg.block_n}x{cfg.block_k} "
+            f"M={m} {'fused' if m in fused else 'separate'} (fused {_label(cfg)} "
             f"{best * per_layer:.2f} us, norm + GEMM {separate * per_layer:.2f} us)"
         )
     for layer in layers:
@@ -168,3 +171,7 @@ def _time(layers: list[Linear], run: Callable[[Linear], Any]) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / 1000)
     return statistics.median(times)
+
+
+def _label(cfg: SkinnyConfig) -> str:
+    return f"{cfg.block_n}x{cfg.block_k}{' pdl' if cfg.pdl else ''}"
