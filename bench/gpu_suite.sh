@@ -60,8 +60,9 @@ for phase in "$@"; do
   case "$phase" in
     tests)
       stamp "GPU tests"
-      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout 570 "${PYTEST[@]}" -m "gpu and not slow" \
-        services/engine/tests services/embeddings/tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
+      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout -s INT 570 "${PYTEST[@]}" -m "gpu and not slow" \
+        --durations=20 services/engine/tests services/embeddings/tests 2>&1 \
+        | tee "$OUT/pytest_gpu.log" | tail -45
       ;;
     embeddings)
       stamp "embeddings"
