@@ -22,6 +22,12 @@ def test_defaults_stream_per_token_and_time_the_decode_gemms():
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (1, "auto")
     assert (config.fuse_norm_gemm, config.pdl_gemm) == (False, False)
+    assert config.tuning_cache == "~/.cache/jacana/decode_gemm_tuning.json"
+
+
+def test_an_empty_tuning_cache_setting_times_at_every_start(monkeypatch):
+    monkeypatch.setenv("JACANA_ENGINE_TUNING_CACHE", "")
+    assert EngineSettings.load().engine_config().tuning_cache is None
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,9 @@ class EngineConfig:
         (opt-in: not yet measured on a GPU).
     pdl_gemm: with ``decode_gemm="auto"``, also time each skinny-kernel candidate launched
         with programmatic dependent launch (Hopper and later; opt-in, not yet measured).
+    tuning_cache: a JSON file where the ``decode_gemm="auto"`` choices are kept per GPU,
+        software and shape, so a restart skips the timing (``layers/tuning_cache.py``);
+        None times at every start.
     enforce_eager: never capture or replay CUDA graphs.
     overlap_decode: while a decode step runs on the device, plan and launch the next one
         (its input tokens are the running step's samples, read on the device) before
@@ -84,6 +87,7 @@ class EngineConfig:
     decode_gemm: str = "auto"
     fuse_norm_gemm: bool = False
     pdl_gemm: bool = False
+    tuning_cache: str | None = None
     enforce_eager: bool = False
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512

@@ -31,6 +31,7 @@ from jacana_engine.decode_overlap import LaunchedStep
 from jacana_engine.device_sampling import DeviceSampler
 from jacana_engine.kv_cache import sizing
 from jacana_engine.layers.decode_gemm import SKINNY_MAX_ROWS, tune_decode_gemms
+from jacana_engine.layers.tuning_cache import TuningCache
 from jacana_engine.loader import torch_dtype
 from jacana_engine.models.base import CausalLM, ModelConfig
 from jacana_engine.outputs import TokenLogprob
@@ -255,6 +256,7 @@ class ModelRunner:
                 sorted(r for r in rows if r <= SKINNY_MAX_ROWS),
                 fuse_norm=config.fuse_norm_gemm,
                 pdl=config.pdl_gemm,
+                cache=TuningCache(config.tuning_cache) if config.tuning_cache else None,
             )
         graphs = DecodeGraphs(
             self._run_model,

@@ -108,6 +108,12 @@ class EngineSettings(ServiceSettings):
         "previous one finishes, fetching its first weight tile) and keep it where faster "
         "(not yet measured on a GPU).",
     )
+    tuning_cache: str = Field(
+        "~/.cache/jacana/decode_gemm_tuning.json",
+        max_length=4096,
+        description="JSON file keeping the decode_gemm auto choices per GPU, software and "
+        "shape, so a restart skips the timing; empty: time at every start.",
+    )
     enforce_eager: bool = Field(
         False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
     )
@@ -253,6 +259,7 @@ class EngineSettings(ServiceSettings):
             decode_gemm=self.decode_gemm,
             fuse_norm_gemm=self.fuse_norm_gemm,
             pdl_gemm=self.pdl_gemm,
+            tuning_cache=self.tuning_cache or None,
             enforce_eager=self.enforce_eager,
             overlap_decode=self.overlap_decode,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,

@@ -462,6 +462,33 @@ def test_tuner_stores_the_fastest_config_that_forward_uses(device, seed, checks,
     assert calls == [fastest, fastest]  # one-row calls only, with the tuned config
 
 
+def test_a_tuning_cache_spares_the_second_start_its_timing(device, monkeypatch, tmp_path):
+    from jacana_engine.layers import decode_gemm
+    from jacana_engine.layers.linear import Linear
+    from jacana_engine.layers.tuning_cache import TuningCache
+
+    k, n = 64, 40
+    fastest = candidate_configs(1, n, k)[-1]
+
+    def price(event):  # one row: the last candidate wins; two rows: cuBLAS stays
+        if event[0] == "cublas":
+            return 1.0
+        return 0.5 if event[1] == 1 and event[2] == fastest else 0.95
+
+    clock = _FakeClock(monkeypatch, price)
+    timings = []
+    monkeypatch.setattr(decode_gemm, "_time", lambda *a: timings.append(1) or clock(*a))
+    per_start = []
+    for _ in range(2):  # the first start times and writes, the second one only reads
+        layers = [Linear(k, n, bias=False).to(device).requires_grad_(False) for _ in range(2)]
+        cache = TuningCache(tmp_path / "tuning.json")
+        assert decode_gemm._tune_shape(layers, [1, 2], cache=cache) == {1: fastest}
+        assert all(dict(layer.skinny_configs) == {1: fastest} for layer in layers)
+        per_start.append(len(timings))
+        timings.clear()
+    assert per_start[0] > 0 and per_start[1] == 0
+
+
 def test_norm_fusion_is_kept_where_it_beats_the_norm_plus_the_gemm(device, monkeypatch):
     """Fake clock: the norm kernel costs 0.3 and cuBLAS 1.0; folded, one config costs 1.1
     at one row (< 1.3, kept) and every config 1.4 at two rows (> 1.3, not kept)."""

@@ -38,6 +38,7 @@ from jacana_engine.layers.linear import Linear
 
 if TYPE_CHECKING:
     from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+    from jacana_engine.layers.tuning_cache import TuningCache
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +48,25 @@ _TRIALS = 3
 
 
 def tune_decode_gemms(
-    model: nn.Module, rows: Iterable[int], *, fuse_norm: bool = False, pdl: bool = False
+    model: nn.Module,
+    rows: Iterable[int],
+    *,
+    fuse_norm: bool = False,
+    pdl: bool = False,
+    cache: TuningCache | None = None,
 ) -> dict[tuple, dict[int, SkinnyConfig]]:
     """Set ``skinny_configs`` (and with ``fuse_norm`` ``norm_configs``) on every CUDA
     :class:`Linear` of ``model``, trying the row counts ``rows`` (those the decode graphs
     run); returns, per (out, in, dtype) shape, the row counts that go to the skinny kernel
     and the launch config of each. ``pdl`` adds each candidate launched with programmatic
-    dependent launch (``SkinnyConfig.pdl``; timed as the layers run back to back).
+    dependent launch (``SkinnyConfig.pdl``; timed as the layers run back to back). With a
+    ``cache`` (``layers/tuning_cache.py``) a shape timed before on this GPU and software
+    is read back instead.
 
     Cost: per shape and row count, 1 + C CUDA graphs (cuBLAS and C candidates: 6-7 at one
-    row, 1-2 above) of one call per layer of that shape, each replayed 1 + 3 times; for an
-    8B model at rows 1-16 that is ~200 graphs, well under a second of GPU time. The first
-    start also compiles each distinct config (~30 across shapes), cached on disk after."""
+    row, 1-2 above) of one call per layer of that shape, each replayed 1 + 3 times; for
+    Qwen3-8B at rows 1-16 that is ~200 graphs, ~5 s of start-up on an H200 with Triton's
+    compile cache warm (each distinct config compiles once, cached on disk after)."""
     rows = list(rows)
     groups: dict[tuple, list[Linear]] = defaultdict(list)
     for module in model.modules():
@@ -66,17 +74,26 @@ def tune_decode_gemms(
             groups[(*module.weight.shape, module.weight.dtype)].append(module)
     picked = {}
     for shape, layers in groups.items():
-        picked[shape] = _tune_shape(layers, rows, pdl)
+        picked[shape] = _tune_shape(layers, rows, pdl, cache)
         if fuse_norm and all(layer.follows_norm for layer in layers):
-            _tune_norm_fusion(layers, rows, pdl)
+            _tune_norm_fusion(layers, rows, pdl, cache)
     return picked
 
 
 def _tune_shape(
-    layers: list[Linear], rows: list[int], pdl: bool = False
+    layers: list[Linear], rows: list[int], pdl: bool = False, cache: TuningCache | None = None
 ) -> dict[int, SkinnyConfig]:
+    """The winners of :func:`_time_shape` (or the cache's memory of them), set on every
+    layer as ``skinny_configs`` and returned."""
+    picked = _remembered(cache, "skinny", layers, rows, pdl, lambda: _time_shape(layers, rows, pdl))
+    for layer in layers:  # a plain dict each: shares no state, deep-copies and pickles
+        layer.skinny_configs = dict(picked)
+    return picked
+
+
+def _time_shape(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, SkinnyConfig]:
     """Time cuBLAS and each candidate config on ``layers`` (one weight shape) per row
-    count, set the winners on every layer as ``skinny_configs`` and return them."""
+    count; the row counts where the skinny kernel wins, with the winning config."""
     from jacana_engine.kernels.skinny_gemm import can_use, candidate_configs
 
     weight = layers[0].weight  # [N, K]
@@ -101,16 +118,27 @@ def _tune_shape(
             f"M={m} {'skinny' if won else 'cuBLAS'} (skinny {_label(cfg)} "
             f"{best * per_layer:.2f} us, cuBLAS {cublas * per_layer:.2f} us)"
         )
-    for layer in layers:  # a plain dict each: shares no state, deep-copies and pickles
-        layer.skinny_configs = dict(picked)
     log.info("decode GEMM %dx%d %s: %s", n, k, weight.dtype, "; ".join(report))
     return picked
 
 
-def _tune_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool = False) -> None:
+def _tune_norm_fusion(
+    layers: list[Linear], rows: list[int], pdl: bool = False, cache: TuningCache | None = None
+) -> None:
+    """Set ``norm_configs`` on every layer: the row counts where :func:`_time_norm_fusion`
+    (or the cache's memory of it) found folding the norm in faster."""
+    fused = _remembered(
+        cache, "norm", layers, rows, pdl, lambda: _time_norm_fusion(layers, rows, pdl)
+    )
+    for layer in layers:
+        layer.norm_configs = dict(fused)
+
+
+def _time_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, SkinnyConfig]:
     """Per row count, time the norm folded into the skinny kernel (each candidate config)
     against the residual-add + RMSNorm kernel followed by the GEMM the layers already run
-    (cuBLAS or their skinny config); set ``norm_configs`` where folding is faster."""
+    (cuBLAS or their skinny config); the row counts where folding is faster, with the
+    config."""
     from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
     from jacana_engine.kernels.skinny_gemm import candidate_configs
 
@@ -144,9 +172,8 @@ def _tune_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool = False) 
             f"M={m} {'fused' if m in fused else 'separate'} (fused {_label(cfg)} "
             f"{best * per_layer:.2f} us, norm + GEMM {separate * per_layer:.2f} us)"
         )
-    for layer in layers:
-        layer.norm_configs = dict(fused)
     log.info("RMSNorm + decode GEMM %dx%d: %s", n, k, "; ".join(report))
+    return fused
 
 
 @torch.inference_mode()
@@ -171,6 +198,29 @@ def _time(layers: list[Linear], run: Callable[[Linear], Any]) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / 1000)
     return statistics.median(times)
+
+
+def _remembered(
+    cache: TuningCache | None,
+    kind: str,
+    layers: list[Linear],
+    rows: list[int],
+    pdl: bool,
+    time_it: Callable[[], dict[int, SkinnyConfig]],
+) -> dict[int, SkinnyConfig]:
+    """``time_it()``, or what ``cache`` kept of it for these layers' shape on this GPU."""
+    if cache is None:
+        return time_it()
+    key = cache.key(kind, layers[0].weight, rows, pdl=pdl)
+    choice = cache.get(key)
+    if choice is None:
+        choice = time_it()
+        cache.put(key, choice)
+    else:
+        n, k = layers[0].weight.shape
+        picks = ", ".join(f"M={m} {_label(c)}" for m, c in sorted(choice.items())) or "none"
+        log.info("%s %dx%d from the tuning cache %s: %s", kind, n, k, cache.path, picks)
+    return choice
 
 
 def _label(cfg: SkinnyConfig) -> str:

@@ -1,0 +1,91 @@
+"""On-disk memory of the decode-GEMM tuner's choices (``layers/decode_gemm.py``).
+
+Timing cuBLAS against every skinny-kernel candidate takes seconds at start-up (~5 s for
+Qwen3-8B on an H200), and its answer depends only on the GPU, the software and the
+shapes. A JSON file keeps each answer under a key made of all of those, so a restart on
+the same machine reads it back instead; a new GPU, CUDA, torch, Triton or model shape
+misses and is timed afresh. An unreadable file counts as empty and an unwritable one is
+skipped, each with a warning: the cache can cost a start-up its speed, never its
+correctness.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+
+log = logging.getLogger(__name__)
+
+
+def device_fingerprint(device: torch.device) -> list[str]:
+    """What a timing depends on besides the shape: the GPU and the software around it."""
+    import triton
+
+    versions = [torch.__version__, triton.__version__, str(torch.version.cuda)]
+    if device.type != "cuda":
+        return [device.type, *versions]
+    props = torch.cuda.get_device_properties(device)
+    return [props.name, f"sm{props.major}{props.minor}", str(props.total_memory), *versions]
+
+
+class TuningCache:
+    """``get(key) -> {rows: SkinnyConfig} | None`` and ``put(key, choice)``, kept in the
+    JSON file ``path`` (created with its folder on the first ``put``)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path).expanduser()
+        self._entries: dict[str, dict[str, dict]] | None = None
+
+    @staticmethod
+    def key(kind: str, weight: torch.Tensor, rows: list[int], **variant: object) -> str:
+        """The key of one tuning: ``kind`` (what was timed), the weight's shape, dtype and
+        device fingerprint, the row counts tried and the tuner's options (``variant``)."""
+        parts = [kind, *device_fingerprint(weight.device), list(weight.shape), str(weight.dtype)]
+        return json.dumps([*parts, sorted(rows), sorted(variant.items())])
+
+    def get(self, key: str) -> dict[int, SkinnyConfig] | None:
+        from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+
+        entry = self._load().get(key)
+        if entry is None:
+            return None
+        try:
+            return {int(m): SkinnyConfig(**cfg) for m, cfg in entry.items()}
+        except TypeError:  # written by a version whose configs had other fields
+            return None
+
+    def put(self, key: str, choice: dict[int, SkinnyConfig]) -> None:
+        entries = self._load()
+        entries[key] = {str(m): dataclasses.asdict(cfg) for m, cfg in choice.items()}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # a whole file or none: concurrent starts each write their own, then rename
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name)
+            with os.fdopen(fd, "w") as f:
+                json.dump(entries, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("decode GEMM tuning cache %s not written: %s", self.path, exc)
+
+    def _load(self) -> dict[str, dict[str, dict]]:
+        if self._entries is None:
+            self._entries = {}
+            try:
+                loaded = json.loads(self.path.read_text())
+                if isinstance(loaded, dict):
+                    self._entries = loaded
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError) as exc:
+                log.warning("decode GEMM tuning cache %s unreadable, ignored: %s", self.path, exc)
+        return self._entries
