@@ -592,7 +592,7 @@ def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
     for layer in layers:
         torch.nn.init.normal_(layer.weight, std=k**-0.5)
         layer.follows_norm = True
-    tune_decode_gemms(layers, rows=range(1, 5), fuse_norm=True)
+    tune_decode_gemms(layers, rows=(1, 2), fuse_norm=True)
     for layer in layers:
         for m, cfg in layer.norm_configs.items():
             x, residual = torch.randn(2, m, k, device=device).bfloat16()
