@@ -193,7 +193,7 @@ def main() -> None:
         f"{args.block_n}, BLOCK_K {args.block_k}), each with its own weight; median "
         f"(min–max) of {args.reps} reps of {args.replays} replays. {doc['device']}.",
         "",
-        "| variant | us per pair (gemv only: per GEMV) | GEMV TB/s if it were alone | max rel err |",
+        "| variant | us per pair (gemv only: per GEMV) | GEMV TB/s if alone | max rel err |",
         "|---|---|---|---|",
     ]
     for v, r in rows.items():
