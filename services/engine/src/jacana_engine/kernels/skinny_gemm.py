@@ -20,6 +20,12 @@ alternatives of ``candidate_configs`` on the model's own weights and keeps the f
 (at one row on an H200, ``bench/results/skinny_gemm_sweep.md``, another tile beat
 pick_config's on every Qwen3 shape, mostly a narrower or deeper one).
 
+What x is, per launch: the input as is; or a gated MLP's gate_up, activated as it
+loads (``gated``: SiLU-and-mul folded in, the down projection's case); or the input of an
+RMSNorm (with its residual add), normalized as it loads (``norm``: the norm folded into
+the QKV or gate/up projection after it). ``SkinnyConfig.pdl`` launches with programmatic
+dependent launch.
+
 Deterministic: each output element is reduced over K by one program in a fixed order,
 no atomics and no split-K, so results are bitwise identical run to run.
 """
