@@ -24,7 +24,7 @@
 # pdl         pdl_probe_gpu.py: what programmatic dependent launch would save per norm ->
 #             GEMV pair at the 8B o_proj and down_proj shapes (~1 min)
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
-#             vs cuBLAS (~3 min)
+#             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #
 # Durations seen on an H200 (plan device time with them): tests over 7 min, embeddings ~1 min
 # plus ~40 s per variant, targets ~1.5 min, online ~1 min per stream interval plus ~40 s

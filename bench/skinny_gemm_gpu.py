@@ -19,9 +19,10 @@ with perf_counter and no graphs, to check the script itself.
 Writes ``skinny_gemm_gpu.json`` and ``skinny_gemm_gpu.md`` to ``--out``.
 
 ``--sweep`` instead times, at one row (batch-1 decode), every launch configuration of
-:func:`sweep_configs` on every shape against torch, and writes the fastest few per
-shape to ``skinny_gemm_sweep.json`` / ``.md``: where the kernel's own choice
-(``pick_config``) should move before it can beat cuBLAS.
+:func:`sweep_configs` on every shape against torch, then the 3 fastest again with the
+weight loads ``evict_first``, with programmatic dependent launch (the calls of a graph
+then overlap: each lets the next start and fetch its first weight tile), and with both,
+and writes the fastest few per shape to ``skinny_gemm_sweep.json`` / ``.md``.
 
 Usage: python bench/skinny_gemm_gpu.py [--out bench/results] [--reps 5] [--no-alt]
        python bench/skinny_gemm_gpu.py --sweep [--out bench/results]
@@ -31,6 +32,7 @@ Usage: python bench/skinny_gemm_gpu.py [--out bench/results] [--reps 5] [--no-al
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import importlib.util
 import os
@@ -46,6 +48,12 @@ SMOKE_SHAPES = {"tiny a": (64, 40), "tiny b": (200, 96)}
 ROWS = (1, 2, 4, 8, 16)
 SMOKE_ROWS = (1, 3)
 L2_FLUSH_BYTES = 128 << 20  # weight copies per shape add up to at least this
+# tried on the sweep's 3 fastest configs per shape (CUDA only)
+REFINEMENTS = (
+    {"weight_eviction": "evict_first"},
+    {"pdl": True},
+    {"weight_eviction": "evict_first", "pdl": True},
+)
 
 
 def import_kernel():
@@ -217,16 +225,22 @@ def _sweep_shape(kernel, name: str, k: int, n: int, configs: list, device, args)
         return F.linear(x, weights[i % copies])
 
     torch_us = statistics.median(timer(torch_call, args.calls, args.replays, 3))
-    tried = []
-    for cfg in configs:
 
-        def call(i, cfg=cfg):
+    def timed(cfg) -> dict:
+        def call(i):
             return kernel.skinny_linear(x, weights[i % copies], outs[i % copies], config=cfg)
 
         err = float((call(0).float() - ref).abs().max()) / scale
         us = statistics.median(timer(call, args.calls, args.replays, 3))
-        tried.append({"config": vars(cfg), "us": us, "rel_err": err})
-    tried.sort(key=lambda t: t["us"])
+        return {"config": vars(cfg), "us": us, "rel_err": err}
+
+    tried = sorted((timed(cfg) for cfg in configs), key=lambda t: t["us"])
+    if device.type == "cuda":  # the 3 fastest again: weights evict_first, PDL, both
+        refine = [kernel.SkinnyConfig(**t["config"]) for t in tried[:3]]
+        tried += [
+            timed(dataclasses.replace(cfg, **change)) for cfg in refine for change in REFINEMENTS
+        ]
+        tried.sort(key=lambda t: t["us"])
     return {
         "shape": name,
         "k": k,
@@ -257,7 +271,10 @@ def render_sweep(doc: dict) -> str:
         best = r["fastest"][0]
 
         def cfg(c):
-            return f"{c['block_n']},{c['block_k']},{c['num_warps']},{c['num_stages']}"
+            flags = (" pdl" if c.get("pdl") else "") + (
+                " " + c["weight_eviction"] if c.get("weight_eviction") else ""
+            )
+            return f"{c['block_n']},{c['block_k']},{c['num_warps']},{c['num_stages']}{flags}"
 
         others = ", ".join(f"{cfg(t['config'])} ({t['us']:.2f})" for t in r["fastest"][1:4])
         lines.append(

@@ -150,20 +150,24 @@ def _plain_gated_and_normed(gate_up, w, nw, residual, cfg) -> dict[str, torch.Te
     }
 
 
-def test_pdl_configs_give_the_bits_of_the_plain_ones(device, seed):
-    """``pdl`` reorders the first weight tile's load (and on CUDA launches with PDL); the
-    sums are the same, so plain, gated and normalized products keep their bits."""
+def test_pdl_and_eviction_configs_give_the_bits_of_the_plain_ones(device, seed):
+    """``pdl`` reorders the first weight tile's load (and on CUDA launches with PDL),
+    ``weight_eviction`` only hints the cache; the sums are the same, so plain, gated and
+    normalized products keep their bits."""
     for dtype, m, k, n, configs in _gated_cases(device):
         gate_up = torch.randn(m, 2 * k, device=device).to(dtype)
         w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
         nw = torch.ones(k, device=device, dtype=dtype)
         residual = torch.randn(m, k, device=device).to(dtype)
         for cfg in configs:
-            twin = dataclasses.replace(cfg, pdl=True)
-            got = _plain_gated_and_normed(gate_up, w, nw, residual, twin)
             want = _plain_gated_and_normed(gate_up, w, nw, residual, cfg)
-            for kind in want:
-                assert torch.equal(got[kind], want[kind]), f"{kind} {dtype} {cfg} seed={seed}"
+            for twin in (
+                dataclasses.replace(cfg, pdl=True),
+                dataclasses.replace(cfg, weight_eviction="evict_first"),
+            ):
+                got = _plain_gated_and_normed(gate_up, w, nw, residual, twin)
+                for kind in want:
+                    assert torch.equal(got[kind], want[kind]), f"{kind} {twin} seed={seed}"
 
 
 def test_candidates_with_pdl_come_twice(device):

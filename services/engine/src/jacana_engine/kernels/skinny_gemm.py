@@ -88,6 +88,9 @@ class SkinnyConfig:
     # next one launch at its start, loads its first weight tile while the previous kernel
     # finishes, then waits for it (``griddepcontrol``); elsewhere only that tile order.
     pdl: bool = False
+    # Triton's eviction_policy for the weight loads ("": the default; "evict_first": the
+    # weight streams through L2 once and should not push out what the next kernels read)
+    weight_eviction: str = ""
 
     def grid(self, n: int) -> tuple[int]:
         return (triton.cdiv(n, self.block_n),)
@@ -215,6 +218,7 @@ def _skinny_gemm_kernel(
     NORM: tl.constexpr,  # 0: x as is; 1: rms_norm(x); 2: rms_norm(x + residual)
     PEEL: tl.constexpr,  # load the first weight tile before anything else
     PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after that first tile
+    W_EVICTION: tl.constexpr,  # eviction_policy of the weight loads
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -227,7 +231,12 @@ def _skinny_gemm_kernel(
     if PDL:  # the next kernel may launch now: it waits for all of this one before reading
         tl.extra.cuda.gdc_launch_dependents()
     if PEEL:  # weights are never written by other kernels: no need to wait for them
-        w_first = tl.load(w_rows + ks[None, :], mask=n_mask[:, None] & (ks < K)[None, :], other=0.0)
+        w_first = tl.load(
+            w_rows + ks[None, :],
+            mask=n_mask[:, None] & (ks < K)[None, :],
+            other=0.0,
+            eviction_policy=W_EVICTION,
+        )
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
@@ -258,7 +267,12 @@ def _skinny_gemm_kernel(
     for k0 in range(start, K, BLOCK_K):
         k = k0 + ks
         x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
-        w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & (k < K)[None, :], other=0.0)
+        w = tl.load(
+            w_rows + k[None, :],
+            mask=n_mask[:, None] & (k < K)[None, :],
+            other=0.0,
+            eviction_policy=W_EVICTION,
+        )
         acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
     if not USE_DOT:
         acc = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
@@ -367,6 +381,7 @@ def skinny_linear(
         NORM=0 if norm is None else 1 if norm.residual is None else 2,
         PEEL=cfg.pdl,
         PDL=cfg.pdl and x.device.type == "cuda",
+        W_EVICTION=cfg.weight_eviction,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **({"launch_pdl": True} if cfg.pdl and x.device.type == "cuda" else {}),
