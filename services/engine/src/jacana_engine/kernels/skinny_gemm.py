@@ -325,9 +325,8 @@ def skinny_linear(
     followed by this one, one launch fewer); with ``norm``, ``rms_norm(x) @ weight.T``
     (:class:`NormPrologue`; the statistics are summed in another order than
     ``kernels.rmsnorm``'s, so a normalized element may round to its neighbour). Raises
-    ``ValueError`` for M > MAX_M,
-    mismatched shapes or dtypes, or a non-unit last stride. Never syncs with the host, so
-    it can be captured in a CUDA graph."""
+    ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
+    Never syncs with the host, so it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:
         raise ValueError(f"x and weight must be 2-D, got {x.dim()}-D and {weight.dim()}-D")
     m, width = x.shape
@@ -356,6 +355,7 @@ def skinny_linear(
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
+    pdl = cfg.pdl and x.device.type == "cuda"  # elsewhere only its tile order (PEEL)
     _skinny_gemm_kernel[cfg.grid(n)](
         x,
         weight,
@@ -380,11 +380,11 @@ def skinny_linear(
         GATED=gated,
         NORM=0 if norm is None else 1 if norm.residual is None else 2,
         PEEL=cfg.pdl,
-        PDL=cfg.pdl and x.device.type == "cuda",
+        PDL=pdl,
         W_EVICTION=cfg.weight_eviction,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
-        **({"launch_pdl": True} if cfg.pdl and x.device.type == "cuda" else {}),
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out
 

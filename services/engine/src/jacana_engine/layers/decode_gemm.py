@@ -140,7 +140,7 @@ def _time_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool) -> dict[
     (cuBLAS or their skinny config); the row counts where folding is faster, with the
     config."""
     from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
-    from jacana_engine.kernels.skinny_gemm import candidate_configs
+    from jacana_engine.kernels.skinny_gemm import can_use, candidate_configs
 
     weight = layers[0].weight  # [N, K]
     n, k = weight.shape
@@ -148,9 +148,9 @@ def _time_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool) -> dict[
     fused: dict[int, SkinnyConfig] = {}
     report = []
     for m in rows:
-        if m > SKINNY_MAX_ROWS:
-            continue
         x = torch.randn(m, k, device=weight.device, dtype=weight.dtype)  # [M, K]
+        if not can_use(x, weight):
+            continue
         residual = torch.randn_like(x)
 
         def norm(_: Linear, x=x, residual=residual) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -40,11 +40,6 @@ class Linear(nn.Linear):
     norm_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
     follows_norm = False  # an RMSNorm computes this layer's input (set by the model)
 
-    @property
-    def skinny_rows(self) -> frozenset[int]:
-        """The row counts that go to the skinny kernel."""
-        return frozenset(self.skinny_configs)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         config = self.skinny_configs.get(x.shape[0])
         if config is not None:
@@ -57,11 +52,7 @@ class Linear(nn.Linear):
     def skinny_forward(self, x: torch.Tensor, config: SkinnyConfig | None = None) -> torch.Tensor:
         """The product on the skinny kernel, launched with ``config`` (by default the one
         tuned for x's row count, else the kernel's ``pick_config``)."""
-        from jacana_engine.kernels.skinny_gemm import skinny_linear
-
-        config = config or self.skinny_configs.get(x.shape[0])
-        y = skinny_linear(x.contiguous(), self.weight, config=config)  # [T, out]
-        return y if self.bias is None else y.add_(self.bias)
+        return self._on_skinny(x, config or self.skinny_configs.get(x.shape[0]))
 
     def normed_forward(
         self,
@@ -73,12 +64,11 @@ class Linear(nn.Linear):
     ) -> tuple[torch.Tensor, torch.Tensor]:  # ([T, out], the new residual [T, in])
         """``self(rms_norm(x + residual))`` and ``x + residual`` in one skinny-kernel launch
         (``kernels.skinny_gemm.NormPrologue``); without a residual the new one is x."""
-        from jacana_engine.kernels.skinny_gemm import NormPrologue, skinny_linear
+        from jacana_engine.kernels.skinny_gemm import NormPrologue
 
         residual_out = None if residual is None else torch.empty_like(residual)
         prologue = NormPrologue(norm_weight, eps, residual, residual_out)
-        y = skinny_linear(x.contiguous(), self.weight, config=config, norm=prologue)
-        y = y if self.bias is None else y.add_(self.bias)
+        y = self._on_skinny(x, config, norm=prologue)
         return y, (x if residual_out is None else residual_out)
 
     def gated_forward(
@@ -93,9 +83,16 @@ class Linear(nn.Linear):
         config = self.skinny_configs.get(gate_up.shape[0])
         if config is None:
             return self.backend_forward(silu_and_mul(gate_up))
+        return self._on_skinny(gate_up, config, gated=True)
+
+    def _on_skinny(
+        self, x: torch.Tensor, config: SkinnyConfig | None, **kernel_args: Any
+    ) -> torch.Tensor:  # [T, out]
+        """``skinny_linear`` of x (its ``gated`` or ``norm`` in ``kernel_args``) with this
+        layer's weight, plus its bias."""
         from jacana_engine.kernels.skinny_gemm import skinny_linear
 
-        y = skinny_linear(gate_up.contiguous(), self.weight, config=config, gated=True)
+        y = skinny_linear(x.contiguous(), self.weight, config=config, **kernel_args)
         return y if self.bias is None else y.add_(self.bias)
 
 
