@@ -215,9 +215,9 @@ async def _jacana_run(modules, embedder, batcher_config, texts, clients, per_req
     return elapsed, latencies, np.concatenate(parts)
 
 
-# Tokenizer worker processes of Jacana's service (``--tokenizer-processes``; 0: threads;
-# None until measure() takes the service's default).
-TOKENIZER_PROCESSES: int | None = 0
+# Tokenizer worker processes of Jacana's service (``--tokenizer-processes``, else the
+# service's default; 0: threads), set by measure().
+TOKENIZER_PROCESSES = 0
 
 # Where a Jacana run's wall time went (``breakdown``), kept for the caller of the last run.
 LAST_BREAKDOWN: dict[str, float] = {}
@@ -366,8 +366,11 @@ def measure(args: argparse.Namespace) -> dict:
     global TOKENIZER_PROCESSES
     modules = import_model_code()
     _, config_mod, embedder_mod, model_spec, _ = modules
-    if TOKENIZER_PROCESSES is None:
-        TOKENIZER_PROCESSES = config_mod.default_tokenizer_processes(args.device.startswith("cuda"))
+    TOKENIZER_PROCESSES = (
+        config_mod.default_tokenizer_processes(args.device.startswith("cuda"))
+        if args.tokenizer_processes is None
+        else args.tokenizer_processes
+    )
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("CUDA is not available here (use --device cpu for a smoke run)")
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[
@@ -684,8 +687,6 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
-    global TOKENIZER_PROCESSES
-    TOKENIZER_PROCESSES = args.tokenizer_processes  # None: measure() takes the service's
     result = measure(args)
     table = render(result)
     write_results(args.out_dir, "embeddings_gpu", result, table)
