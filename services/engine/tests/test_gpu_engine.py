@@ -1,7 +1,8 @@
 """GPU engine vs HF transformers on the same weights, in bfloat16: CUDA graphs on and off
 with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"), and graphs with
 the engine's default, the timed skinny decode GEMM (``decode_gemm="auto"``: mode
-"graphs-skinny"; eager steps never use it).
+"graphs-skinny"; eager steps never use it), and that with programmatic dependent launch
+(``pdl=True``: mode "graphs-skinny-pdl").
 
 The oracle: for every prompt our greedy continuation equals transformers' (batch of one,
 ``generate``, same dtype and device), or first departs from it at a near-tie, where
@@ -172,7 +173,12 @@ def compare(ours: list[int], ref: list[int], logits: torch.Tensor) -> tuple[str,
 
 
 def _engine(
-    model_path: str, load_format: str, *, eager: bool, decode_gemm: str = "torch"
+    model_path: str,
+    load_format: str,
+    *,
+    eager: bool,
+    decode_gemm: str = "torch",
+    pdl: bool = False,
 ) -> LLMEngine:
     config = EngineConfig(
         model=model_path,
@@ -184,6 +190,7 @@ def _engine(
         max_num_seqs=16,
         enforce_eager=eager,
         decode_gemm=decode_gemm,
+        pdl=pdl,
     )
     return LLMEngine(config, tokenizer=None)
 
@@ -238,6 +245,9 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
         "eager": _engine(str(peaked_qwen3), "safetensors", eager=True),
         # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
         "graphs-skinny": _engine(str(peaked_qwen3), "safetensors", eager=False, decode_gemm="auto"),
+        "graphs-skinny-pdl": _engine(
+            str(peaked_qwen3), "safetensors", eager=False, decode_gemm="auto", pdl=True
+        ),
     }
     _check_and_report("random-qwen3", ref, prompts, engines, run_to_run)
 
@@ -261,5 +271,6 @@ def test_smollm2_matches_transformers():
         "eager": _engine(str(gguf), "gguf", eager=True),
         # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
         "graphs-skinny": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto"),
+        "graphs-skinny-pdl": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True),
     }
     _check_and_report("smollm2-135m", ref, prompts, engines, run_to_run)

@@ -239,6 +239,7 @@ class ModelRunner:
         replayed decode steps compute the same attention sums."""
         backend = getattr(self.model, "backend", None)
         self._graph_sizes: list[int] = []
+        self._dependent_launch = False
         if self.device.type != "cuda" or not getattr(backend, "graph_safe", False):
             return None
         self._graph_sizes = capture_sizes(
@@ -249,13 +250,15 @@ class ModelRunner:
             return None
         spec = config.speculative
         widths = query_widths(spec.num_speculative_tokens) if spec.enabled else [1]
+        if config.pdl:  # before tuning and capture: both keep the launches they see
+            self._use_dependent_launch()
         if config.decode_gemm == "auto":  # before capture: the graphs keep the chosen kernels
             rows = {size * width for size in self._graph_sizes for width in widths}
             tune_decode_gemms(
                 self.model,
                 sorted(r for r in rows if r <= SKINNY_MAX_ROWS),
                 fuse_norm=config.fuse_norm_gemm,
-                pdl=config.pdl_gemm,
+                pdl=config.pdl and self._dependent_launch,
                 cache=TuningCache(config.tuning_cache) if config.tuning_cache else None,
             )
         graphs = DecodeGraphs(
@@ -270,6 +273,17 @@ class ModelRunner:
         )
         graphs.capture()
         return graphs
+
+    def _use_dependent_launch(self) -> None:
+        """Programmatic dependent launch for the decode step's Triton kernels, where the
+        GPU has it (compute capability 9.0, Hopper, and later) and the model takes it."""
+        major, _ = torch.cuda.get_device_capability(self.device)
+        use = getattr(self.model, "use_dependent_launch", None)
+        if major < 9 or use is None:
+            log.info("programmatic dependent launch needs compute capability 9.0: off")
+            return
+        use(True)
+        self._dependent_launch = True
 
     def _decode_splits(self, padded_batch: int) -> int:
         from jacana_engine.kernels.decode_attention import choose_num_splits

@@ -101,12 +101,13 @@ class EngineSettings(ServiceSettings):
         "kernel of the QKV and gate/up projections after it, and fold it where faster "
         "(not yet measured on a GPU).",
     )
-    pdl_gemm: bool = Field(
+    pdl: bool = Field(
         False,
-        description="With decode_gemm auto: also time each skinny-kernel launch config "
-        "with programmatic dependent launch (Hopper and later: the kernel starts while the "
-        "previous one finishes, fetching its first weight tile) and keep it where faster "
-        "(not yet measured on a GPU).",
+        description="Launch the decode step's Triton kernels (norms, RoPE + KV store, "
+        "attention, activation) with programmatic dependent launch (compute capability 9.0 "
+        "and later: each kernel starts while the one before it finishes and waits for it "
+        "before touching its data); with decode_gemm auto the skinny GEMM's candidates are "
+        "timed so launched too and kept where at least as fast as cuBLAS.",
     )
     tuning_cache: str = Field(
         "~/.cache/jacana/decode_gemm_tuning.json",
@@ -258,7 +259,7 @@ class EngineSettings(ServiceSettings):
             linear_backend=self.linear_backend,
             decode_gemm=self.decode_gemm,
             fuse_norm_gemm=self.fuse_norm_gemm,
-            pdl_gemm=self.pdl_gemm,
+            pdl=self.pdl,
             tuning_cache=self.tuning_cache or None,
             enforce_eager=self.enforce_eager,
             overlap_decode=self.overlap_decode,

@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from jacana_engine.kernels._common import check_last_dim_contiguous
+from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
 
 _BLOCK = 1024
 
@@ -32,18 +33,23 @@ def _silu_and_mul_kernel(
     stride_o,
     inter,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
+    wait_for_previous_kernel(PDL)
     gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_x + inter + cols, mask=mask, other=0.0).to(tl.float32)
     product = silu_mul_rounded(gate, up, out_ptr.dtype.element_ty)
     tl.store(out_ptr + row * stride_o + cols, product, mask=mask)
 
 
-def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x: [T, 2 * I] (gate then up) -> [T, I] in x's dtype (or into ``out`` [T, I])."""
+def silu_and_mul(
+    x: torch.Tensor, *, out: torch.Tensor | None = None, pdl: bool = False
+) -> torch.Tensor:
+    """x: [T, 2 * I] (gate then up) -> [T, I] in x's dtype (or into ``out`` [T, I]); ``pdl``
+    launches with programmatic dependent launch (``kernels/_pdl.py``)."""
     num_tokens, width = x.shape
     if width % 2:
         raise ValueError(f"silu_and_mul needs an even last dimension, got {width}")
@@ -57,6 +63,14 @@ def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.T
     if num_tokens == 0:
         return out
     _silu_and_mul_kernel[(num_tokens, triton.cdiv(inter, _BLOCK))](
-        x, out, x.stride(0), out.stride(0), inter, BLOCK=_BLOCK, num_warps=4, enable_fp_fusion=False
+        x,
+        out,
+        x.stride(0),
+        out.stride(0),
+        inter,
+        BLOCK=_BLOCK,
+        num_warps=4,
+        enable_fp_fusion=False,
+        **pdl_launch(pdl, x.device),
     )
     return out

@@ -36,6 +36,7 @@ from jacana_engine.kernels._common import (
     dot_precision,
     next_power_of_2,
 )
+from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
 
 _LOG2E = 1.4426950408889634
 _BLOCK_N = 64  # KV tokens per tile
@@ -149,10 +150,12 @@ def _decode_partial_kernel(
     CHUNK_S: tl.constexpr,
     FUSED_MERGE: tl.constexpr,
     PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
+    wait_for_previous_kernel(PDL)
 
     seq_len = tl.load(seq_lens_ptr + seq)
     num_tiles = tl.cdiv(seq_len, BLOCK_N)
@@ -258,8 +261,10 @@ def _decode_reduce_kernel(
     BLOCK_S: tl.constexpr,
     CHUNK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """The unfused merge: one program per (sequence, KV head), the fused merge's code."""
+    wait_for_previous_kernel(PDL)
     _merge_group(
         out_ptr,
         part_acc_ptr,
@@ -325,6 +330,7 @@ def paged_decode_attention(
     max_seq_len: int | None = None,
     out: torch.Tensor | None = None,  # [B, n_heads, head_dim]
     fused_merge: bool = True,
+    pdl: bool = False,  # launch with programmatic dependent launch (kernels/_pdl.py)
 ) -> torch.Tensor:  # [B, n_heads, head_dim] in q's dtype (or out's)
     """Attention of each sequence's single query over its whole paged KV (causality is
     implicit: the query is the last position). The token's own K/V must already be in
@@ -404,6 +410,7 @@ def paged_decode_attention(
         **merge_meta,
         num_warps=4,
         num_stages=2,
+        **pdl_launch(pdl, q.device),
     )
     if num_splits > 1 and not fused:
         _decode_reduce_kernel[(batch, n_kv)](
@@ -419,5 +426,6 @@ def paged_decode_attention(
             NUM_SPLITS=num_splits,
             **merge_meta,
             num_warps=4,
+            **pdl_launch(pdl, q.device),
         )
     return out

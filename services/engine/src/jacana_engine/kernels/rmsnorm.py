@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from jacana_engine.kernels._common import check_last_dim_contiguous, next_power_of_2
+from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
 
 
 @triton.jit
@@ -30,10 +31,12 @@ def _rms_norm_kernel(
     eps,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
+    wait_for_previous_kernel(PDL)
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
         r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
@@ -46,7 +49,7 @@ def _rms_norm_kernel(
     tl.store(out_ptr + row * stride_o + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _launch(x, residual, weight, eps, out, residual_out) -> None:
+def _launch(x, residual, weight, eps, out, residual_out, pdl) -> None:
     num_tokens, hidden = x.shape
     if weight.shape != (hidden,):
         raise ValueError(f"weight {tuple(weight.shape)} does not match hidden size {hidden}")
@@ -70,6 +73,7 @@ def _launch(x, residual, weight, eps, out, residual_out) -> None:
         BLOCK=block,
         num_warps=min(16, max(1, block // 512)),
         enable_fp_fusion=False,
+        **pdl_launch(pdl, x.device),
     )
 
 
@@ -79,10 +83,11 @@ def rms_norm(
     eps: float,
     *,
     out: torch.Tensor | None = None,  # [T, hidden]; may be x itself
+    pdl: bool = False,  # launch with programmatic dependent launch (kernels/_pdl.py)
 ) -> torch.Tensor:  # [T, hidden] in out's dtype (x's by default)
     """``weight * (x / sqrt(mean(x²) + eps))`` per row, HF rounding order."""
     out = torch.empty_like(x) if out is None else _checked_out("out", out, x)
-    _launch(x, x, weight, eps, out, out)
+    _launch(x, x, weight, eps, out, out, pdl)
     return out
 
 
@@ -94,6 +99,7 @@ def fused_add_rms_norm(
     *,
     out: torch.Tensor | None = None,  # [T, hidden]
     residual_out: torch.Tensor | None = None,  # [T, hidden]
+    pdl: bool = False,  # launch with programmatic dependent launch (kernels/_pdl.py)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (normed, new_residual), both [T, hidden]
     """``new_residual = x + residual`` (rounded to x's dtype), ``normed =
     rms_norm(new_residual)``, in one pass. With ``out=x, residual_out=residual`` it runs
@@ -107,7 +113,7 @@ def fused_add_rms_norm(
         if residual_out is None
         else _checked_out("residual_out", residual_out, x)
     )
-    _launch(x, residual, weight, eps, out, new_residual)
+    _launch(x, residual, weight, eps, out, new_residual, pdl)
     return out, new_residual
 
 

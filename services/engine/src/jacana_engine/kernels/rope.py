@@ -31,6 +31,7 @@ from jacana_engine.kernels._common import (
     check_last_dim_contiguous,
     next_power_of_2,
 )
+from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
 
 
 @triton.jit
@@ -148,8 +149,10 @@ def _rope_kernel(
     STORE_KV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,  # KV cache block size (STORE_KV only)
     BLOCK_D: tl.constexpr,  # next power of 2 of HEAD_DIM (STORE_KV only)
+    PDL: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
+    wait_for_previous_kernel(PDL)
     pos = tl.load(positions_ptr + token).to(tl.int64)
     j = tl.arange(0, BLOCK_HALF)[None, :]
     dtype = q_out_ptr.dtype.element_ty
@@ -246,6 +249,7 @@ def _rope(
     q_out: torch.Tensor | None,
     k_out: torch.Tensor | None,
     store: KVStore | None,
+    pdl: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     num_tokens, n_q, head_dim = q.shape
     n_kv = k.shape[1]
@@ -319,6 +323,7 @@ def _rope(
         BLOCK_D=next_power_of_2(head_dim),
         num_warps=4,
         enable_fp_fusion=False,
+        **pdl_launch(pdl, q.device),
     )
     return q_out, k_out
 
@@ -332,9 +337,10 @@ def rope(
     q_out: torch.Tensor | None = None,  # [T, n_heads, head_dim]; None = in place
     k_out: torch.Tensor | None = None,  # [T, n_kv, head_dim]; None = in place
     store: KVStore | None = None,  # also store rotated k and v into the paged cache
+    pdl: bool = False,  # launch with programmatic dependent launch (kernels/_pdl.py)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (q_out, k_out)
     """Rotate q and k by their tokens' positions. Positions must index the table."""
-    return _rope(positions, q, k, cos_sin_cache, None, None, 0.0, q_out, k_out, store)
+    return _rope(positions, q, k, cos_sin_cache, None, None, 0.0, q_out, k_out, store, pdl)
 
 
 def qk_norm_rope(
@@ -349,9 +355,10 @@ def qk_norm_rope(
     q_out: torch.Tensor | None = None,  # [T, n_heads, head_dim]; None = in place
     k_out: torch.Tensor | None = None,  # [T, n_kv, head_dim]; None = in place
     store: KVStore | None = None,  # also store rotated k and v into the paged cache
+    pdl: bool = False,  # launch with programmatic dependent launch (kernels/_pdl.py)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (q_out, k_out)
     """Qwen3: RMSNorm each head of q (weight ``q_weight``) and k (``k_weight``) over
     ``head_dim``, then rotate, in one pass."""
     if k_weight is None or q_weight is None:
         raise ValueError("qk_norm_rope needs both q_weight and k_weight")
-    return _rope(positions, q, k, cos_sin_cache, q_weight, k_weight, eps, q_out, k_out, store)
+    return _rope(positions, q, k, cos_sin_cache, q_weight, k_weight, eps, q_out, k_out, store, pdl)

@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precision, next_power_of_2
+from jacana_engine.kernels._pdl import pdl_launch
 from jacana_engine.kernels.activation import silu_mul_rounded
 
 MAX_M = 16  # rows of x handled in one program; larger batches belong to cuBLAS
@@ -355,7 +356,6 @@ def skinny_linear(
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
-    pdl = cfg.pdl and x.device.type == "cuda"  # elsewhere only its tile order (PEEL)
     _skinny_gemm_kernel[cfg.grid(n)](
         x,
         weight,
@@ -379,12 +379,11 @@ def skinny_linear(
         PRECISION=dot_precision(x.dtype),
         GATED=gated,
         NORM=0 if norm is None else 1 if norm.residual is None else 2,
-        PEEL=cfg.pdl,
-        PDL=pdl,
+        PEEL=cfg.pdl,  # elsewhere than on CUDA only its tile order
         W_EVICTION=cfg.weight_eviction,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
-        **({"launch_pdl": True} if pdl else {}),
+        **pdl_launch(cfg.pdl, x.device),
     )
     return out
 

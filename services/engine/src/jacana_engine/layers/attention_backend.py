@@ -29,6 +29,9 @@ class AttentionBackend(ABC):
     # above, which ``LayerOps.rotate_and_store`` may fill. Backends that keep their own
     # layout or quantize on write leave it False and always get ``kv_written=False``.
     accepts_written_kv: bool = False
+    # Launch the decode kernel with programmatic dependent launch (``kernels/_pdl.py``);
+    # set by the model runner before capture. Backends without such a kernel ignore it.
+    dependent_launch: bool = False
 
     @abstractmethod
     def forward(

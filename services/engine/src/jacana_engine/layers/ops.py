@@ -33,6 +33,9 @@ class LayerOps(ABC):
     # True when ``rotate_and_store`` writes the cache in the same kernel as the rotation;
     # only then is it worth calling instead of the attention backend's own write.
     fuses_kv_store: bool = False
+    # Launch the kernels with programmatic dependent launch (``kernels/_pdl.py``); set by
+    # the model runner before capture. Ops without such kernels ignore it.
+    dependent_launch: bool = False
 
     @abstractmethod
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

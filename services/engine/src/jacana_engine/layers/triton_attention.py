@@ -60,6 +60,7 @@ class TritonAttentionBackend(AttentionBackend):
                 num_splits=meta.decode_num_splits,
                 max_seq_len=meta.seq_len_bound,
                 out=out,
+                pdl=self.dependent_launch,
             )
         return self._prefill(
             q,

@@ -29,17 +29,19 @@ class TritonOps(LayerOps):
         self._kv_store = rope.KVStore
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return self._rms_norm(x, weight, eps)
+        return self._rms_norm(x, weight, eps, pdl=self.dependent_launch)
 
     def add_rms_norm(
         self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # In place: x's buffer takes the normed rows, residual's the sum (both are the
         # layer's own temporaries).
-        return self._fused_add_rms_norm(x, residual, weight, eps, out=x, residual_out=residual)
+        return self._fused_add_rms_norm(
+            x, residual, weight, eps, out=x, residual_out=residual, pdl=self.dependent_launch
+        )
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-        return self._silu_and_mul(x)
+        return self._silu_and_mul(x, pdl=self.dependent_launch)
 
     def rope_tables(
         self, rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype
@@ -56,5 +58,7 @@ class TritonOps(LayerOps):
     def _rotate(self, q, k, tables, q_norm, k_norm, eps, store):
         positions, cache = tables  # [T], [max_positions, rotary_dim] float32
         if q_norm is not None:
-            return self._qk_norm_rope(positions, q, k, q_norm, k_norm, eps, cache, store=store)
-        return self._rope(positions, q, k, cache, store=store)
+            return self._qk_norm_rope(
+                positions, q, k, q_norm, k_norm, eps, cache, store=store, pdl=self.dependent_launch
+            )
+        return self._rope(positions, q, k, cache, store=store, pdl=self.dependent_launch)

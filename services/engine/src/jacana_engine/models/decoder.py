@@ -117,6 +117,13 @@ class DecoderForCausalLM(nn.Module):
         )
         self.logits_gemm: LinearBackend = TorchLinear()  # see layers.linear.use_linear_backend
 
+    def use_dependent_launch(self, enabled: bool = True) -> None:
+        """Launch the attention backend's and the layer ops' kernels with programmatic
+        dependent launch from now on (``kernels/_pdl.py``; implementations without such
+        kernels ignore it). Set before capturing graphs: a graph keeps its launches."""
+        self.backend.dependent_launch = enabled
+        self.model.ops.dependent_launch = enabled
+
     def forward(
         self,
         input_ids: torch.Tensor,  # [T] int64
