@@ -12,9 +12,9 @@
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
-#             with fuse_norm_gemm, with it and pdl, with decode_gemm torch (cuBLAS
-#             only), then b1 with decode steps one at a time (overlap_decode
-#             off) for comparison (TARGETS_SERIAL=0 skips that)
+#             with fuse_norm_gemm, b1 and c64 with pdl off, b1 with cuBLAS only and pdl
+#             off, then b1 with decode steps one at a time (overlap_decode off) for
+#             comparison (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
 #             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
@@ -23,8 +23,8 @@
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
 # pdl         pdl_probe_gpu.py: what programmatic dependent launch would save per norm ->
 #             GEMV pair at the 8B o_proj and down_proj shapes (~1 min)
-# dependent   programmatic dependent launch (pdl): its GPU tests, then b1 and c64 with it, b1
-#             with it and fuse_norm_gemm, and a profile of the 8B at b1 with it (~4 min)
+# dependent   programmatic dependent launch (pdl): its GPU tests, and a profile of the 8B at
+#             b1 (~2.5 min)
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #
@@ -109,14 +109,14 @@ for phase in "$@"; do
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --fuse-norm-gemm --reps 3 --name offline_b1_fuse_norm --out "$OUT" \
         2>&1 | grep -E "^\| qwen|RMSNorm \+ decode GEMM" | tail -30
-      stamp "b1 with fuse_norm_gemm and pdl"
-      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 --fuse-norm-gemm --pdl --reps 3 --name offline_b1_fuse_norm_pdl \
-        --out "$OUT" 2>&1 | grep -E "^\| qwen|decode GEMM" | tail -30
-      stamp "b1 with cuBLAS for every decode GEMM (decode_gemm torch)"
-      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 --decode-gemm torch --reps 3 --name offline_b1_cublas --out "$OUT" 2>&1 \
+      stamp "b1 and c64 with plain launches (pdl off)"
+      timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 c64 --no-pdl --reps 3 --name offline_no_pdl --out "$OUT" 2>&1 \
         | grep -E "^\| qwen|decode GEMM" | tail -30
+      stamp "b1 with cuBLAS for every decode GEMM and plain launches (decode_gemm torch, pdl off)"
+      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 --decode-gemm torch --no-pdl --reps 3 --name offline_b1_cublas \
+        --out "$OUT" 2>&1 | grep -E "^\| qwen|decode GEMM" | tail -30
       [ "${TARGETS_SERIAL:-1}" = 1 ] || continue
       stamp "b1 with decode steps one at a time"
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
@@ -128,16 +128,8 @@ for phase in "$@"; do
         services/engine/tests/kernels/test_skinny_gemm.py \
         "services/engine/tests/test_gpu_engine.py::test_random_qwen3_matches_transformers" \
         2>&1 | tail -6
-      stamp "b1 and c64 with pdl"
-      timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 c64 --pdl --reps 3 --name offline_pdl --out "$OUT" 2>&1 \
-        | grep -E "^\| qwen|decode GEMM" | tail -30
-      stamp "b1 with pdl and fuse_norm_gemm"
-      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 --pdl --fuse-norm-gemm --reps 3 --name offline_b1_pdl_fuse_norm \
-        --out "$OUT" 2>&1 | grep -E "^\| qwen|RMSNorm \+ decode GEMM" | tail -30
-      stamp "8B b1 with pdl, profiled"
-      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads b1 --pdl \
+      stamp "8B b1, profiled"
+      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads b1 \
         --reps 1 --profile --name offline_b1_pdl_profile --out "$OUT" 2>&1 | tail -40
       ;;
     spec)

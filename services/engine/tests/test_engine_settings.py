@@ -12,16 +12,16 @@ def test_env_reaches_the_engine_config(monkeypatch):
     monkeypatch.setenv("JACANA_ENGINE_STREAM_INTERVAL", "4")
     monkeypatch.setenv("JACANA_ENGINE_DECODE_GEMM", "torch")
     monkeypatch.setenv("JACANA_ENGINE_FUSE_NORM_GEMM", "true")
-    monkeypatch.setenv("JACANA_ENGINE_PDL", "true")
+    monkeypatch.setenv("JACANA_ENGINE_PDL", "false")
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (4, "torch")
-    assert (config.fuse_norm_gemm, config.pdl) == (True, True)
+    assert (config.fuse_norm_gemm, config.pdl) == (True, False)
 
 
-def test_defaults_stream_per_token_and_time_the_decode_gemms():
+def test_defaults_stream_per_token_time_the_decode_gemms_and_launch_dependently():
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (1, "auto")
-    assert (config.fuse_norm_gemm, config.pdl) == (False, False)
+    assert (config.fuse_norm_gemm, config.pdl) == (False, True)
     assert config.tuning_cache == "~/.cache/jacana/decode_gemm_tuning.json"
 
 

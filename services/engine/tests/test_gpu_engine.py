@@ -1,8 +1,8 @@
 """GPU engine vs HF transformers on the same weights, in bfloat16: CUDA graphs on and off
 with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"), and graphs with
 the engine's default, the timed skinny decode GEMM (``decode_gemm="auto"``: mode
-"graphs-skinny"; eager steps never use it), and that with programmatic dependent launch
-(``pdl=True``: mode "graphs-skinny-pdl").
+"graphs-skinny"; eager steps never use it), and the engine's default: that with
+programmatic dependent launch (``pdl=True``: mode "graphs-skinny-pdl").
 
 The oracle: for every prompt our greedy continuation equals transformers' (batch of one,
 ``generate``, same dtype and device), or first departs from it at a near-tie, where

@@ -48,11 +48,12 @@ class EngineConfig:
     fuse_norm_gemm: with ``decode_gemm="auto"``, also time the RMSNorm before the QKV and
         gate/up projections folded into the skinny kernel and fold it where faster
         (opt-in: not yet measured on a GPU).
-    pdl: launch the decode step's Triton kernels (norms, RoPE + KV store, attention,
-        activation) with programmatic dependent launch (``kernels/_pdl.py``; compute
-        capability 9.0 and later, off elsewhere); with ``decode_gemm="auto"`` the skinny
-        kernel's candidates are also timed launched so, and one is kept where it is at
-        least as fast as cuBLAS, whose launch would break the chain.
+    pdl: in decode graphs of at most 16 tokens, launch the Triton kernels (norms, RoPE +
+        KV store, attention, activation) with programmatic dependent launch
+        (``kernels/_pdl.py``; compute capability 9.0 and later, off elsewhere); with
+        ``decode_gemm="auto"`` the skinny kernel's candidates are also timed launched so,
+        and one is kept where it is at least as fast as cuBLAS, whose launch would break
+        the chain (``model_runner.PDL_MAX_TOKENS`` gives the measurements).
     tuning_cache: a JSON file where the ``decode_gemm="auto"`` choices are kept per GPU,
         software and shape, so a restart skips the timing (``layers/tuning_cache.py``);
         None times at every start.
@@ -89,7 +90,7 @@ class EngineConfig:
     linear_backend: str = "auto"
     decode_gemm: str = "auto"
     fuse_norm_gemm: bool = False
-    pdl: bool = False
+    pdl: bool = True
     tuning_cache: str | None = None
     enforce_eager: bool = False
     overlap_decode: bool = True

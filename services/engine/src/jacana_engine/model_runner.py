@@ -41,6 +41,12 @@ from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
 
+# Decode graphs of at most this many tokens launch their Triton kernels dependently (with
+# ``EngineConfig.pdl``): the rows the skinny GEMMs serve. On an H200 that took Qwen3-8B's
+# one-row decode graph from 4.21 to 3.94 ms, while the 64-row graph, whose GEMMs are
+# cuBLAS's, went from 5.83 to 5.98 ms.
+PDL_MAX_TOKENS = SKINNY_MAX_ROWS
+
 PROMPT_LOGPROB_ROWS = 256  # prompt positions per logits slice: [256, V] float32 at a time
 
 
@@ -239,7 +245,7 @@ class ModelRunner:
         replayed decode steps compute the same attention sums."""
         backend = getattr(self.model, "backend", None)
         self._graph_sizes: list[int] = []
-        self._dependent_launch = False
+        self.dependent_launch = False
         if self.device.type != "cuda" or not getattr(backend, "graph_safe", False):
             return None
         self._graph_sizes = capture_sizes(
@@ -250,19 +256,19 @@ class ModelRunner:
             return None
         spec = config.speculative
         widths = query_widths(spec.num_speculative_tokens) if spec.enabled else [1]
-        if config.pdl:  # before tuning and capture: both keep the launches they see
-            self._use_dependent_launch()
+        # before tuning and capture: both keep the launches they see
+        self.dependent_launch = config.pdl and self._gpu_takes_dependent_launch()
         if config.decode_gemm == "auto":  # before capture: the graphs keep the chosen kernels
             rows = {size * width for size in self._graph_sizes for width in widths}
             tune_decode_gemms(
                 self.model,
                 sorted(r for r in rows if r <= SKINNY_MAX_ROWS),
                 fuse_norm=config.fuse_norm_gemm,
-                pdl=config.pdl and self._dependent_launch,
+                pdl=self.dependent_launch,
                 cache=TuningCache(config.tuning_cache) if config.tuning_cache else None,
             )
         graphs = DecodeGraphs(
-            self._run_model,
+            self._graph_forward,
             sizes=self._graph_sizes,
             query_widths=widths,
             block_size=self.block_size,
@@ -274,16 +280,28 @@ class ModelRunner:
         graphs.capture()
         return graphs
 
-    def _use_dependent_launch(self) -> None:
-        """Programmatic dependent launch for the decode step's Triton kernels, where the
-        GPU has it (compute capability 9.0, Hopper, and later) and the model takes it."""
+    def _gpu_takes_dependent_launch(self) -> bool:
+        """Whether the GPU has programmatic dependent launch (compute capability 9.0,
+        Hopper, and later) and the model can use it."""
         major, _ = torch.cuda.get_device_capability(self.device)
-        use = getattr(self.model, "use_dependent_launch", None)
-        if major < 9 or use is None:
+        if major < 9 or not hasattr(self.model, "use_dependent_launch"):
             log.info("programmatic dependent launch needs compute capability 9.0: off")
-            return
-        use(True)
-        self._dependent_launch = True
+            return False
+        return True
+
+    def _graph_forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:  # [T, hidden]
+        """The forward that decode graphs capture. With ``pdl``, the Triton kernels of steps
+        of at most ``PDL_MAX_TOKENS`` tokens launch dependently (kernels/_pdl.py); the
+        graph keeps them so, and every other step launches plainly."""
+        if not self.dependent_launch:
+            return self._run_model(input_ids, positions, meta)
+        self.model.use_dependent_launch(input_ids.shape[0] <= PDL_MAX_TOKENS)
+        try:
+            return self._run_model(input_ids, positions, meta)
+        finally:
+            self.model.use_dependent_launch(False)
 
     def _decode_splits(self, padded_batch: int) -> int:
         from jacana_engine.kernels.decode_attention import choose_num_splits

@@ -102,12 +102,13 @@ class EngineSettings(ServiceSettings):
         "(not yet measured on a GPU).",
     )
     pdl: bool = Field(
-        False,
-        description="Launch the decode step's Triton kernels (norms, RoPE + KV store, "
-        "attention, activation) with programmatic dependent launch (compute capability 9.0 "
-        "and later: each kernel starts while the one before it finishes and waits for it "
-        "before touching its data); with decode_gemm auto the skinny GEMM's candidates are "
-        "timed so launched too and kept where at least as fast as cuBLAS.",
+        True,
+        description="In decode graphs of at most 16 tokens, launch the Triton kernels "
+        "(norms, RoPE + KV store, attention, activation, skinny GEMMs) with programmatic "
+        "dependent launch (compute capability 9.0 and later, off elsewhere: each kernel "
+        "starts while the one before it finishes and waits for it before touching its "
+        "data); with decode_gemm auto the skinny GEMM's candidates are timed so launched "
+        "and kept where at least as fast as cuBLAS.",
     )
     tuning_cache: str = Field(
         "~/.cache/jacana/decode_gemm_tuning.json",
