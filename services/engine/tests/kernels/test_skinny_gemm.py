@@ -396,8 +396,8 @@ def test_linear_sends_only_its_skinny_rows_to_the_kernel(device, seed, checks, b
 class _FakeClock:
     """Stands in for ``decode_gemm._time``: runs the timed call once on the first layer
     (for real, small), notes what it launched, and returns ``price(event)`` for it, an
-    event being ("cublas", rows), ("norm", rows), ("skinny", rows, config) or ("folded",
-    rows, config)."""
+    event being ("cublas", rows, width), ("norm", rows), ("skinny", rows, config),
+    ("gated", rows, config) or ("folded", rows, config)."""
 
     def __init__(self, monkeypatch, price) -> None:
         from jacana_engine.kernels import rmsnorm, skinny_gemm
@@ -408,12 +408,14 @@ class _FakeClock:
         real_norm = rmsnorm.fused_add_rms_norm
 
         def skinny(x, w, *a, **kw):
-            kind = "folded" if kw.get("norm") is not None else "skinny"
+            kind = (
+                "folded" if kw.get("norm") is not None else "gated" if kw.get("gated") else "skinny"
+            )
             self.events.append((kind, x.shape[0], kw["config"]))
             return real_skinny(x, w, *a, **kw)
 
         def backend(layer, x):
-            self.events.append(("cublas", x.shape[0]))
+            self.events.append(("cublas", x.shape[0], x.shape[1]))
             return real_backend(layer, x)
 
         def norm(x, *a, **kw):
@@ -464,6 +466,42 @@ def test_tuner_stores_the_fastest_config_that_forward_uses(device, seed, checks,
                 layer(x), expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"m={m}"
             )
     assert calls == [fastest, fastest]  # one-row calls only, with the tuned config
+
+
+def test_the_tuner_times_a_gated_layer_as_it_runs(device, seed, checks, monkeypatch):
+    """A gated MLP's down projection is timed with the activation folded into the skinny
+    kernel (a [M, 2K] input) against the activation kernel followed by cuBLAS (a [M, K]
+    input), and ``gated_forward`` then runs the winner."""
+    from jacana_engine.kernels.activation import silu_and_mul
+    from jacana_engine.layers import decode_gemm
+    from jacana_engine.layers.linear import Linear
+
+    k, n = 96, 40
+    events = []
+
+    def price(event):
+        events.append(event)
+        return 1.0 if event[0] == "cublas" else 0.5
+
+    monkeypatch.setattr(decode_gemm, "_time", _FakeClock(monkeypatch, price))
+    layers = [Linear(k, n, bias=False).to(device).requires_grad_(False) for _ in range(2)]
+    for layer in layers:
+        layer.gated_input = True
+    picked = decode_gemm._tune_shape(layers, [1, 2])
+    assert set(picked) == {1, 2}
+    assert {e[0] for e in events} == {"cublas", "gated"}
+    assert {e[2] for e in events if e[0] == "cublas"} == {k}
+    gate_up = torch.randn(2, 2 * k, device=device)
+    expected = torch.nn.functional.linear(silu_and_mul(gate_up), layers[0].weight)
+    rel_l2, max_rel = TOL[torch.float32]
+    checks.close(
+        layers[0].gated_forward(gate_up, silu_and_mul),
+        expected,
+        rel_l2=rel_l2,
+        max_rel=max_rel,
+        seed=seed,
+        what="gated",
+    )
 
 
 def test_a_tuning_cache_spares_the_second_start_its_timing(device, monkeypatch, tmp_path):

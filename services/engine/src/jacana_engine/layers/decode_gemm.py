@@ -88,28 +88,42 @@ def _tune_shape(
 ) -> dict[int, SkinnyConfig]:
     """The winners of :func:`_time_shape` (or the cache's memory of them), set on every
     layer as ``skinny_configs`` and returned."""
-    picked = _remembered(cache, "skinny", layers, rows, pdl, lambda: _time_shape(layers, rows, pdl))
+    kind = "skinny-gated" if _gated(layers) else "skinny"
+    picked = _remembered(cache, kind, layers, rows, pdl, lambda: _time_shape(layers, rows, pdl))
     for layer in layers:  # a plain dict each: shares no state, deep-copies and pickles
         layer.skinny_configs = dict(picked)
     return picked
 
 
+def _gated(layers: list[Linear]) -> bool:
+    return all(layer.gated_input for layer in layers)
+
+
 def _time_shape(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, SkinnyConfig]:
     """Time cuBLAS and each candidate config on ``layers`` (one weight shape) per row
-    count; the row counts where the skinny kernel wins, with the winning config."""
+    count, as the layers run: with ``gated_input``, the activation kernel plus cuBLAS
+    against the skinny kernel with the activation folded in (which reads twice the
+    input, once per program, so its best tiling differs). The row counts where the
+    skinny kernel wins, with the winning config."""
+    from jacana_engine.kernels.activation import silu_and_mul
     from jacana_engine.kernels.skinny_gemm import can_use, candidate_configs
 
     weight = layers[0].weight  # [N, K]
     n, k = weight.shape
+    gated = _gated(layers)
     picked: dict[int, SkinnyConfig] = {}
     report = []
     for m in rows:
-        x = torch.randn(m, k, device=weight.device, dtype=weight.dtype)  # [M, K]
-        if not can_use(x, weight):
+        x = torch.randn(m, 2 * k if gated else k, device=weight.device, dtype=weight.dtype)
+        if not can_use(x.new_empty(m, k), weight):  # the rows the kernel multiplies
             continue
-        cublas = _time(layers, lambda layer, x=x: layer.backend_forward(x))
+
+        def cublas_run(layer: Linear, x=x) -> Any:
+            return layer.backend_forward(silu_and_mul(x) if gated else x)
+
+        cublas = _time(layers, cublas_run)
         timed = [
-            (_time(layers, lambda layer, x=x, cfg=cfg: layer.skinny_forward(x, cfg)), cfg)
+            (_time(layers, lambda layer, x=x, c=cfg: layer.skinny_forward(x, c, gated=gated)), cfg)
             for cfg in candidate_configs(m, n, k, pdl=pdl)
         ]
         best, cfg = min(timed, key=lambda t: t[0])

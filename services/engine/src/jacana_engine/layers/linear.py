@@ -39,6 +39,9 @@ class Linear(nn.Linear):
     # (``normed_forward``; set by the tuner with ``fuse_norm``), with their configs
     norm_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
     follows_norm = False  # an RMSNorm computes this layer's input (set by the model)
+    # its input is a gated MLP's gate then up, [T, 2 * in] (``gated_forward``; set by the
+    # model), so the tuner times the skinny kernel with the activation folded in
+    gated_input = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         config = self.skinny_configs.get(x.shape[0])
@@ -49,10 +52,13 @@ class Linear(nn.Linear):
     def backend_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.gemm.linear(x, self.weight, self.bias)
 
-    def skinny_forward(self, x: torch.Tensor, config: SkinnyConfig | None = None) -> torch.Tensor:
+    def skinny_forward(
+        self, x: torch.Tensor, config: SkinnyConfig | None = None, *, gated: bool = False
+    ) -> torch.Tensor:
         """The product on the skinny kernel, launched with ``config`` (by default the one
-        tuned for x's row count, else the kernel's ``pick_config``)."""
-        return self._on_skinny(x, config or self.skinny_configs.get(x.shape[0]))
+        tuned for x's row count, else the kernel's ``pick_config``); with ``gated``, x is
+        [T, 2 * in], gate then up, multiplied as ``silu(gate) * up``."""
+        return self._on_skinny(x, config or self.skinny_configs.get(x.shape[0]), gated=gated)
 
     def normed_forward(
         self,

@@ -20,6 +20,7 @@ class GatedMLP(nn.Module):
             hidden_size, {"gate": intermediate_size, "up": intermediate_size}, bias=False
         )
         self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
+        self.down_proj.gated_input = True  # it runs through ``gated_forward`` (``down``)
         self.ops = ops or TorchOps()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
