@@ -607,6 +607,12 @@ def test_tune_decode_gemms_keeps_the_outputs(gpu, device, seed, checks):
             )
 
 
+# One bf16 ulp of the largest output, relative to it: a normalized element that rounds to
+# its neighbour moves an output by a fraction of an ulp, which may round either way, and
+# an ulp is up to 2^-7 of a value (a bound of 4e-3 failed one run in four on an H200).
+ONE_ULP = 2**-7
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["0.6B qkv", "8B qkv", "8B gate_up"])
 def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
@@ -627,7 +633,7 @@ def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
             got = skinny_linear(x, w, config=cfg, norm=NormPrologue(nw, 1e-6, residual, res_out))
             want = skinny_linear(normed, w, config=cfg)
             assert torch.equal(res_out, summed), (m, cfg, seed)
-            checks.close(got, want.float(), rel_l2=3e-3, max_rel=4e-3, seed=seed, what=f"{m}")
+            checks.close(got, want.float(), rel_l2=3e-3, max_rel=ONE_ULP, seed=seed, what=f"{m}")
             checks.mostly_equal(got, want, max_fraction=0.01, seed=seed, what=f"{m} {cfg}")
     layers = torch.nn.Sequential(*[Linear(k, n, bias=False) for _ in range(4)]).to(device)
     layers.to(torch.bfloat16).requires_grad_(False)
@@ -642,7 +648,7 @@ def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
             normed, summed = fused_add_rms_norm(x, residual, nw, 1e-6)
             assert torch.equal(new_residual, summed), (m, cfg, seed)
             checks.close(
-                got, layer(normed).float(), rel_l2=3e-3, max_rel=4e-3, seed=seed, what=f"{m}"
+                got, layer(normed).float(), rel_l2=3e-3, max_rel=ONE_ULP, seed=seed, what=f"{m}"
             )
 
 
