@@ -15,7 +15,8 @@ texts). A departure anywhere else fails. The counts of exact prompts are written
 Transformers' run-to-run set: the continuations transformers itself produces for a
 prompt when only the way it is run changes (alone, left-padded in a batch with all the
 other prompts and in a pair with the next one, each with SDPA and with eager attention;
-alone with a static KV cache; alone with cuBLAS's full-precision bf16 reductions).
+alone with a static KV cache; alone without a KV cache; alone with cuBLAS's full-precision
+bf16 reductions).
 The report also counts the prompts whose continuation lies inside that set.
 
 Models: a small random Qwen3 (q/k norm, GQA) saved as safetensors, and SmolLM2-135M's
@@ -138,7 +139,9 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
     """Per prompt, transformers' distinct greedy continuations across ways of running it
     that change nothing but how it computes: alone, left-padded in one batch of all and
     in a pair with the next prompt, each with SDPA and with eager attention; alone with a
-    static KV cache; alone with full-precision bf16 GEMM reductions."""
+    static KV cache; alone without a KV cache (every step recomputes the whole sequence,
+    so each GEMM and attention sum has another shape); alone with full-precision bf16 GEMM
+    reductions."""
 
     def alone(**kwargs) -> list[list[int]]:
         return [tokens for tokens, _ in hf_greedy(model, prompts, **kwargs)]
@@ -152,6 +155,7 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
         runs += [alone(), hf_batched_greedy(model, prompts), paired()]
     with _full_precision_bf16_reductions():
         runs.append(alone())
+    runs.append(alone(use_cache=False))
     try:
         # transformers compiles the forward of static-cache generation by default (minutes
         # of inductor work per prompt shape); the eager forward is the same arithmetic
