@@ -16,6 +16,7 @@ there), and float32 -> bfloat16 stores truncate instead of rounding to nearest (
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -151,9 +152,9 @@ def _plain_gated_and_normed(gate_up, w, nw, residual, cfg) -> dict[str, torch.Te
 
 
 def test_pdl_and_eviction_configs_give_the_bits_of_the_plain_ones(device, seed):
-    """``pdl`` reorders the first weight tile's load (and on CUDA launches with PDL),
-    ``weight_eviction`` only hints the cache; the sums are the same, so plain, gated and
-    normalized products keep their bits."""
+    """``pdl`` loads the first weight tile or two before the rest (and on CUDA launches
+    with PDL), ``weight_eviction`` only hints the cache; the sums are the same, so plain,
+    gated and normalized products keep their bits."""
     for dtype, m, k, n, configs in _gated_cases(device):
         gate_up = torch.randn(m, 2 * k, device=device).to(dtype)
         w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
@@ -163,6 +164,7 @@ def test_pdl_and_eviction_configs_give_the_bits_of_the_plain_ones(device, seed):
             want = _plain_gated_and_normed(gate_up, w, nw, residual, cfg)
             for twin in (
                 dataclasses.replace(cfg, pdl=True),
+                dataclasses.replace(cfg, pdl=True, prefetch_tiles=2),
                 dataclasses.replace(cfg, weight_eviction="evict_first"),
             ):
                 got = _plain_gated_and_normed(gate_up, w, nw, residual, twin)
@@ -170,11 +172,16 @@ def test_pdl_and_eviction_configs_give_the_bits_of_the_plain_ones(device, seed):
                     assert torch.equal(got[kind], want[kind]), f"{kind} {twin} seed={seed}"
 
 
-def test_candidates_with_pdl_come_twice(device):
+def test_candidates_with_pdl_come_twice_and_one_row_ones_deeper(device):
     plain = candidate_configs(1, 4096, 4096)
-    both = candidate_configs(1, 4096, 4096, pdl=True)
-    assert both == plain + [dataclasses.replace(c, pdl=True) for c in plain]
-    assert not any(c.pdl for c in plain)
+    dependent = [dataclasses.replace(c, pdl=True) for c in plain]
+    deeper = [dataclasses.replace(c, prefetch_tiles=2) for c in dependent if c.block_k < 2048]
+    assert candidate_configs(1, 4096, 4096, pdl=True) == plain + dependent + deeper
+    assert not any(c.pdl for c in plain) and deeper  # K=4096 holds 2+ tiles of 512, 1024
+    plain = candidate_configs(4, 4096, 4096)
+    assert candidate_configs(4, 4096, 4096, pdl=True) == plain + [
+        dataclasses.replace(c, pdl=True) for c in plain
+    ]
 
 
 def test_gated_kernel_rejects_a_gate_up_of_the_wrong_width(device):
@@ -329,8 +336,8 @@ def test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu(gpu, device, seed, name)
     CUDA graph and replayed equals the same chain launched plainly and eagerly."""
     k, n = QWEN3_SHAPES[name]
     weights = [(torch.randn(n, k, device=device) * k**-0.5).bfloat16() for _ in range(4)]
-    for cfg in candidate_configs(1, n, k)[:2]:
-        twin = dataclasses.replace(cfg, pdl=True)
+    for cfg, depth in itertools.product(candidate_configs(1, n, k)[:2], (1, 2)):
+        twin = dataclasses.replace(cfg, pdl=True, prefetch_tiles=depth)
 
         def chain(c, x):
             for w in weights:  # n == k for o; down's output is sliced back to k

@@ -89,6 +89,9 @@ class SkinnyConfig:
     # next one launch at its start, loads its first weight tile while the previous kernel
     # finishes, then waits for it (``griddepcontrol``); elsewhere only that tile order.
     pdl: bool = False
+    # weight tiles loaded before that wait (with ``pdl``): more overlap a longer previous
+    # kernel (decode attention before o_proj) but hold more registers
+    prefetch_tiles: int = 1
     # Triton's eviction_policy for the weight loads ("": the default; "evict_first": the
     # weight streams through L2 once and should not push out what the next kernels read)
     weight_eviction: str = ""
@@ -126,7 +129,8 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
     More rows on the sum path: one alternative, pick_config's tile half as wide and twice
     as deep (same registers per thread). The dot path: pick_config's alone (its tile
     already sits at the shared-memory budget and BLOCK_N floor). With ``pdl`` each comes
-    twice, without and with programmatic dependent launch."""
+    twice, without and with programmatic dependent launch, and at one row the dependent
+    ones once more with two weight tiles prefetched (where K holds more than two)."""
     picked = pick_config(m, n, k)
     k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
     n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
@@ -144,7 +148,13 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
         if cfg not in configs:
             configs.append(cfg)
     if pdl:
-        configs += [dataclasses.replace(cfg, pdl=True) for cfg in configs]
+        dependent = [dataclasses.replace(cfg, pdl=True) for cfg in configs]
+        deeper = [  # one row: a second tile prefetched where K holds more than two
+            dataclasses.replace(cfg, prefetch_tiles=2)
+            for cfg in dependent
+            if m == 1 and 2 * cfg.block_k < k
+        ]
+        configs += dependent + deeper
     return configs
 
 
@@ -179,6 +189,17 @@ def _x_tile(
         up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
         x = silu_mul_rounded(x.to(tl.float32), up.to(tl.float32), dtype)
     return x
+
+
+@triton.jit
+def _w_tile(w_rows, k, n_mask, K, W_EVICTION: tl.constexpr):
+    """The weight's [BLOCK_N, BLOCK_K] tile at columns ``k``; zero where masked."""
+    return tl.load(
+        w_rows + k[None, :],
+        mask=n_mask[:, None] & (k < K)[None, :],
+        other=0.0,
+        eviction_policy=W_EVICTION,
+    )
 
 
 @triton.jit
@@ -217,8 +238,8 @@ def _skinny_gemm_kernel(
     PRECISION: tl.constexpr,
     GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
     NORM: tl.constexpr,  # 0: x as is; 1: rms_norm(x); 2: rms_norm(x + residual)
-    PEEL: tl.constexpr,  # load the first weight tile before anything else
-    PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after that first tile
+    PEEL: tl.constexpr,  # load the first PEEL (0-2) weight tiles before anything else
+    PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after those tiles
     W_EVICTION: tl.constexpr,  # eviction_policy of the weight loads
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
@@ -231,13 +252,11 @@ def _skinny_gemm_kernel(
     dtype = x_ptr.dtype.element_ty
     if PDL:  # the next kernel may launch now: it waits for all of this one before reading
         tl.extra.cuda.gdc_launch_dependents()
-    if PEEL:  # weights are never written by other kernels: no need to wait for them
-        w_first = tl.load(
-            w_rows + ks[None, :],
-            mask=n_mask[:, None] & (ks < K)[None, :],
-            other=0.0,
-            eviction_policy=W_EVICTION,
-        )
+    # weights are never written by other kernels: no need to wait for them
+    if PEEL >= 1:
+        w_first = _w_tile(w_rows, ks, n_mask, K, W_EVICTION)
+    if PEEL >= 2:
+        w_second = _w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION)
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
@@ -260,20 +279,21 @@ def _skinny_gemm_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+    # the prefetched tiles first, then the rest: the same order of sums either way
     start = 0
-    if PEEL:
+    if PEEL >= 1:
         x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, ks, m_mask, K, GATED, NORM, dtype)
         acc = _accumulate(acc, x, w_first, USE_DOT, PRECISION)
         start = BLOCK_K
+    if PEEL >= 2:
+        k = BLOCK_K + ks
+        x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
+        acc = _accumulate(acc, x, w_second, USE_DOT, PRECISION)
+        start = 2 * BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         k = k0 + ks
         x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
-        w = tl.load(
-            w_rows + k[None, :],
-            mask=n_mask[:, None] & (k < K)[None, :],
-            other=0.0,
-            eviction_policy=W_EVICTION,
-        )
+        w = _w_tile(w_rows, k, n_mask, K, W_EVICTION)
         acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
     if not USE_DOT:
         acc = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
@@ -379,7 +399,7 @@ def skinny_linear(
         PRECISION=dot_precision(x.dtype),
         GATED=gated,
         NORM=0 if norm is None else 1 if norm.residual is None else 2,
-        PEEL=cfg.pdl,  # elsewhere than on CUDA only its tile order
+        PEEL=cfg.prefetch_tiles if cfg.pdl else 0,  # elsewhere than on CUDA only the order
         W_EVICTION=cfg.weight_eviction,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,

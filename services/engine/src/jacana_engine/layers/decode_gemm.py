@@ -248,4 +248,5 @@ def _remembered(
 
 
 def _label(cfg: SkinnyConfig) -> str:
-    return f"{cfg.block_n}x{cfg.block_k}{' pdl' if cfg.pdl else ''}"
+    prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
+    return f"{cfg.block_n}x{cfg.block_k}{prefetch if cfg.pdl else ''}"
