@@ -511,6 +511,35 @@ def test_the_tuner_times_a_gated_layer_as_it_runs(device, seed, checks, monkeypa
     )
 
 
+def test_a_candidate_that_fails_costs_only_its_own_chance(device, monkeypatch, caplog):
+    """Fake clock: a config that raises (a compiler or resource error on some GPU) is
+    skipped and the fastest of the others kept; when every one fails, cuBLAS stays."""
+    from jacana_engine.layers import decode_gemm
+    from jacana_engine.layers.linear import Linear
+
+    k, n = 64, 40
+    broken, *others = candidate_configs(1, n, k)
+    fastest = others[-1]
+
+    def price(event):
+        if event[0] == "cublas":
+            return 1.0
+        if event[2] == broken:
+            raise RuntimeError("out of resources")
+        return 0.5 if event[2] == fastest else 0.8
+
+    def every_candidate_fails(event):
+        if event[0] == "cublas":
+            return 1.0
+        raise RuntimeError("out of resources")
+
+    for prices, want in ((price, {1: fastest}), (every_candidate_fails, {})):
+        monkeypatch.setattr(decode_gemm, "_time", _FakeClock(monkeypatch, prices))
+        layers = [Linear(k, n, bias=False).to(device).requires_grad_(False) for _ in range(2)]
+        assert decode_gemm._tune_shape(layers, [1]) == want
+    assert "skipped: RuntimeError: out of resources" in caplog.text
+
+
 def test_a_tuning_cache_spares_the_second_start_its_timing(device, monkeypatch, tmp_path):
     from jacana_engine.layers import decode_gemm
     from jacana_engine.layers.linear import Linear

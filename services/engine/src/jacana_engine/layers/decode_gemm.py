@@ -125,11 +125,14 @@ def _time_shape(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, S
             return layer.backend_forward(silu_and_mul(x) if gated else x)
 
         cublas = _time(layers, cublas_run)
-        timed = [
-            (_time(layers, lambda layer, x=x, c=cfg: layer.skinny_forward(x, c, gated=gated)), cfg)
-            for cfg in candidate_configs(m, n, k, pdl=pdl)
-        ]
-        best, cfg = min(timed, key=lambda t: t[0])
+        fastest = _fastest(
+            layers,
+            candidate_configs(m, n, k, pdl=pdl),
+            lambda layer, cfg, x=x: layer.skinny_forward(x, cfg, gated=gated),
+        )
+        if fastest is None:
+            continue
+        best, cfg = fastest
         won = best < _margin(cfg) * cublas
         if won:
             picked[m] = cfg
@@ -140,6 +143,23 @@ def _time_shape(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, S
         )
     log.info("decode GEMM %dx%d %s: %s", n, k, weight.dtype, "; ".join(report))
     return picked
+
+
+def _fastest(
+    layers: list[Linear],
+    configs: list[SkinnyConfig],
+    run: Callable[[Linear, SkinnyConfig], Any],
+) -> tuple[float, SkinnyConfig] | None:
+    """(seconds, config) of the fastest of ``configs`` for ``run(layer, config)`` on every
+    layer; a config that fails to compile or launch on this GPU is skipped (and logged),
+    so one bad candidate costs its speed, not the engine's start. None if all fail."""
+    timed = []
+    for cfg in configs:
+        try:
+            timed.append((_time(layers, lambda layer, cfg=cfg: run(layer, cfg)), cfg))
+        except Exception as exc:  # Triton raises compiler and resource errors of many types
+            log.warning("skinny GEMM config %s skipped: %s: %s", cfg, type(exc).__name__, exc)
+    return min(timed, key=lambda t: t[0]) if timed else None
 
 
 def _margin(cfg: SkinnyConfig) -> float:
@@ -184,11 +204,10 @@ def _time_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool) -> dict[
             return layer.normed_forward(x, residual, norm_weight, 1e-6, cfg)
 
         separate = _time(layers, norm) + _time(layers, lambda layer, x=x: layer(x))
-        timed = [
-            (_time(layers, lambda layer, cfg=cfg: folded(layer, cfg)), cfg)
-            for cfg in candidate_configs(m, n, k, pdl=pdl)
-        ]
-        best, cfg = min(timed, key=lambda t: t[0])
+        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl), folded)
+        if fastest is None:
+            continue
+        best, cfg = fastest
         if best < separate:
             fused[m] = cfg
         per_layer = 1e6 / len(layers)
