@@ -22,6 +22,7 @@ import torch
 pytest.importorskip("triton")
 
 from jacana_engine.kernels import decode_attention
+from jacana_engine.kernels._arrivals import arrival_counters, held_counters
 from jacana_engine.kernels.decode_attention import choose_num_splits, paged_decode_attention
 from jacana_engine.kernels.reference import paged_attention_reference
 
@@ -85,7 +86,7 @@ class DecodeCase:
 
 
 def _counters_zero(device) -> bool:
-    return not decode_attention._split_counters(device, 0).any()
+    return not arrival_counters(decode_attention.COUNTERS, device, 0).any()
 
 
 def _dtypes(device) -> list[torch.dtype]:
@@ -168,14 +169,15 @@ def test_second_call_reuses_zeroed_counters(device, seed, checks, paged_batch):
 def test_counters_grow_and_keep_old_buffers():
     """A larger batch gets a larger buffer; the smaller one stays alive (graphs captured
     at smaller sizes still address it). Host-side only: a device no kernel here uses."""
-    device = torch.device("meta")
-    small = decode_attention._split_counters(device, 1)
-    assert decode_attention._split_counters(device, small.numel()) is small
-    large = decode_attention._split_counters(device, small.numel() + 1)
+    device, family = torch.device("meta"), decode_attention.COUNTERS
+    small = arrival_counters(family, device, 1)
+    assert arrival_counters(family, device, small.numel()) is small
+    large = arrival_counters(family, device, small.numel() + 1)
     assert large.numel() > small.numel()
-    held = decode_attention._counters[device]
+    held = held_counters(family, device)
     assert held[-2] is small and held[-1] is large
-    assert decode_attention._split_counters(device, 1) is large
+    assert arrival_counters(family, device, 1) is large
+    assert arrival_counters("another kernel", device, 1) is not large
 
 
 QWEN3_8B = dict(n_heads=32, n_kv=8, head_dim=128)

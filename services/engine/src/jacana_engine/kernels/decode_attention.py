@@ -15,8 +15,8 @@ the program that arrives last merges its group's heads and resets the counter to
 This saves the second launch: on an H200 in a CUDA graph (Qwen3-8B heads, bf16) a
 layer's decode attention went from 9.2 to 7.8 us at batch 1 x 4096 tokens, 45.8 to
 42.7 us at 1 x 32768, 72.3 to 70.6 us at 16 x 4096. The counters are persistent int32
-device buffers owned by this module (one per device, never freed: captured graphs hold
-their address); launches that share a device must be stream-ordered, not concurrent.
+device buffers (``kernels/_arrivals.py``, never freed: captured graphs hold their
+address); launches that share a device must be stream-ordered, not concurrent.
 ``fused_merge=False`` runs the same merge in a second kernel instead.
 
 Partials are float32 scratch allocated per call; the caller owns the output and cache.
@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import (
     check_kv_cache,
     check_last_dim_contiguous,
@@ -39,17 +40,13 @@ from jacana_engine.kernels._common import (
 from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
 
 _LOG2E = 1.4426950408889634
+COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kernels/_arrivals.py)
 _BLOCK_N = 64  # KV tokens per tile
 _MIN_BLOCK_G = 16  # tl.dot needs >= 16 rows: small GQA groups are padded
 _MAX_SPLITS = 64
 # fp32 partial elements a merge step holds (group heads x splits x head_dim): 128 per
 # thread at 4 warps. Fewer splits a step measured slower on an H200 (batch 1, 4096 tokens).
 _MERGE_TILE = 16384
-_MIN_COUNTERS = 4096  # (sequence, KV head) pairs: 512 sequences x 8 KV heads, 16 KiB
-
-# device -> arrival counters of the fused merge, all zeros between launches. The last
-# one is current; replaced ones stay alive because captured graphs still address them.
-_counters: dict[torch.device, list[torch.Tensor]] = {}
 
 
 @triton.jit
@@ -285,20 +282,6 @@ def _decode_reduce_kernel(
     )
 
 
-def _split_counters(device: torch.device, pairs: int) -> torch.Tensor:
-    """The device's zeroed int32 counters, at least ``pairs`` of them. Grows (outside
-    CUDA-graph capture only: the warm-up call before a capture sizes it)."""
-    held = _counters.setdefault(device, [])
-    if not held or held[-1].numel() < pairs:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                f"decode attention needs {pairs} split counters while capturing a CUDA "
-                "graph; run it once at this batch size before the capture"
-            )
-        held.append(torch.zeros(max(pairs, _MIN_COUNTERS), dtype=torch.int32, device=device))
-    return held[-1]
-
-
 @functools.lru_cache(maxsize=8)
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
@@ -376,7 +359,7 @@ def paged_decode_attention(
     else:
         part_acc = part_max = part_sum = out  # unused
     fused = fused_merge and num_splits > 1
-    counters = _split_counters(q.device, batch * n_kv) if fused else out  # [>= B * n_kv]
+    counters = arrival_counters(COUNTERS, q.device, batch * n_kv) if fused else out  # [>= B*n_kv]
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     _decode_partial_kernel[(batch, n_kv, num_splits)](
         q,
