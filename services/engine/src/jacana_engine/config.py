@@ -45,9 +45,11 @@ class EngineConfig:
         shape and row count at start-up and runs the faster (``layers/decode_gemm.py``);
         "torch" always cuBLAS (transformers' own GEMMs, so greedy output follows its
         rounding more often: ``bench/results/gpu_targets.md``).
-    fuse_norm_gemm: with ``decode_gemm="auto"``, also time the RMSNorm before the QKV and
-        gate/up projections folded into the skinny kernel and fold it where faster
-        (opt-in: on an H200 it wins only at Qwen3-0.6B's sizes).
+    fuse_norm_gemm: with ``decode_gemm="auto"``, also time each RMSNorm folded into the
+        skinny kernel next to it, into the end of the o/down projection before it (the
+        last program normalizes) or the start of the QKV/gate-up projection after it, and
+        fold it where faster (opt-in: the start measured faster only at Qwen3-0.6B's sizes
+        on an H200; the end is not yet measured).
     pdl: in decode graphs of at most 16 tokens, launch the Triton kernels (norms, RoPE +
         KV store, attention, activation) with programmatic dependent launch
         (``kernels/_pdl.py``; compute capability 9.0 and later, off elsewhere); with

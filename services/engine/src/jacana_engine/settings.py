@@ -98,8 +98,9 @@ class EngineSettings(ServiceSettings):
     fuse_norm_gemm: bool = Field(
         False,
         description="With decode_gemm auto: also time each RMSNorm folded into the skinny "
-        "kernel of the QKV and gate/up projections after it, and fold it where faster "
-        "(on an H200 it wins only at Qwen3-0.6B's sizes).",
+        "kernel next to it, into the end of the o/down projection before it or the start of "
+        "the QKV/gate-up projection after it, and fold it where faster (the start measured "
+        "faster only at Qwen3-0.6B's sizes on an H200; the end is not yet measured).",
     )
     pdl: bool = Field(
         True,

@@ -404,7 +404,7 @@ class _FakeClock:
     """Stands in for ``decode_gemm._time``: runs the timed call once on the first layer
     (for real, small), notes what it launched, and returns ``price(event)`` for it, an
     event being ("cublas", rows, width), ("norm", rows), ("skinny", rows, config),
-    ("gated", rows, config) or ("folded", rows, config)."""
+    ("gated", rows, config), ("folded", rows, config) or ("tail", rows, config)."""
 
     def __init__(self, monkeypatch, price) -> None:
         from jacana_engine.kernels import rmsnorm, skinny_gemm
@@ -415,9 +415,12 @@ class _FakeClock:
         real_norm = rmsnorm.fused_add_rms_norm
 
         def skinny(x, w, *a, **kw):
-            kind = (
-                "folded" if kw.get("norm") is not None else "gated" if kw.get("gated") else "skinny"
-            )
+            if kw.get("then_norm") is not None:
+                kind = "tail"
+            elif kw.get("norm") is not None:
+                kind = "folded"
+            else:
+                kind = "gated" if kw.get("gated") else "skinny"
             self.events.append((kind, x.shape[0], kw["config"]))
             return real_skinny(x, w, *a, **kw)
 
@@ -590,6 +593,119 @@ def test_norm_fusion_is_kept_where_it_beats_the_norm_plus_the_gemm(device, monke
     assert all(dict(layer.norm_configs) == {1: cheapest} for layer in layers)
 
 
+def test_norm_tail_is_kept_where_it_beats_the_gemm_plus_the_norm(device, monkeypatch):
+    """Fake clock for a gated down projection: the activation + cuBLAS cost 1.0 and the
+    norm kernel 0.3; folded into the end of the kernel, one config costs 1.1 at one row
+    (< 1.3, kept) and every config 1.4 at two rows (> 1.3, not kept)."""
+    from jacana_engine.layers import decode_gemm
+    from jacana_engine.layers.linear import Linear
+
+    k, n = 64, 40
+    cheapest = candidate_configs(1, n, k)[-1]
+    seen = set()
+
+    def price(event):
+        seen.add(event[0])
+        kind, rows = event[:2]
+        if kind == "cublas":
+            return 1.0
+        if kind == "norm":
+            return 0.3
+        return 1.1 if rows == 1 and event[2] == cheapest else 1.4
+
+    monkeypatch.setattr(decode_gemm, "_time", _FakeClock(monkeypatch, price))
+    layers = [Linear(k, n, bias=False).to(device).requires_grad_(False) for _ in range(2)]
+    for layer in layers:
+        layer.gated_input = layer.precedes_norm = True
+    decode_gemm._tune_norm_tail(layers, [1, 2])
+    assert all(dict(layer.norm_tail_configs) == {1: cheapest} for layer in layers)
+    assert seen == {"cublas", "norm", "tail"}
+
+
+def _tail_cases(device):
+    """(dtype, gated, m, k, n, configs) for the norm epilogue, as ``_gated_cases``."""
+    for dtype, m, k, n, configs in _gated_cases(device):
+        for gated in (False, True):
+            yield dtype, gated, m, k, n, configs
+
+
+def test_norm_epilogue_equals_the_gemm_then_the_norm_kernel(device, seed, checks):
+    """The product (plain or gated) plus a residual, normalized by the last program:
+    the new residual bit-exact against the GEMM then ``fused_add_rms_norm``, in place;
+    the output within tolerance and mostly the same bits (statistics summed in another
+    order); the arrival counter back at zero after every launch."""
+    from jacana_engine.kernels._arrivals import arrival_counters
+    from jacana_engine.kernels.skinny_gemm import COUNTERS, NormEpilogue
+
+    for dtype, gated, m, k, n, configs in _tail_cases(device):
+        x = torch.randn(m, 2 * k if gated else k, device=device).to(dtype)
+        w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+        nw = (1 + 0.1 * torch.randn(n, device=device)).to(dtype)
+        residual = torch.randn(m, n, device=device).to(dtype)
+        for cfg in configs:
+            product = skinny_linear(x, w, config=cfg, gated=gated)
+            want, summed = fused_add_rms_norm(product, residual, nw, 1e-6)
+            new_residual = residual.clone()
+            tail = NormEpilogue(nw, 1e-6, new_residual, new_residual)
+            got = skinny_linear(x, w, config=cfg, gated=gated, then_norm=tail)
+            what = f"{dtype} gated={gated} m={m} {cfg}"
+            assert torch.equal(new_residual, summed), f"{what} seed={seed}"
+            assert not arrival_counters(COUNTERS, x.device, 1).any(), what
+            rel_l2, max_rel = TOL[dtype]
+            checks.close(got, want, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=what)
+            checks.mostly_equal(got, want, max_fraction=0.02, seed=seed, what=what)
+
+
+def test_norm_epilogue_rejects_what_it_cannot_do(device):
+    from jacana_engine.kernels.skinny_gemm import NormEpilogue
+
+    x, w = torch.randn(2, 32, device=device), torch.randn(8, 32, device=device)
+    residual = torch.randn(2, 8, device=device)
+    tail = NormEpilogue(torch.ones(8, device=device), 1e-6, residual, residual)
+    with pytest.raises(ValueError, match="exclude each other"):
+        prologue = NormPrologue(torch.ones(32, device=device), 1e-6)
+        skinny_linear(x, w, norm=prologue, then_norm=tail)
+    with pytest.raises(ValueError, match="does not match N"):
+        skinny_linear(
+            x, w, then_norm=NormEpilogue(torch.ones(9, device=device), 1e-6, *[residual] * 2)
+        )
+    with pytest.raises(ValueError, match="residual"):
+        short = torch.randn(1, 8, device=device)
+        skinny_linear(
+            x, w, then_norm=NormEpilogue(torch.ones(8, device=device), 1e-6, short, short)
+        )
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_linear_then_its_norm_folds_only_the_tuned_rows(device, seed, checks, gated):
+    """``RMSNorm.between``: the producer's tuned row count runs the norm in its kernel's
+    end, another row count runs the GEMM then the norm kernel; same results either way,
+    the consumer applied to the normed rows."""
+    from jacana_engine.kernels.activation import silu_and_mul
+    from jacana_engine.layers.linear import Linear
+    from jacana_engine.layers.norm import RMSNorm
+    from jacana_engine.layers.triton_ops import TritonOps
+
+    k, n = 64, 40
+    norm = RMSNorm(n, 1e-6, TritonOps()).to(device).requires_grad_(False)
+    norm.weight.copy_(1 + 0.1 * torch.randn(n, device=device))
+    producer = Linear(k, n, bias=False).to(device).requires_grad_(False)
+    consumer = Linear(n, 24, bias=True).to(device).requires_grad_(False)
+    producer.norm_tail_configs = {1: pick_config(1, n, k)}
+    for m in (1, 2):
+        x = torch.randn(m, 2 * k if gated else k, device=device)
+        residual = torch.randn(m, n, device=device)
+        y = producer.backend_forward(silu_and_mul(x) if gated else x)
+        summed = y + residual
+        expected = consumer.backend_forward(norm(summed.clone()))
+        got, new_residual = norm.between(producer, x, residual.clone(), consumer, gated=gated)
+        rel_l2, max_rel = TOL[torch.float32]
+        checks.close(new_residual, summed, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}")
+        checks.close(got, expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}")
+        alone, _ = norm.between(producer, x, residual.clone(), None, gated=gated)
+        checks.close(alone, norm(summed.clone()), rel_l2=rel_l2, max_rel=max_rel, seed=seed)
+
+
 @pytest.mark.parametrize("with_residual", [False, True])
 def test_a_norm_then_its_linear_folds_only_the_tuned_rows(device, seed, checks, with_residual):
     from jacana_engine.layers.linear import Linear
@@ -686,6 +802,62 @@ def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
             checks.close(
                 got, layer(normed).float(), rel_l2=3e-3, max_rel=ONE_ULP, seed=seed, what=f"{m}"
             )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["0.6B o", "0.6B down", "8B o", "8B down"])
+def test_norm_epilogue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
+    """The norm folded into the end of the o or (gated) down projection, every candidate
+    config including the PDL ones, 1-16 rows: the new residual bit-exact against the GEMM
+    then the norm kernel, the output within one ulp of the largest and mostly the same
+    bits; then a CUDA graph of a PDL launch replayed with new inputs gives what an eager
+    launch gives (the arrival counter resets itself between replays)."""
+    from jacana_engine.kernels._arrivals import arrival_counters
+    from jacana_engine.kernels.skinny_gemm import COUNTERS, NormEpilogue
+
+    k, n = QWEN3_SHAPES[name]
+    gated = name.endswith("down")
+    w = (torch.randn(n, k, device=device) * k**-0.5).bfloat16()
+    nw = (1 + 0.1 * torch.randn(n, device=device)).bfloat16()
+
+    def inputs(m):
+        x = torch.randn(m, 2 * k if gated else k, device=device).bfloat16()
+        return x, torch.randn(m, n, device=device).bfloat16()
+
+    for m in (1, 2, 4, 8, 16):
+        x, residual = inputs(m)
+        for cfg in candidate_configs(m, n, k, pdl=True):
+            want, summed = fused_add_rms_norm(
+                skinny_linear(x, w, config=cfg, gated=gated), residual, nw, 1e-6
+            )
+            new_residual = residual.clone()
+            tail = NormEpilogue(nw, 1e-6, new_residual, new_residual)
+            got = skinny_linear(x, w, config=cfg, gated=gated, then_norm=tail)
+            what = f"{name} m={m} {cfg}"
+            assert torch.equal(new_residual, summed), f"{what} seed={seed}"
+            checks.close(got, want.float(), rel_l2=3e-3, max_rel=ONE_ULP, seed=seed, what=what)
+            checks.mostly_equal(got, want, max_fraction=0.01, seed=seed, what=what)
+    assert not arrival_counters(COUNTERS, device, 1).any()
+    cfg = dataclasses.replace(candidate_configs(1, n, k)[0], pdl=True)
+    x, residual = inputs(1)
+    static_res = residual.clone()
+    tail = NormEpilogue(nw, 1e-6, static_res, static_res)
+    skinny_linear(x, w, config=cfg, gated=gated, then_norm=tail)  # compile outside
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = skinny_linear(x, w, config=cfg, gated=gated, then_norm=tail)
+    for _ in range(3):
+        new_x, new_residual = inputs(1)
+        x.copy_(new_x)
+        static_res.copy_(new_residual)
+        graph.replay()
+        eager_res = new_residual.clone()
+        eager_tail = NormEpilogue(nw, 1e-6, eager_res, eager_res)
+        want = skinny_linear(new_x, w, config=cfg, gated=gated, then_norm=eager_tail)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want) and torch.equal(static_res, eager_res), seed
+    assert not arrival_counters(COUNTERS, device, 1).any()
 
 
 def test_decode_gemm_row_bound_is_the_kernels():

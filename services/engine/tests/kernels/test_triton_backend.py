@@ -188,13 +188,16 @@ def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
         tokens = [int(lg[-1].argmax()) for lg in step["torch"]]
 
 
+@pytest.mark.parametrize("fold_into", ["start", "end"])
 def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
-    device, seed, paged_driver
+    device, seed, paged_driver, fold_into
 ):
     """The same tiny Qwen3 twice on the Triton path, one copy with every norm folded into
-    the skinny kernel of the QKV and gate/up projections after it and SiLU-and-mul into
-    the down projection's, for 1- and 2-row steps (as the tuner would set them): the
-    prefill (10 rows) runs unfolded in both; the decode steps' logits agree."""
+    a skinny kernel, for 1- and 2-row steps (as the tuner would set them): into the start
+    of the QKV and gate/up projections after it, or into the end of the o and down
+    projections before it (all but the first layer's input norm, which follows the
+    embeddings), with SiLU-and-mul folded into the down projection's loads either way.
+    The prefill (10 rows) runs unfolded in both; the decode steps' logits agree."""
     from jacana_engine.kernels.skinny_gemm import pick_config
     from jacana_engine.layers.linear import Linear
     from jacana_engine.models.registry import build_model
@@ -215,11 +218,14 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
         if isinstance(module, Linear):
             n, k = module.weight.shape
             configs = {m: pick_config(m, n, k) for m in (1, 2)}
-            if module.follows_norm:
+            if k == cfg.intermediate_size:  # down_proj: SiLU-and-mul folded in
+                module.skinny_configs = configs
+            if fold_into == "start" and module.follows_norm:
                 module.norm_configs = configs
                 folded += 1
-            elif k == cfg.intermediate_size:  # down_proj: SiLU-and-mul folded in
-                module.skinny_configs = configs
+            elif fold_into == "end" and module.precedes_norm:
+                module.norm_tail_configs = configs
+                folded += 1
     assert folded == 2 * cfg.num_hidden_layers
     prompts = [[1, 5, 9, 13, 2, 7], [3, 4, 40, 2]]
     drivers = [paged_driver(m, block_size=BLOCK, num_blocks=16) for m in models]

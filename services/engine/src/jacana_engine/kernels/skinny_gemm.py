@@ -23,11 +23,14 @@ pick_config's on every Qwen3 shape, mostly a narrower or deeper one).
 What x is, per launch: the input as is; or a gated MLP's gate_up, activated as it
 loads (``gated``: SiLU-and-mul folded in, the down projection's case); or the input of an
 RMSNorm (with its residual add), normalized as it loads (``norm``: the norm folded into
-the QKV or gate/up projection after it). ``SkinnyConfig.pdl`` launches with programmatic
-dependent launch.
+the QKV or gate/up projection after it). What the output is: the product; or, with
+``then_norm``, the RMSNorm of the product plus a residual, the last program to finish
+normalizing the rows (the norm folded into the o or down projection before it).
+``SkinnyConfig.pdl`` launches with programmatic dependent launch.
 
 Deterministic: each output element is reduced over K by one program in a fixed order,
-no atomics and no split-K, so results are bitwise identical run to run.
+no split-K, so results are bitwise identical run to run (the norm epilogue's counter
+only elects the program that normalizes; the sums do not depend on which one it is).
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ import torch
 import triton
 import triton.language as tl
 
+from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precision, next_power_of_2
 from jacana_engine.kernels._pdl import pdl_launch
 from jacana_engine.kernels.activation import silu_mul_rounded
 
 MAX_M = 16  # rows of x handled in one program; larger batches belong to cuBLAS
+COUNTERS = "skinny_gemm"  # the norm epilogue's arrival counter (kernels/_arrivals.py)
 DOT_MIN_M = 16  # from this many rows up the inner product is tl.dot (16-row tiles)
 TARGET_PROGRAMS = 264  # 2 programs per SM on a 132-SM H200
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -222,6 +227,10 @@ def _skinny_gemm_kernel(
     res_ptr,  # NORM == 2: [M, K] residual added to x before the norm
     norm_w_ptr,  # NORM > 0: [K] the norm's weight
     res_out_ptr,  # NORM == 2: [M, K] where program 0 stores x + residual
+    tail_res_ptr,  # TAIL: [M, N] residual added to the product
+    tail_w_ptr,  # TAIL: [N] the norm's weight
+    tail_res_out_ptr,  # TAIL: [M, N] product + residual (may be tail_res_ptr)
+    counter_ptr,  # TAIL: int32 arrival counter, zero between launches
     M,
     N,
     K,
@@ -230,7 +239,10 @@ def _skinny_gemm_kernel(
     stride_om,
     stride_rm,
     stride_rom,
+    stride_trm,
+    stride_trom,
     eps,
+    tail_eps,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -241,6 +253,8 @@ def _skinny_gemm_kernel(
     PEEL: tl.constexpr,  # load the first PEEL (0-2) weight tiles before anything else
     PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after those tiles
     W_EVICTION: tl.constexpr,  # eviction_policy of the weight loads
+    TAIL: tl.constexpr,  # out = rms_norm(product + residual), by the last program
+    BLOCK_TAIL: tl.constexpr,  # TAIL: next power of 2 of N
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -297,8 +311,43 @@ def _skinny_gemm_kernel(
         acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
     if not USE_DOT:
         acc = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
-    out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+    product = acc.to(out_ptr.dtype.element_ty)  # [BLOCK_M, BLOCK_N], rounded as stored
+    tile_mask = m_mask[:, None] & n_mask[None, :]
+    if TAIL:
+        # HF's residual add: the stored product plus the residual, rounded
+        r_tile = tail_res_ptr + rows.to(tl.int64)[:, None] * stride_trm + cols[None, :]
+        r = tl.load(r_tile, mask=tile_mask, other=0.0).to(tl.float32)
+        h = (product.to(tl.float32) + r).to(dtype)
+        h_rows = tail_res_out_ptr + rows.to(tl.int64)[:, None] * stride_trom
+        tl.store(h_rows + cols[None, :], h, mask=tile_mask)
+        # The barrier orders every thread's stores before the (single-thread) release;
+        # the acquire makes the other programs' sums visible to the last arrival.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
+        if arrived == tl.num_programs(0) - 1:
+            _norm_rows(
+                tail_res_out_ptr, stride_trom, tail_w_ptr, out_ptr, stride_om, M, N, tail_eps,
+                BLOCK_TAIL,
+            )  # fmt: skip
+            tl.store(counter_ptr, 0)  # every program has arrived: ready for the next launch
+    else:
+        out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
+        tl.store(out, product, mask=tile_mask)
+
+
+@triton.jit
+def _norm_rows(h_ptr, stride_h, w_ptr, out_ptr, stride_o, M, N, eps, BLOCK: tl.constexpr):
+    """out[m] = weight * rms_norm(h[m]) for the M rows of h [M, N], rounded as
+    ``kernels.rmsnorm`` rounds (its statistics summed in this program's order)."""
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    dtype = out_ptr.dtype.element_ty
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    for m in range(0, M):  # m * stride: at most 16 rows of one row's width, no overflow
+        x = tl.load(h_ptr + m * stride_h + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+        normed = (x * rstd).to(dtype).to(tl.float32)
+        tl.store(out_ptr + m * stride_o + cols, (normed * w).to(dtype), mask=mask)
 
 
 def can_use(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -316,6 +365,22 @@ def can_use(x: torch.Tensor, weight: torch.Tensor) -> bool:
     if x.device.type == "cuda":
         return True
     return x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclass(frozen=True)
+class NormEpilogue:
+    """An RMSNorm run on the GEMM's output inside its kernel (``skinny_linear(then_norm=
+    ...)``): the product, rounded, plus ``residual`` (rounded as HF's residual add) is
+    stored into ``residual_out`` (may be ``residual`` itself: each element is read and
+    written by one program), and the output is the norm of that sum, computed by the last
+    program to finish (an arrival counter, ``kernels/_arrivals.py``) with
+    ``kernels.rmsnorm``'s rounding; its statistics are summed in this program's order, so
+    a normalized element may round to its neighbour."""
+
+    weight: torch.Tensor  # [N] the norm's weight
+    eps: float
+    residual: torch.Tensor  # [M, N]
+    residual_out: torch.Tensor  # [M, N]
 
 
 @dataclass(frozen=True)
@@ -339,13 +404,15 @@ def skinny_linear(
     config: SkinnyConfig | None = None,  # launch parameters; pick_config's by default
     gated: bool = False,  # x is a gated MLP's gate_up: multiply by silu(gate) * up
     norm: NormPrologue | None = None,  # multiply by rms_norm(x [+ residual]) instead
+    then_norm: NormEpilogue | None = None,  # return rms_norm(product + residual) instead
 ) -> torch.Tensor:  # [M, N] in x's dtype
     """``x @ weight.T`` accumulated in float32, rounded once to x's dtype; with ``gated``,
     ``silu_and_mul(x) @ weight.T``, the activation computed as the weight streams in and
     rounded as ``kernels.activation.silu_and_mul`` rounds it (same bits as that kernel
     followed by this one, one launch fewer); with ``norm``, ``rms_norm(x) @ weight.T``
     (:class:`NormPrologue`; the statistics are summed in another order than
-    ``kernels.rmsnorm``'s, so a normalized element may round to its neighbour). Raises
+    ``kernels.rmsnorm``'s, so a normalized element may round to its neighbour); with
+    ``then_norm``, the RMSNorm of the product plus a residual (:class:`NormEpilogue`). Raises
     ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
     Never syncs with the host, so it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:
@@ -371,8 +438,15 @@ def skinny_linear(
         if gated:
             raise ValueError("a norm prologue and a gated x exclude each other")
         norm_weight, residual, residual_out = _checked_norm(norm, x)
+    tail_res, tail_w, tail_res_out, counter = out, out, out, out  # placeholders
+    if then_norm is not None:
+        if norm is not None:
+            raise ValueError("a norm prologue and a norm epilogue exclude each other")
+        tail_w, tail_res, tail_res_out = _checked_tail(then_norm, out)
     if m == 0 or n == 0:
         return out
+    if then_norm is not None:
+        counter = arrival_counters(COUNTERS, x.device, 1)
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
@@ -383,6 +457,10 @@ def skinny_linear(
         residual,
         norm_weight,
         residual_out,
+        tail_res,
+        tail_w,
+        tail_res_out,
+        counter,
         m,
         n,
         k,
@@ -391,7 +469,10 @@ def skinny_linear(
         out.stride(0),
         residual.stride(0),
         residual_out.stride(0),
+        tail_res.stride(0),
+        tail_res_out.stride(0),
         norm.eps if norm is not None else 0.0,
+        then_norm.eps if then_norm is not None else 0.0,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
@@ -401,11 +482,30 @@ def skinny_linear(
         NORM=0 if norm is None else 1 if norm.residual is None else 2,
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0,  # elsewhere than on CUDA only the order
         W_EVICTION=cfg.weight_eviction,
+        TAIL=then_norm is not None,
+        BLOCK_TAIL=next_power_of_2(n) if then_norm is not None else 1,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **pdl_launch(cfg.pdl, x.device),
     )
     return out
+
+
+def _checked_tail(
+    then_norm: NormEpilogue, out: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weight, residual, residual_out) to launch with, checked against out [M, N]."""
+    n = out.shape[1]
+    if then_norm.weight.shape != (n,) or then_norm.weight.device != out.device:
+        raise ValueError(f"norm weight {tuple(then_norm.weight.shape)} does not match N={n}")
+    check_last_dim_contiguous("norm weight", then_norm.weight)
+    for name, t in (("residual", then_norm.residual), ("residual_out", then_norm.residual_out)):
+        if t.shape != out.shape or t.dtype != out.dtype:
+            raise ValueError(
+                f"{name} {tuple(t.shape)} {t.dtype} != output {tuple(out.shape)} {out.dtype}"
+            )
+        check_last_dim_contiguous(name, t)
+    return then_norm.weight, then_norm.residual, then_norm.residual_out
 
 
 def _checked_norm(

@@ -20,7 +20,11 @@ With ``fuse_norm`` the layers that follow an RMSNorm (``Linear.follows_norm``: Q
 gate/up) also time the skinny kernel with the norm folded in (``NormPrologue``: one
 launch for the residual add, the norm and the GEMM) against the separate norm kernel
 plus the faster GEMM, and keep the fused launch per row count where it is faster
-(``Linear.norm_configs``). Opt-in: on an H200 it won only at Qwen3-0.6B's sizes.
+(``Linear.norm_configs``). Opt-in: on an H200 it won only at Qwen3-0.6B's sizes. The
+layers that precede one (``Linear.precedes_norm``: o and down) time it folded into the
+end of their kernel instead (``NormEpilogue``: the last program to finish normalizes the
+rows) against their GEMM plus the norm kernel (``Linear.norm_tail_configs``); a norm
+folded there runs before the next layer's prologue is considered (``RMSNorm.between``).
 
 With ``pdl`` (``kernels/_pdl.py``) each candidate is also timed launched dependently, and
 such a launch is kept where it is at least as fast as cuBLAS (``PDL_MARGIN``).
@@ -61,7 +65,8 @@ def tune_decode_gemms(
     pdl: bool = False,
     cache: TuningCache | None = None,
 ) -> dict[tuple, dict[int, SkinnyConfig]]:
-    """Set ``skinny_configs`` (and with ``fuse_norm`` ``norm_configs``) on every CUDA
+    """Set ``skinny_configs`` (and with ``fuse_norm`` ``norm_configs`` and
+    ``norm_tail_configs``) on every CUDA
     :class:`Linear` of ``model``, trying the row counts ``rows`` (those the decode graphs
     run); returns, per (out, in, dtype) shape, the row counts that go to the skinny kernel
     and the launch config of each. ``pdl`` adds each candidate launched with programmatic
@@ -83,6 +88,8 @@ def tune_decode_gemms(
         picked[shape] = _tune_shape(layers, rows, pdl, cache)
         if fuse_norm and all(layer.follows_norm for layer in layers):
             _tune_norm_fusion(layers, rows, pdl, cache)
+        if fuse_norm and all(layer.precedes_norm and layer.bias is None for layer in layers):
+            _tune_norm_tail(layers, rows, pdl, cache)
     return picked
 
 
@@ -179,31 +186,104 @@ def _tune_norm_fusion(
 
 
 def _time_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, SkinnyConfig]:
-    """Per row count, time the norm folded into the skinny kernel (each candidate config)
-    against the residual-add + RMSNorm kernel followed by the GEMM the layers already run
-    (cuBLAS or their skinny config); the row counts where folding is faster, with the
-    config."""
+    """Per row count, the norm folded into the start of the skinny kernel (each candidate
+    config) against the residual-add + RMSNorm kernel followed by the GEMM the layers
+    already run (cuBLAS or their skinny config); the row counts where folding is faster,
+    with the config."""
     from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
-    from jacana_engine.kernels.skinny_gemm import can_use, candidate_configs
+    from jacana_engine.kernels.skinny_gemm import can_use
+
+    weight = layers[0].weight  # [N, K]
+    k = weight.shape[1]
+    norm_weight = torch.ones(k, device=weight.device, dtype=weight.dtype)
+
+    def runs_for(m: int) -> tuple[list[Callable], Callable] | None:
+        x = torch.randn(m, k, device=weight.device, dtype=weight.dtype)  # [M, K]
+        if not can_use(x, weight):
+            return None
+        residual = torch.randn_like(x)
+
+        def norm(_: Linear) -> Any:
+            return fused_add_rms_norm(x, residual, norm_weight, 1e-6)
+
+        def folded(layer: Linear, cfg: SkinnyConfig) -> Any:
+            return layer.normed_forward(x, residual, norm_weight, 1e-6, cfg)
+
+        return [norm, lambda layer: layer(x)], folded
+
+    return _time_folding(layers, rows, pdl, "RMSNorm + decode GEMM", runs_for)
+
+
+def _tune_norm_tail(
+    layers: list[Linear], rows: list[int], pdl: bool = False, cache: TuningCache | None = None
+) -> None:
+    """Set ``norm_tail_configs`` on every layer: the row counts where
+    :func:`_time_norm_tail` (or the cache's memory of it) found folding the norm after
+    the layers into the end of their kernel faster."""
+    fused = _remembered(
+        cache, "norm-tail", layers, rows, pdl, lambda: _time_norm_tail(layers, rows, pdl)
+    )
+    for layer in layers:
+        layer.norm_tail_configs = dict(fused)
+
+
+def _time_norm_tail(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, SkinnyConfig]:
+    """Per row count, the norm folded into the end of the skinny kernel (the last program
+    normalizes; each candidate config) against the GEMM the layers already run followed
+    by the residual-add + RMSNorm kernel; the row counts where folding is faster, with
+    the config."""
+    from jacana_engine.kernels.activation import silu_and_mul
+    from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
+    from jacana_engine.kernels.skinny_gemm import can_use
 
     weight = layers[0].weight  # [N, K]
     n, k = weight.shape
-    norm_weight = torch.ones(k, device=weight.device, dtype=weight.dtype)
+    gated = _gated(layers)
+    norm_weight = torch.ones(n, device=weight.device, dtype=weight.dtype)
+
+    def runs_for(m: int) -> tuple[list[Callable], Callable] | None:
+        x = torch.randn(m, 2 * k if gated else k, device=weight.device, dtype=weight.dtype)
+        if not can_use(x.new_empty(m, k), weight):
+            return None
+        y = torch.randn(m, n, device=weight.device, dtype=weight.dtype)  # [M, N]
+        residual = torch.randn_like(y)
+
+        def gemm(layer: Linear) -> Any:
+            return layer.gated_forward(x, silu_and_mul) if gated else layer(x)
+
+        def norm(_: Linear) -> Any:
+            return fused_add_rms_norm(y, residual, norm_weight, 1e-6)
+
+        def folded(layer: Linear, cfg: SkinnyConfig) -> Any:
+            return layer.forward_then_norm(x, residual, norm_weight, 1e-6, cfg, gated=gated)
+
+        return [gemm, norm], folded
+
+    return _time_folding(layers, rows, pdl, "decode GEMM + RMSNorm", runs_for)
+
+
+def _time_folding(
+    layers: list[Linear],
+    rows: list[int],
+    pdl: bool,
+    what: str,
+    runs_for: Callable[[int], tuple[list[Callable], Callable] | None],
+) -> dict[int, SkinnyConfig]:
+    """Per row count m, the separate launches against one folded launch with each
+    candidate config; ``runs_for(m)`` gives (the separate runs, each ``run(layer)``; the
+    folded run, ``run(layer, config)``), or None where the kernel cannot take m rows. The
+    row counts where folding is faster, with the config."""
+    from jacana_engine.kernels.skinny_gemm import candidate_configs
+
+    n, k = layers[0].weight.shape
     fused: dict[int, SkinnyConfig] = {}
     report = []
     for m in rows:
-        x = torch.randn(m, k, device=weight.device, dtype=weight.dtype)  # [M, K]
-        if not can_use(x, weight):
+        runs = runs_for(m)
+        if runs is None:
             continue
-        residual = torch.randn_like(x)
-
-        def norm(_: Linear, x=x, residual=residual) -> Any:
-            return fused_add_rms_norm(x, residual, norm_weight, 1e-6)
-
-        def folded(layer: Linear, cfg: SkinnyConfig, x=x, residual=residual) -> Any:
-            return layer.normed_forward(x, residual, norm_weight, 1e-6, cfg)
-
-        separate = _time(layers, norm) + _time(layers, lambda layer, x=x: layer(x))
+        separate_runs, folded = runs
+        separate = sum(_time(layers, run) for run in separate_runs)
         fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl), folded)
         if fastest is None:
             continue
@@ -213,9 +293,9 @@ def _time_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool) -> dict[
         per_layer = 1e6 / len(layers)
         report.append(
             f"M={m} {'fused' if m in fused else 'separate'} (fused {_label(cfg)} "
-            f"{best * per_layer:.2f} us, norm + GEMM {separate * per_layer:.2f} us)"
+            f"{best * per_layer:.2f} us, separate {separate * per_layer:.2f} us)"
         )
-    log.info("RMSNorm + decode GEMM %dx%d: %s", n, k, "; ".join(report))
+    log.info("%s %dx%d: %s", what, n, k, "; ".join(report))
     return fused
 
 

@@ -39,6 +39,10 @@ class Linear(nn.Linear):
     # (``normed_forward``; set by the tuner with ``fuse_norm``), with their configs
     norm_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
     follows_norm = False  # an RMSNorm computes this layer's input (set by the model)
+    # the row counts whose RMSNorm after this layer (with its residual add) folds into the
+    # end of its skinny kernel (``forward_then_norm``; set by the tuner with ``fuse_norm``)
+    norm_tail_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
+    precedes_norm = False  # an RMSNorm takes this layer's output (set by the model)
     # its input is a gated MLP's gate then up, [T, 2 * in] (``gated_forward``; set by the
     # model), so the tuner times the skinny kernel with the activation folded in
     gated_input = False
@@ -76,6 +80,29 @@ class Linear(nn.Linear):
         prologue = NormPrologue(norm_weight, eps, residual, residual_out)
         y = self._on_skinny(x, config, norm=prologue)
         return y, (x if residual_out is None else residual_out)
+
+    def forward_then_norm(
+        self,
+        x: torch.Tensor,  # [T, in] ([T, 2 * in], gate then up, with ``gated``)
+        residual: torch.Tensor,  # [T, out]; overwritten with the new residual
+        norm_weight: torch.Tensor,  # [out]
+        eps: float,
+        config: SkinnyConfig,
+        *,
+        gated: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (normed [T, out], new residual [T, out])
+        """``(rms_norm(self(x) + residual), self(x) + residual)`` in one skinny-kernel launch
+        (``kernels.skinny_gemm.NormEpilogue``: the last program to finish normalizes).
+        Layers with a bias have no such launch (the bias would come before the add)."""
+        from jacana_engine.kernels.skinny_gemm import NormEpilogue, skinny_linear
+
+        if self.bias is not None:
+            raise ValueError("a layer with a bias cannot fold the norm after it")
+        tail = NormEpilogue(norm_weight, eps, residual, residual)
+        normed = skinny_linear(
+            x.contiguous(), self.weight, config=config, gated=gated, then_norm=tail
+        )
+        return normed, residual
 
     def gated_forward(
         self,

@@ -46,3 +46,27 @@ class RMSNorm(nn.Module):
             return linear(self(x)), x
         h, residual = self.add_forward(x, residual)
         return linear(h), residual
+
+    def between(
+        self,
+        producer: Linear,
+        x: torch.Tensor,  # [T, producer.in] ([T, 2 * in] with ``gated``)
+        residual: torch.Tensor,  # [T, dim]
+        consumer: Linear | None,
+        *,
+        gated: bool = False,  # x is a gated MLP's gate_up (producer.gated_forward)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(consumer(norm(producer(x) + residual)), producer(x) + residual)``; without a
+        consumer the normed rows themselves. Where the producer runs x's row count with the
+        norm folded into the end of its kernel (``Linear.norm_tail_configs``) the norm
+        costs no launch of its own; else the consumer may fold it in (``then``)."""
+        config = producer.norm_tail_configs.get(x.shape[0])
+        if config is not None:
+            normed, residual = producer.forward_then_norm(
+                x, residual, self.weight, self.eps, config, gated=gated
+            )
+            return (normed if consumer is None else consumer(normed)), residual
+        y = producer.gated_forward(x, self.ops.silu_and_mul) if gated else producer(x)
+        if consumer is None:
+            return self.add_forward(y, residual)
+        return self.then(consumer, y, residual)

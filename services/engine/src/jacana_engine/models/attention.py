@@ -64,6 +64,16 @@ class DecoderAttention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:  # [T, hidden]
         """The block after the QKV projection: rotate, attend, project out."""
+        return self.o_proj(self.attend_heads(qkv, rope_tables, kv_cache, meta))
+
+    def attend_heads(
+        self,
+        qkv: torch.Tensor,  # [T, (n_heads + 2 * n_kv) * head_dim]: qkv_proj's output
+        rope_tables: Any,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:  # [T, n_heads * head_dim]: o_proj's input
+        """Rotate and attend: the block between the QKV and output projections."""
         t = qkv.shape[0]
         q, k, v = self.qkv_proj.split(qkv)
         q = q.view(t, self.n_heads, self.head_dim)  # [T, n_heads, head_dim]
@@ -82,4 +92,4 @@ class DecoderAttention(nn.Module):
             q, k = self.ops.rotate(q, k, rope_tables, q_w, k_w, self.eps)
             out = self.backend.forward(q, k, v, kv_cache, meta, self.scale)
         # out: [T, n_heads, head_dim]
-        return self.o_proj(out.reshape(t, self.n_heads * self.head_dim))
+        return out.reshape(t, self.n_heads * self.head_dim)

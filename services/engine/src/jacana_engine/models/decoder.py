@@ -43,8 +43,9 @@ class DecoderLayer(nn.Module):
     """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
 
     The residual stream is carried separately (vLLM style) so each residual add fuses
-    into the next norm: ``forward`` returns the block's output *before* its last add,
-    with the residual it belongs to.
+    into the next norm: ``forward`` stops before its down projection and returns that
+    projection's input with the residual, and whoever comes next runs the projection,
+    the add and its norm together (``RMSNorm.between``).
     """
 
     def __init__(
@@ -56,22 +57,35 @@ class DecoderLayer(nn.Module):
         self.self_attn = DecoderAttention(config, backend, ops)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, ops)
-        # their inputs come from the norms, which may fold into their kernels (RMSNorm.then)
+        # The norms sit between these projections and may fold into their kernels: into
+        # the start of the one after (RMSNorm.then) or the end of the one before (between).
         self.self_attn.qkv_proj.follows_norm = True
         self.mlp.gate_up_proj.follows_norm = True
+        self.self_attn.o_proj.precedes_norm = True
+        self.mlp.down_proj.precedes_norm = True  # the next layer's input norm, or the last
 
     def forward(
         self,
-        x: torch.Tensor,  # [T, hidden]: previous block's output, or the embeddings
+        x: torch.Tensor,  # the embeddings [T, hidden], or ``producer``'s input
         residual: torch.Tensor | None,  # [T, hidden]; None for the first layer
         rope_tables: Any,
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # (mlp output, residual), both [T, hidden]
-        qkv, residual = self.input_layernorm.then(self.self_attn.qkv_proj, x, residual)
-        h = self.self_attn.attend(qkv, rope_tables, kv_cache, meta)
-        gate_up, residual = self.post_attention_layernorm.then(self.mlp.gate_up_proj, h, residual)
-        return self.mlp.down(gate_up), residual
+        producer: Linear | None = None,  # the previous layer's down projection
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (gate_up [T, 2 * inter], residual [T, hidden])
+        """The block up to its down projection, whose input it returns: the next layer (or
+        the final norm) runs that projection with its own input norm after it, so that the
+        norm may fold into the projection's kernel (``RMSNorm.between``)."""
+        if producer is None:
+            qkv, residual = self.input_layernorm.then(self.self_attn.qkv_proj, x, residual)
+        else:
+            qkv, residual = self.input_layernorm.between(
+                producer, x, residual, self.self_attn.qkv_proj, gated=True
+            )
+        heads = self.self_attn.attend_heads(qkv, rope_tables, kv_cache, meta)
+        return self.post_attention_layernorm.between(
+            self.self_attn.o_proj, heads, residual, self.mlp.gate_up_proj
+        )
 
 
 class DecoderModel(nn.Module):
@@ -135,12 +149,13 @@ class DecoderForCausalLM(nn.Module):
             raise ValueError(f"got {len(kv_caches)} KV caches for {len(self.model.layers)} layers")
         x = self.model.embed_tokens(input_ids)  # [T, hidden]
         tables = self.model.ops.rope_tables(self.model.rotary_emb, positions, x.dtype)
-        residual = None
+        residual, producer = None, None
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x, residual = layer(x, residual, tables, kv_cache, meta)
-        if residual is None:
+            x, residual = layer(x, residual, tables, kv_cache, meta, producer)
+            producer = layer.mlp.down_proj  # x is its input (gate_up)
+        if producer is None:
             return self.model.norm(x)
-        return self.model.norm.add_forward(x, residual)[0]
+        return self.model.norm.between(producer, x, residual, None, gated=True)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [N, hidden] -> [N, vocab] float32
