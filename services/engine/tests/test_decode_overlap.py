@@ -131,37 +131,18 @@ def test_a_full_kv_pool_stops_planning_ahead_instead_of_preempting(toy):
 def test_overlapped_graph_decoding_matches_serial_decoding_on_the_gpu():
     """SmolLM2 with CUDA graphs: greedy and seeded (device-sampled) outputs are the same
     whether decode steps overlap or not, in batches that shrink as requests end."""
+    from gpu_engines import assert_same_outputs, small_cuda_engine
     from test_gpu_engine import SMOL_PROMPTS, _smollm2_gguf
-
-    from jacana_engine.config import EngineConfig
-    from jacana_engine.engine import LLMEngine
 
     gguf = _smollm2_gguf()
     if gguf is None:
         pytest.skip("SmolLM2 GGUF not available (set JACANA_SMOLLM2_GGUF)")
-
-    def engine(overlap: bool) -> LLMEngine:
-        config = EngineConfig(
-            model=str(gguf),
-            load_format="gguf",
-            dtype="bfloat16",
-            device="cuda",
-            kv_cache_memory_bytes=1 << 30,
-            max_model_len=1024,
-            max_num_seqs=16,
-            overlap_decode=overlap,
-        )
-        return LLMEngine(config)
-
-    serial, overlapped = engine(False), engine(True)
+    serial, overlapped = (
+        small_cuda_engine(str(gguf), load_format="gguf", overlap_decode=overlap)
+        for overlap in (False, True)
+    )
     prompts = [serial.tokenizer.encode(p) for p in SMOL_PROMPTS]
-    for sp in (
-        SamplingParams(temperature=0.0, max_tokens=40),
-        SamplingParams(temperature=0.8, top_k=40, seed=3, max_tokens=40, ignore_eos=True),
-    ):
-        # different lengths: the batch shrinks while steps are in flight
-        params = [SamplingParams(**{**sp.__dict__, "max_tokens": 8 + 4 * i}) for i in range(8)]
-        assert overlapped.generate(prompts, params) == serial.generate(prompts, params)
+    assert_same_outputs(overlapped, serial, prompts)
     assert overlapped.overlapped_steps_total > 0 and overlapped.runner.graphs.replays > 0
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jacana_engine.sampling_params import SamplingParams
-
 
 def test_only_cuda_launches_are_dependent():
     from jacana_engine.kernels._pdl import pdl_launch
@@ -24,35 +22,18 @@ def test_dependent_launches_keep_every_token_on_the_gpu(peaked_qwen3):
     launches differ: the norms, q/k-norm RoPE + KV store, attention and activation
     launched with PDL give the same greedy and seeded outputs as plain launches, in
     batches that shrink as requests end."""
-    from jacana_engine.config import EngineConfig
-    from jacana_engine.engine import LLMEngine
+    from gpu_engines import assert_same_outputs, small_cuda_engine
 
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs compute capability 9.0")
-
-    def engine(pdl: bool) -> LLMEngine:
-        config = EngineConfig(
-            model=str(peaked_qwen3),
-            dtype="bfloat16",
-            device="cuda",
-            kv_cache_memory_bytes=1 << 30,
-            max_model_len=1024,
-            max_num_seqs=16,
-            decode_gemm="torch",
-            pdl=pdl,
-        )
-        return LLMEngine(config, tokenizer=None)
-
-    plain, dependent = engine(False), engine(True)
+    plain, dependent = (
+        small_cuda_engine(str(peaked_qwen3), tokenizer=None, decode_gemm="torch", pdl=pdl)
+        for pdl in (False, True)
+    )
     assert dependent.runner.dependent_launch and not plain.runner.dependent_launch
     # only the captured graphs keep dependent launches; eager steps launch plainly
     assert not dependent.runner.model.backend.dependent_launch
     gen = torch.Generator().manual_seed(2)
     prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in range(3, 90, 11)]
-    for sp in (
-        SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True),
-        SamplingParams(temperature=0.8, top_k=40, seed=3, max_tokens=40, ignore_eos=True),
-    ):
-        params = [SamplingParams(**{**sp.__dict__, "max_tokens": 8 + 4 * i}) for i in range(8)]
-        assert dependent.generate(prompts, params) == plain.generate(prompts, params)
+    assert_same_outputs(dependent, plain, prompts)
     assert dependent.runner.graphs.replays > 0

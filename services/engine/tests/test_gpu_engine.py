@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from gpu_engines import small_cuda_engine
 
-from jacana_engine.config import EngineConfig
 from jacana_engine.engine import LLMEngine
 from jacana_engine.sampling_params import SamplingParams
 
@@ -184,19 +184,14 @@ def _engine(
     decode_gemm: str = "torch",
     pdl: bool = False,
 ) -> LLMEngine:
-    config = EngineConfig(
-        model=model_path,
+    return small_cuda_engine(
+        model_path,
+        tokenizer=None,
         load_format=load_format,
-        dtype="bfloat16",
-        device="cuda",
-        kv_cache_memory_bytes=1 << 30,
-        max_model_len=1024,
-        max_num_seqs=16,
         enforce_eager=eager,
         decode_gemm=decode_gemm,
         pdl=pdl,
     )
-    return LLMEngine(config, tokenizer=None)
 
 
 def _check_and_report(

@@ -570,33 +570,12 @@ def test_a_tuning_cache_spares_the_second_start_its_timing(device, monkeypatch, 
     assert per_start[0] > 0 and per_start[1] == 0
 
 
-def test_norm_fusion_is_kept_where_it_beats_the_norm_plus_the_gemm(device, monkeypatch):
-    """Fake clock: the norm kernel costs 0.3 and cuBLAS 1.0; folded, one config costs 1.1
-    at one row (< 1.3, kept) and every config 1.4 at two rows (> 1.3, not kept)."""
-    from jacana_engine.layers import decode_gemm
-    from jacana_engine.layers.linear import Linear
-
-    k, n = 64, 40
-    cheapest = candidate_configs(1, n, k)[-1]
-
-    def price(event):
-        kind, rows = event[:2]
-        if kind in ("cublas", "skinny"):
-            return 1.0
-        if kind == "norm":
-            return 0.3
-        return 1.1 if rows == 1 and event[2] == cheapest else 1.4
-
-    monkeypatch.setattr(decode_gemm, "_time", _FakeClock(monkeypatch, price))
-    layers = [Linear(k, n, bias=False).to(device).requires_grad_(False) for _ in range(2)]
-    decode_gemm._tune_norm_fusion(layers, [1, 2])
-    assert all(dict(layer.norm_configs) == {1: cheapest} for layer in layers)
-
-
-def test_norm_tail_is_kept_where_it_beats_the_gemm_plus_the_norm(device, monkeypatch):
-    """Fake clock for a gated down projection: the activation + cuBLAS cost 1.0 and the
-    norm kernel 0.3; folded into the end of the kernel, one config costs 1.1 at one row
-    (< 1.3, kept) and every config 1.4 at two rows (> 1.3, not kept)."""
+@pytest.mark.parametrize("fold_into", ["start", "end"])
+def test_a_folded_norm_is_kept_where_it_beats_the_separate_kernels(device, monkeypatch, fold_into):
+    """Fake clock: the GEMM (cuBLAS, or the activation then cuBLAS for a gated down
+    projection) costs 1.0 and the norm kernel 0.3; the norm folded into the start of the
+    next GEMM's kernel, or into the end of the previous one's, costs 1.1 with one config
+    at one row (< 1.3, kept) and 1.4 with every config at two rows (> 1.3, not kept)."""
     from jacana_engine.layers import decode_gemm
     from jacana_engine.layers.linear import Linear
 
@@ -607,7 +586,7 @@ def test_norm_tail_is_kept_where_it_beats_the_gemm_plus_the_norm(device, monkeyp
     def price(event):
         seen.add(event[0])
         kind, rows = event[:2]
-        if kind == "cublas":
+        if kind in ("cublas", "skinny"):
             return 1.0
         if kind == "norm":
             return 0.3
@@ -615,11 +594,16 @@ def test_norm_tail_is_kept_where_it_beats_the_gemm_plus_the_norm(device, monkeyp
 
     monkeypatch.setattr(decode_gemm, "_time", _FakeClock(monkeypatch, price))
     layers = [Linear(k, n, bias=False).to(device).requires_grad_(False) for _ in range(2)]
-    for layer in layers:
-        layer.gated_input = layer.precedes_norm = True
-    decode_gemm._tune_norm_tail(layers, [1, 2])
-    assert all(dict(layer.norm_tail_configs) == {1: cheapest} for layer in layers)
-    assert seen == {"cublas", "norm", "tail"}
+    if fold_into == "start":
+        decode_gemm._tune_norm_fusion(layers, [1, 2])
+        assert all(dict(layer.norm_configs) == {1: cheapest} for layer in layers)
+        assert seen == {"cublas", "norm", "folded"}
+    else:
+        for layer in layers:
+            layer.gated_input = layer.precedes_norm = True
+        decode_gemm._tune_norm_tail(layers, [1, 2])
+        assert all(dict(layer.norm_tail_configs) == {1: cheapest} for layer in layers)
+        assert seen == {"cublas", "norm", "tail"}
 
 
 def _tail_cases(device):

@@ -1,0 +1,39 @@
+"""Helpers of the GPU engine tests: a small bf16 CUDA engine, and a check that two
+engines give the same outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jacana_engine.config import EngineConfig
+from jacana_engine.engine import LLMEngine
+from jacana_engine.sampling_params import SamplingParams
+
+
+def small_cuda_engine(model: str, *, tokenizer: Any = "default", **config: Any) -> LLMEngine:
+    """An engine on ``model`` in bfloat16 on CUDA with a 1 GiB KV pool, 1024-token
+    sequences and 16 at a time; ``config`` overrides or adds ``EngineConfig`` fields,
+    ``tokenizer=None`` runs on token ids alone."""
+    settings = dict(
+        model=model,
+        dtype="bfloat16",
+        device="cuda",
+        kv_cache_memory_bytes=1 << 30,
+        max_model_len=1024,
+        max_num_seqs=16,
+    )
+    engine_config = EngineConfig(**{**settings, **config})
+    if tokenizer == "default":
+        return LLMEngine(engine_config)
+    return LLMEngine(engine_config, tokenizer=tokenizer)
+
+
+def assert_same_outputs(engine: LLMEngine, reference: LLMEngine, prompts: list[list[int]]):
+    """Greedy and seeded (device-sampled) outputs of ``engine`` equal ``reference``'s for
+    8 requests of different lengths, so the batch shrinks while steps are in flight."""
+    for sp in (
+        SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True),
+        SamplingParams(temperature=0.8, top_k=40, seed=3, max_tokens=40, ignore_eos=True),
+    ):
+        params = [SamplingParams(**{**sp.__dict__, "max_tokens": 8 + 4 * i}) for i in range(8)]
+        assert engine.generate(prompts, params) == reference.generate(prompts, params), sp
