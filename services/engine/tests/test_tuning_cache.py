@@ -4,6 +4,7 @@ unwritable file costs a start-up its speed, never its correctness."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,6 +37,25 @@ def test_the_key_changes_with_everything_a_timing_depends_on():
     ]
     assert len({base, *others}) == 6
     assert TuningCache.key("skinny", w, [2, 1], pdl=False) == base  # row order is not news
+
+
+def test_the_key_changes_with_the_kernel_or_tuner_source(monkeypatch, tmp_path):
+    """An edited kernel (new candidates, other code) misses the choices of the old one."""
+    from jacana_engine.kernels import skinny_gemm
+    from jacana_engine.layers import tuning_cache
+
+    w = torch.empty(40, 64)
+    before = TuningCache.key("skinny", w, [1], pdl=False)
+    edited = tmp_path / "skinny_gemm.py"
+    edited.write_text(Path(skinny_gemm.__file__).read_text() + "\n# edited\n")
+    monkeypatch.setattr(skinny_gemm, "__file__", str(edited))
+    tuning_cache.code_fingerprint.cache_clear()
+    try:
+        assert TuningCache.key("skinny", w, [1], pdl=False) != before
+    finally:
+        monkeypatch.undo()
+        tuning_cache.code_fingerprint.cache_clear()
+    assert TuningCache.key("skinny", w, [1], pdl=False) == before
 
 
 def test_a_broken_file_reads_as_empty_and_is_rewritten(tmp_path, caplog):

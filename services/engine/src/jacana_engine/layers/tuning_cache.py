@@ -4,14 +4,17 @@ Timing cuBLAS against every skinny-kernel candidate takes seconds at start-up (~
 Qwen3-8B on an H200), and its answer depends only on the GPU, the software and the
 shapes. A JSON file keeps each answer under a key made of all of those, so a restart on
 the same machine reads it back instead; a new GPU, CUDA, torch, Triton or model shape
-misses and is timed afresh. An unreadable file counts as empty and an unwritable one is
-skipped, each with a warning: the cache can cost a start-up its speed, never its
-correctness.
+misses and is timed afresh, and so does a change to the kernel or the tuner (their
+source is part of the key, so new candidates get their chance). An unreadable file
+counts as empty and an unwritable one is skipped, each with a warning: the cache can
+cost a start-up its speed, never its correctness.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -38,6 +41,19 @@ def device_fingerprint(device: torch.device) -> list[str]:
     return [props.name, f"sm{props.major}{props.minor}", str(props.total_memory), *versions]
 
 
+@functools.cache
+def code_fingerprint() -> str:
+    """A digest of the skinny kernel's and the tuner's source, which decide what is timed
+    and how."""
+    from jacana_engine.kernels import skinny_gemm
+    from jacana_engine.layers import decode_gemm
+
+    digest = hashlib.sha256()
+    for module in (skinny_gemm, decode_gemm):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 class TuningCache:
     """``get(key) -> {rows: SkinnyConfig} | None`` and ``put(key, choice)``, kept in the
     JSON file ``path`` (created with its folder on the first ``put``)."""
@@ -48,9 +64,11 @@ class TuningCache:
 
     @staticmethod
     def key(kind: str, weight: torch.Tensor, rows: list[int], **variant: object) -> str:
-        """The key of one tuning: ``kind`` (what was timed), the weight's shape, dtype and
-        device fingerprint, the row counts tried and the tuner's options (``variant``)."""
-        parts = [kind, *device_fingerprint(weight.device), list(weight.shape), str(weight.dtype)]
+        """The key of one tuning: ``kind`` (what was timed), the device and code
+        fingerprints, the weight's shape and dtype, the row counts tried and the tuner's
+        options (``variant``)."""
+        parts = [kind, *device_fingerprint(weight.device), code_fingerprint()]
+        parts += [list(weight.shape), str(weight.dtype)]
         return json.dumps([*parts, sorted(rows), sorted(variant.items())])
 
     def get(self, key: str) -> dict[int, SkinnyConfig] | None:
