@@ -15,6 +15,14 @@ def test_only_cuda_launches_are_dependent():
     assert pdl_launch(True, torch.device("cpu")) == {"PDL": False}
 
 
+def test_the_installed_triton_has_the_device_calls():
+    """The Triton that the CPU suite installs has them (as 3.6 on the H200 does);
+    the runner turns dependent launches off where it has not."""
+    from jacana_engine.kernels._pdl import triton_has_dependent_launch
+
+    assert triton_has_dependent_launch()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_dependent_launches_keep_every_token_on_the_gpu(peaked_qwen3):

@@ -282,10 +282,15 @@ class ModelRunner:
 
     def _gpu_takes_dependent_launch(self) -> bool:
         """Whether the GPU has programmatic dependent launch (compute capability 9.0,
-        Hopper, and later) and the model can use it."""
+        Hopper, and later), Triton can emit it and the model can use it."""
+        from jacana_engine.kernels._pdl import triton_has_dependent_launch
+
         major, _ = torch.cuda.get_device_capability(self.device)
         if major < 9 or not hasattr(self.model, "use_dependent_launch"):
             log.info("programmatic dependent launch needs compute capability 9.0: off")
+            return False
+        if not triton_has_dependent_launch():
+            log.info("programmatic dependent launch needs a newer Triton: off")
             return False
         return True
 

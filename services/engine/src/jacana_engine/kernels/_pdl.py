@@ -35,3 +35,10 @@ def pdl_launch(requested: bool, device: torch.device) -> dict:
     dependencies)."""
     on = requested and device.type == "cuda"
     return {"PDL": on, "launch_pdl": True} if on else {"PDL": False}
+
+
+def triton_has_dependent_launch() -> bool:
+    """Whether this Triton has the device calls (``gdc_wait``, ``gdc_launch_dependents``)
+    that dependent launches need (3.6, on the H200 we measure on, has them)."""
+    cuda = getattr(tl.extra, "cuda", None)
+    return all(hasattr(cuda, name) for name in ("gdc_wait", "gdc_launch_dependents"))
