@@ -12,9 +12,9 @@
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
-#             with fuse_norm_gemm, b1 and c64 with pdl off, b1 with cuBLAS only and pdl
-#             off, then b1 with decode steps one at a time (overlap_decode off) for
-#             comparison (TARGETS_SERIAL=0 skips that)
+#             with fuse_norm_gemm, with fuse_rope_attention, with both; b1 and c64 with
+#             pdl off; b1 with cuBLAS only and pdl off; then b1 with decode steps one at a
+#             time (overlap_decode off) for comparison (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
 #             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
@@ -109,6 +109,13 @@ for phase in "$@"; do
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --fuse-norm-gemm --reps 3 --name offline_b1_fuse_norm --out "$OUT" \
         2>&1 | grep -E "^\| qwen|RMSNorm \+ decode GEMM" | tail -30
+      stamp "b1 with RoPE + KV store folded into decode attention, alone and with fuse_norm_gemm"
+      timeout 120 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 --fuse-rope-attention --reps 3 --name offline_b1_rope_in_attention \
+        --out "$OUT" 2>&1 | grep -E "^\| qwen" | tail -12
+      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 --fuse-rope-attention --fuse-norm-gemm --reps 3 \
+        --name offline_b1_all_folds --out "$OUT" 2>&1 | grep -E "^\| qwen" | tail -12
       stamp "b1 and c64 with plain launches (pdl off)"
       timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 c64 --no-pdl --reps 3 --name offline_no_pdl --out "$OUT" 2>&1 \

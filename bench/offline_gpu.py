@@ -83,6 +83,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         enforce_eager=args.eager,
         decode_gemm=args.decode_gemm,
         fuse_norm_gemm=args.fuse_norm_gemm,
+        fuse_rope_attention=args.fuse_rope_attention,
         pdl=not args.no_pdl,
         overlap_decode=not args.serial,
         seed=1,
@@ -395,6 +396,9 @@ def main() -> None:
         "--decode-gemm", choices=["auto", "torch"], default="auto", help="EngineConfig.decode_gemm"
     )
     parser.add_argument("--fuse-norm-gemm", action="store_true", help="EngineConfig.fuse_norm_gemm")
+    parser.add_argument(
+        "--fuse-rope-attention", action="store_true", help="EngineConfig.fuse_rope_attention"
+    )
     parser.add_argument("--no-pdl", action="store_true", help="EngineConfig.pdl off")
     parser.add_argument(
         "--serial", action="store_true", help="decode steps one at a time (overlap_decode off)"
@@ -417,6 +421,7 @@ def main() -> None:
             "eager": args.eager,
             "decode_gemm": args.decode_gemm,
             "fuse_norm_gemm": args.fuse_norm_gemm,
+            "fuse_rope_attention": args.fuse_rope_attention,
             "pdl": not args.no_pdl,
             "overlap_decode": not args.serial,
         },

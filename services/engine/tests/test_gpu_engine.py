@@ -2,7 +2,9 @@
 with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"), and graphs with
 the engine's default, the timed skinny decode GEMM (``decode_gemm="auto"``: mode
 "graphs-skinny"; eager steps never use it), and the engine's default: that with
-programmatic dependent launch (``pdl=True``: mode "graphs-skinny-pdl").
+programmatic dependent launch (``pdl=True``: mode "graphs-skinny-pdl"); and cuBLAS graphs
+with RoPE and the KV store folded into decode attention (``fuse_rope_attention``: mode
+"graphs-rope-in-attention").
 
 The oracle: for every prompt our greedy continuation equals transformers' (batch of one,
 ``generate``, same dtype and device), or first departs from it at a near-tie, where
@@ -183,6 +185,7 @@ def _engine(
     eager: bool,
     decode_gemm: str = "torch",
     pdl: bool = False,
+    **config,
 ) -> LLMEngine:
     return small_cuda_engine(
         model_path,
@@ -191,6 +194,7 @@ def _engine(
         enforce_eager=eager,
         decode_gemm=decode_gemm,
         pdl=pdl,
+        **config,
     )
 
 
@@ -247,6 +251,9 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
         "graphs-skinny-pdl": _engine(
             str(peaked_qwen3), "safetensors", eager=False, decode_gemm="auto", pdl=True
         ),
+        "graphs-rope-in-attention": _engine(
+            str(peaked_qwen3), "safetensors", eager=False, fuse_rope_attention=True
+        ),
     }
     _check_and_report("random-qwen3", ref, prompts, engines, run_to_run)
 
@@ -271,5 +278,8 @@ def test_smollm2_matches_transformers():
         # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
         "graphs-skinny": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto"),
         "graphs-skinny-pdl": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True),
+        "graphs-rope-in-attention": _engine(
+            str(gguf), "gguf", eager=False, fuse_rope_attention=True
+        ),
     }
     _check_and_report("smollm2-135m", ref, prompts, engines, run_to_run)

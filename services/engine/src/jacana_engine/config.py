@@ -56,6 +56,9 @@ class EngineConfig:
         ``decode_gemm="auto"`` the skinny kernel's candidates are also timed launched so,
         and one is kept where it is at least as fast as cuBLAS, whose launch would break
         the chain (``model_runner.PDL_MAX_TOKENS`` gives the measurements).
+    fuse_rope_attention: on the Triton attention backend, fold the q/k norm, RoPE and KV
+        store of decode steps into the decode attention launch (``DecodeRotation``: one
+        launch fewer per layer; opt-in, not yet measured on a GPU).
     tuning_cache: a JSON file where the ``decode_gemm="auto"`` choices are kept per GPU,
         software and shape, so a restart skips the timing (``layers/tuning_cache.py``);
         None times at every start.
@@ -93,6 +96,7 @@ class EngineConfig:
     decode_gemm: str = "auto"
     fuse_norm_gemm: bool = False
     pdl: bool = True
+    fuse_rope_attention: bool = False
     tuning_cache: str | None = None
     enforce_eager: bool = False
     overlap_decode: bool = True

@@ -244,6 +244,8 @@ class ModelRunner:
         padded batch size whether or not graphs are on (``_decode_splits``), so eager and
         replayed decode steps compute the same attention sums."""
         backend = getattr(self.model, "backend", None)
+        if backend is not None:  # before capture too: graphs keep the launches they see
+            backend.fold_rope = config.fuse_rope_attention
         self._graph_sizes: list[int] = []
         self.dependent_launch = False
         if self.device.type != "cuda" or not getattr(backend, "graph_safe", False):

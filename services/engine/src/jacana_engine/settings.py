@@ -111,6 +111,12 @@ class EngineSettings(ServiceSettings):
         "data); with decode_gemm auto the skinny GEMM's candidates are timed so launched "
         "and kept where at least as fast as cuBLAS.",
     )
+    fuse_rope_attention: bool = Field(
+        False,
+        description="On the Triton attention backend, fold the q/k norm, RoPE and KV store "
+        "of decode steps into the decode attention launch (one launch fewer per layer; not "
+        "yet measured on a GPU).",
+    )
     tuning_cache: str = Field(
         "~/.cache/jacana/decode_gemm_tuning.json",
         max_length=4096,
@@ -262,6 +268,7 @@ class EngineSettings(ServiceSettings):
             decode_gemm=self.decode_gemm,
             fuse_norm_gemm=self.fuse_norm_gemm,
             pdl=self.pdl,
+            fuse_rope_attention=self.fuse_rope_attention,
             tuning_cache=self.tuning_cache or None,
             enforce_eager=self.enforce_eager,
             overlap_decode=self.overlap_decode,

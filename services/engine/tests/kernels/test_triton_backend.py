@@ -249,7 +249,8 @@ def _tiny_llama() -> ModelConfig:
 def test_attention_layer_stores_kv_in_rope(device, seed, config, chunks):
     """DecoderAttention on the Triton ops and backend takes the fused rope + KV store; its
     output and cache equal, bit for bit, those of the unfused path (rope launch, then the
-    backend's own write), and match the torch ops and backend."""
+    backend's own write) and, on decode steps, of the rotation folded into the decode
+    attention launch (``fold_rope``), and match the torch ops and backend."""
     cfg = config()
     rng = random.Random(seed)
     num_blocks = 16
@@ -262,12 +263,14 @@ def test_attention_layer_stores_kv_in_rope(device, seed, config, chunks):
     rotary.reset_buffers(device)
 
     layers, outs, caches = {}, {}, {}
-    for name in ("fused", "unfused", "torch"):
+    for name in ("fused", "unfused", "in attention", "torch"):
         kind = "torch" if name == "torch" else "triton"
         ops = get_layer_ops(kind)
         if name == "unfused":
             ops.fuses_kv_store = False  # this instance only: rotate, then backend write
-        layer = DecoderAttention(cfg, get_attention_backend(kind), ops).to(device)
+        backend = get_attention_backend(kind)
+        backend.fold_rope = name == "in attention"  # decode steps only; others as fused
+        layer = DecoderAttention(cfg, backend, ops).to(device)
         if layers:
             layer.load_state_dict(layers["fused"].state_dict())
         else:
@@ -280,8 +283,11 @@ def test_attention_layer_stores_kv_in_rope(device, seed, config, chunks):
         with torch.no_grad():
             tables = ops.rope_tables(rotary, positions, x.dtype)
             outs[name] = layer(x, tables, caches[name], meta)
-    assert torch.equal(outs["fused"], outs["unfused"]), f"seed {seed}: outputs differ"
-    assert torch.equal(caches["fused"], caches["unfused"]), f"seed {seed}: caches differ"
+    for other in ("unfused", "in attention"):
+        assert torch.equal(outs["fused"], outs[other]), f"seed {seed}: {other} output differs"
+        assert torch.equal(caches["fused"], caches[other]), f"seed {seed}: {other} cache differs"
+    decode = all(n == 1 for _, n in chunks)
+    assert layers["in attention"].backend.rotates_decode(meta, t) == decode
     assert not torch.equal(caches["fused"], cache), f"seed {seed}: nothing was stored"
     close = {"rtol": 1e-4, "atol": 1e-4, "msg": lambda m: f"seed {seed}: {m}"}
     torch.testing.assert_close(outs["fused"], outs["torch"], **close)

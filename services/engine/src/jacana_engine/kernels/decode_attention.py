@@ -25,6 +25,7 @@ Partials are float32 scratch allocated per call; the caller owns the output and 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -33,11 +34,13 @@ import triton.language as tl
 from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import (
     check_kv_cache,
+    check_kv_write,
     check_last_dim_contiguous,
     dot_precision,
     next_power_of_2,
 )
 from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
+from jacana_engine.kernels.rope import rope_heads, token_cos_sin, token_slot
 
 _LOG2E = 1.4426950408889634
 COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kernels/_arrivals.py)
@@ -114,6 +117,45 @@ def _merge_group(
 
 
 @triton.jit
+def _rotate_and_store(
+    raw_q_ptr, raw_k_ptr, raw_v_ptr, q_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr,
+    q_norm_ptr, k_norm_ptr, positions_ptr, cos_sin_ptr, slot_ptr, seq, kv_head,
+    stride_rqb, stride_rqh, stride_rkb, stride_rkh, stride_rvb, stride_rvh,
+    stride_qb, stride_qh, stride_kob, stride_koh, stride_cs,
+    stride_cache_block, stride_cache_offset, stride_cache_head, eps,
+    GROUP: tl.constexpr, BLOCK_GQ: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr, HAS_NORM: tl.constexpr,
+):  # fmt: skip
+    """The rope kernel's work for one sequence's token and one KV head's group: q/k norm
+    and rotation of the GROUP q heads (into q_ptr) and of the k head (into k_out and the
+    cache), v into the cache; the same helpers, so the same bits."""
+    token = seq.to(tl.int64)
+    cos, sin = token_cos_sin(
+        positions_ptr, cos_sin_ptr, stride_cs, token, q_ptr.dtype.element_ty, HALF, BLOCK_HALF
+    )
+    cache_heads, slot_row = token_slot(
+        slot_ptr, token, 1, stride_cache_block, stride_cache_offset, BLOCK_SIZE
+    )
+    slot_row += kv_head * stride_cache_head
+    first_q = kv_head * GROUP
+    rope_heads(
+        raw_q_ptr + first_q * stride_rqh, q_ptr + first_q * stride_qh, q_norm_ptr, q_ptr,
+        token, stride_rqb, stride_rqh, stride_qb, stride_qh, 0, GROUP, 0, cos, sin, eps,
+        HALF, HEAD_DIM, BLOCK_GQ, BLOCK_HALF, BLOCK_PASS, HAS_NORM, False,
+    )  # fmt: skip
+    rope_heads(
+        raw_k_ptr + kv_head * stride_rkh, k_out_ptr + kv_head * stride_koh, k_norm_ptr,
+        k_cache_ptr + slot_row, token, stride_rkb, stride_rkh, stride_kob, stride_koh, 0, 1,
+        cache_heads, cos, sin, eps, HALF, HEAD_DIM, 1, BLOCK_HALF, BLOCK_PASS, HAS_NORM, True,
+    )  # fmt: skip
+    d = tl.arange(0, BLOCK_D)
+    v_mask = d < cache_heads * HEAD_DIM  # nothing for a padding sequence
+    v = tl.load(raw_v_ptr + token * stride_rvb + kv_head * stride_rvh + d, mask=v_mask)
+    tl.store(v_cache_ptr + slot_row + d, v.to(v_cache_ptr.dtype.element_ty), mask=v_mask)
+
+
+@triton.jit
 def _decode_partial_kernel(
     q_ptr,
     k_cache_ptr,
@@ -125,6 +167,15 @@ def _decode_partial_kernel(
     part_max_ptr,
     part_sum_ptr,
     counters_ptr,
+    raw_q_ptr,  # ROPE: this step's q, k, v [B, heads, head_dim] before rotation
+    raw_k_ptr,
+    raw_v_ptr,
+    k_out_ptr,  # ROPE: [B, n_kv, head_dim] scratch for the rotated k
+    q_norm_ptr,  # ROPE and HAS_NORM: [head_dim] q/k norm weights
+    k_norm_ptr,
+    positions_ptr,  # ROPE: [B] positions
+    cos_sin_ptr,  # ROPE: [max_positions, rotary_dim] float32
+    slot_ptr,  # ROPE: [B] cache slots (< 0: store nothing)
     scale_log2,
     stride_qb,
     stride_qh,
@@ -134,8 +185,18 @@ def _decode_partial_kernel(
     stride_cache_offset,
     stride_cache_head,
     stride_bt,
+    stride_rqb,
+    stride_rqh,
+    stride_rkb,
+    stride_rkh,
+    stride_rvb,
+    stride_rvh,
+    stride_kob,
+    stride_koh,
+    stride_cs,
     num_heads,
     head_dim,
+    rope_eps,
     GROUP: tl.constexpr,
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -148,11 +209,32 @@ def _decode_partial_kernel(
     FUSED_MERGE: tl.constexpr,
     PRECISION: tl.constexpr,
     PDL: tl.constexpr,
+    ROPE: tl.constexpr,  # rotate q and k here and store k and v first (see DecodeRotation)
+    HALF: tl.constexpr,  # ROPE: rotary_dim // 2
+    HEAD_DIM: tl.constexpr,  # ROPE: head_dim
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_PASS: tl.constexpr,
+    HAS_NORM: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     wait_for_previous_kernel(PDL)
+    if ROPE:
+        # Every split of this (sequence, KV head) does the same: rotate the group's q
+        # heads into q_ptr's rows and store the head's rotated k and its v into the cache.
+        # Splits writing the same values to the same places race harmlessly; the barrier
+        # makes this program's own writes visible to all its threads before they read.
+        _rotate_and_store(
+            raw_q_ptr, raw_k_ptr, raw_v_ptr, q_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr,
+            q_norm_ptr, k_norm_ptr, positions_ptr, cos_sin_ptr, slot_ptr, seq, kv_head,
+            stride_rqb, stride_rqh, stride_rkb, stride_rkh, stride_rvb, stride_rvh,
+            stride_qb, stride_qh, stride_kob, stride_koh, stride_cs,
+            stride_cache_block, stride_cache_offset, stride_cache_head, rope_eps,
+            GROUP, BLOCK_GQ, BLOCK_D, BLOCK_SIZE, HALF, HEAD_DIM, BLOCK_HALF, BLOCK_PASS,
+            HAS_NORM,
+        )  # fmt: skip
+        tl.debug_barrier()
 
     seq_len = tl.load(seq_lens_ptr + seq)
     num_tiles = tl.cdiv(seq_len, BLOCK_N)
@@ -289,6 +371,56 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+class DecodeRotation(NamedTuple):
+    """The rope kernel's work that ``paged_decode_attention(rotation=...)`` does in its own
+    launch before attending (one launch fewer per layer and decode step): the optional
+    q/k RMSNorm over head_dim, the rotation of q (the call's raw q) and of this step's k,
+    and the store of the rotated k and of v at the sequences' slots, with
+    ``kernels.rope``'s helpers and rounding."""
+
+    k: torch.Tensor  # [B, n_kv, head_dim], before norm and rotation
+    v: torch.Tensor  # [B, n_kv, head_dim], stored as is
+    positions: torch.Tensor  # [B]
+    cos_sin_cache: torch.Tensor | None  # [max_positions, rotary_dim] float32
+    slot_mapping: torch.Tensor | None  # [B] int64; < 0: stores nothing (padding)
+    q_norm: torch.Tensor | None = None  # [head_dim] (Qwen3), with k_norm
+    k_norm: torch.Tensor | None = None
+    eps: float = 0.0
+
+
+# what the launch passes when there is no rotation (the kernel never reads it)
+_NO_ROTATION = DecodeRotation(k=None, v=None, positions=None, cos_sin_cache=None, slot_mapping=None)
+_NO_ROPE_META = dict(ROPE=False, HALF=1, HEAD_DIM=1, BLOCK_HALF=1, BLOCK_PASS=0, HAS_NORM=False)
+
+
+def _rope_launch_args(rotation: DecodeRotation, q: torch.Tensor, kv_cache: torch.Tensor) -> dict:
+    """The kernel's rope constexprs, after checking ``rotation`` against q and the cache."""
+    batch, _, head_dim = q.shape
+    rotary_dim = rotation.cos_sin_cache.shape[1]
+    check_kv_write(rotation.k, rotation.v, kv_cache, rotation.slot_mapping)
+    if rotation.k.shape[0] != batch or rotation.positions.shape != (batch,):
+        raise ValueError("rotation k / positions do not match q's batch")
+    if rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim {rotary_dim} must be even and <= head_dim {head_dim}")
+    table = rotation.cos_sin_cache
+    if table.dtype != torch.float32 or table.stride(1) != 1:
+        raise ValueError("cos_sin_cache must be float32 with unit stride on its last dimension")
+    has_norm = rotation.q_norm is not None
+    if has_norm != (rotation.k_norm is not None):
+        raise ValueError("q_norm and k_norm come together")
+    if has_norm and (rotation.q_norm.shape != (head_dim,) or rotation.k_norm.shape != (head_dim,)):
+        raise ValueError(f"q/k norm weights must be [{head_dim}]")
+    pass_dim = head_dim - rotary_dim
+    return dict(
+        ROPE=True,
+        HALF=rotary_dim // 2,
+        HEAD_DIM=head_dim,
+        BLOCK_HALF=next_power_of_2(rotary_dim // 2),
+        BLOCK_PASS=next_power_of_2(pass_dim) if pass_dim else 0,
+        HAS_NORM=has_norm,
+    )
+
+
 def choose_num_splits(
     batch: int, num_kv_heads: int, max_seq_len: int, device: torch.device | str
 ) -> int:
@@ -314,6 +446,7 @@ def paged_decode_attention(
     out: torch.Tensor | None = None,  # [B, n_heads, head_dim]
     fused_merge: bool = True,
     pdl: bool = False,  # launch with programmatic dependent launch (kernels/_pdl.py)
+    rotation: DecodeRotation | None = None,  # q is raw: rotate it, store k/v, then attend
 ) -> torch.Tensor:  # [B, n_heads, head_dim] in q's dtype (or out's)
     """Attention of each sequence's single query over its whole paged KV (causality is
     implicit: the query is the last position). The token's own K/V must already be in
@@ -321,6 +454,8 @@ def paged_decode_attention(
     is chosen from ``max_seq_len`` (a host-side bound, e.g. from ``seq_lens_cpu``; the
     cache's capacity per sequence when omitted). With several splits, ``fused_merge``
     merges them in the same launch (see the module docstring), else in a second one.
+    With ``rotation`` (:class:`DecodeRotation`) the same launch first does the rope
+    kernel's work (q/k norm, rotation, K/V store); q is then the raw q.
     A sequence of length 0 (padding) gets zeros. No host sync."""
     batch, n_heads, head_dim = q.shape
     n_kv = kv_cache.shape[3]
@@ -361,6 +496,14 @@ def paged_decode_attention(
     fused = fused_merge and num_splits > 1
     counters = arrival_counters(COUNTERS, q.device, batch * n_kv) if fused else out  # [>= B*n_kv]
     k_cache, v_cache = kv_cache[0], kv_cache[1]
+    raw_q = q
+    if rotation is not None:
+        rope = _rope_launch_args(rotation, q, kv_cache)
+        q = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # the rotated q
+        k_out = torch.empty(rotation.k.shape, dtype=q.dtype, device=q.device)
+    else:
+        rope, k_out = None, q
+    r = rotation if rotation is not None else _NO_ROTATION._replace(k=q, v=q, positions=q)
     _decode_partial_kernel[(batch, n_kv, num_splits)](
         q,
         k_cache,
@@ -372,6 +515,15 @@ def paged_decode_attention(
         part_max,
         part_sum,
         counters,
+        raw_q,
+        r.k,
+        r.v,
+        k_out,
+        r.q_norm if r.q_norm is not None else q,
+        r.k_norm if r.k_norm is not None else q,
+        r.positions,
+        r.cos_sin_cache if r.cos_sin_cache is not None else q,
+        r.slot_mapping if r.slot_mapping is not None else q,
         scale * _LOG2E,
         q.stride(0),
         q.stride(1),
@@ -381,8 +533,18 @@ def paged_decode_attention(
         k_cache.stride(1),
         k_cache.stride(2),
         block_tables.stride(0),
+        raw_q.stride(0),
+        raw_q.stride(1),
+        r.k.stride(0),
+        r.k.stride(1),
+        r.v.stride(0),
+        r.v.stride(1),
+        k_out.stride(0),
+        k_out.stride(1),
+        r.cos_sin_cache.stride(0) if r.cos_sin_cache is not None else 0,
         n_heads,
         head_dim,
+        r.eps,
         GROUP=group,
         BLOCK_G=block_g,
         BLOCK_N=_BLOCK_N,
@@ -391,6 +553,7 @@ def paged_decode_attention(
         FUSED_MERGE=fused,
         PRECISION=dot_precision(q.dtype),
         **merge_meta,
+        **(rope or _NO_ROPE_META),
         num_warps=4,
         num_stages=2,
         **pdl_launch(pdl, q.device),

@@ -35,7 +35,7 @@ from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
 
 
 @triton.jit
-def _rope_heads(
+def rope_heads(
     x_ptr,
     out_ptr,
     norm_w_ptr,
@@ -109,6 +109,33 @@ def _rope_heads(
 
 
 @triton.jit
+def token_cos_sin(
+    positions_ptr, cos_sin_ptr, stride_cs, token, dtype: tl.constexpr,
+    HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):  # fmt: skip
+    """(cos, sin) [1, BLOCK_HALF] float32 at ``token``'s position, rounded to ``dtype``
+    as HF rounds them."""
+    pos = tl.load(positions_ptr + token).to(tl.int64)
+    j = tl.arange(0, BLOCK_HALF)[None, :]
+    cos = tl.load(cos_sin_ptr + pos * stride_cs + j, mask=j < HALF, other=0.0)
+    sin = tl.load(cos_sin_ptr + pos * stride_cs + HALF + j, mask=j < HALF, other=0.0)
+    return cos.to(dtype).to(tl.float32), sin.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def token_slot(
+    slot_ptr, token, num_kv_heads, stride_cache_block, stride_cache_offset,
+    BLOCK_SIZE: tl.constexpr,
+):  # fmt: skip
+    """(heads to store, offset of the token's slot in one of the paged caches): padding
+    tokens (slot < 0) store nothing, their head count drops to 0."""
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    cache_heads = tl.where(slot >= 0, num_kv_heads, 0)
+    slot_row = (slot // BLOCK_SIZE) * stride_cache_block + (slot % BLOCK_SIZE) * stride_cache_offset
+    return cache_heads, slot_row
+
+
+@triton.jit
 def _rope_kernel(
     q_ptr,
     k_ptr,
@@ -153,24 +180,17 @@ def _rope_kernel(
 ):
     token = tl.program_id(0).to(tl.int64)
     wait_for_previous_kernel(PDL)
-    pos = tl.load(positions_ptr + token).to(tl.int64)
-    j = tl.arange(0, BLOCK_HALF)[None, :]
-    dtype = q_out_ptr.dtype.element_ty
-    cos = tl.load(cos_sin_ptr + pos * stride_cs + j, mask=j < HALF, other=0.0)
-    sin = tl.load(cos_sin_ptr + pos * stride_cs + HALF + j, mask=j < HALF, other=0.0)
-    cos = cos.to(dtype).to(tl.float32)
-    sin = sin.to(dtype).to(tl.float32)
+    cos, sin = token_cos_sin(
+        positions_ptr, cos_sin_ptr, stride_cs, token, q_out_ptr.dtype.element_ty, HALF, BLOCK_HALF
+    )
     if STORE_KV:
-        slot = tl.load(slot_ptr + token).to(tl.int64)
-        # Padding tokens (slot < 0) store nothing: their head count drops to 0.
-        cache_heads = tl.where(slot >= 0, num_kv_heads, 0)
-        slot_row = (slot // BLOCK_SIZE) * stride_cache_block + (slot % BLOCK_SIZE) * (
-            stride_cache_offset
+        cache_heads, slot_row = token_slot(
+            slot_ptr, token, num_kv_heads, stride_cache_block, stride_cache_offset, BLOCK_SIZE
         )
     else:
         cache_heads = 0
         slot_row = 0
-    _rope_heads(
+    rope_heads(
         q_ptr,
         q_out_ptr,
         q_norm_ptr,
@@ -194,7 +214,7 @@ def _rope_kernel(
         HAS_NORM,
         False,
     )
-    _rope_heads(
+    rope_heads(
         k_ptr,
         k_out_ptr,
         k_norm_ptr,

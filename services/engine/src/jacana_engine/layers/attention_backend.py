@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from typing import Any
 
 import torch
 
@@ -32,6 +33,9 @@ class AttentionBackend(ABC):
     # Launch the decode kernel with programmatic dependent launch (``kernels/_pdl.py``);
     # set by the model runner before capture. Backends without such a kernel ignore it.
     dependent_launch: bool = False
+    # Fold the rotation of decode steps into the attention launch where the backend can
+    # (``rotates_decode``); set by the model runner. Backends that cannot ignore it.
+    fold_rope: bool = False
 
     @abstractmethod
     def forward(
@@ -43,9 +47,16 @@ class AttentionBackend(ABC):
         meta: AttentionMetadata,
         scale: float,
         kv_written: bool = False,
+        rotation: Any = None,
     ) -> torch.Tensor:  # [T, n_heads, head_dim] in q's dtype
         """Store k/v at ``meta.slot_mapping`` (skipped when ``kv_written``: they are already
-        there, and k/v may go unread), then attend each sequence's queries causally."""
+        there, and k/v may go unread), then attend each sequence's queries causally. With a
+        ``rotation`` (``LayerOps.decode_rotation``; only where ``rotates_decode`` said yes)
+        q and k are not yet rotated: the launch rotates them, stores k/v, then attends."""
+
+    def rotates_decode(self, meta: AttentionMetadata, num_tokens: int) -> bool:
+        """Whether ``forward`` takes a ``rotation`` for this step (never, by default)."""
+        return False
 
 
 # name -> "module:attribute" of an AttentionBackend subclass

@@ -93,6 +93,21 @@ class LayerOps(ABC):
             write_kv_cache(kv_cache, k[keep], v[keep], slot_mapping[keep])
         return q, k
 
+    def decode_rotation(
+        self,
+        k: torch.Tensor,  # [T, n_kv, head_dim], not yet normed or rotated
+        v: torch.Tensor,  # [T, n_kv, head_dim]
+        tables: Any,
+        q_norm: torch.Tensor | None,
+        k_norm: torch.Tensor | None,
+        eps: float,
+        slot_mapping: torch.Tensor,  # [T] int64
+    ) -> Any:
+        """What an attention backend needs to do ``rotate_and_store`` inside its own decode
+        launch (``AttentionBackend.forward(rotation=...)``), or None where these ops cannot
+        hand it over (the default)."""
+        return None
+
 
 class TorchOps(LayerOps):
     """Plain torch, the same arithmetic as the HF modules."""

@@ -99,7 +99,10 @@ class TorchAttentionBackend(AttentionBackend):
         meta: AttentionMetadata,
         scale: float,
         kv_written: bool = False,
+        rotation: object = None,
     ) -> torch.Tensor:
+        if rotation is not None:
+            raise ValueError("the torch backend does not rotate inside attention")
         if not kv_written:
             write_kv_cache(kv_cache, k, v, meta.slot_mapping)
         return paged_attention(q, kv_cache, meta, scale)

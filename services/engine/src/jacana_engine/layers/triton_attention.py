@@ -13,10 +13,15 @@ Stateless: the cache tensors belong to the model runner, the metadata to the ste
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import AttentionBackend
+
+if TYPE_CHECKING:
+    from jacana_engine.kernels.decode_attention import DecodeRotation
 
 
 class TritonAttentionBackend(AttentionBackend):
@@ -45,12 +50,15 @@ class TritonAttentionBackend(AttentionBackend):
         meta: AttentionMetadata,
         scale: float,
         kv_written: bool = False,
+        rotation: DecodeRotation | None = None,
     ) -> torch.Tensor:  # [T, n_heads, head_dim], contiguous, in q's dtype
-        if not kv_written:
+        if rotation is not None and not self._is_decode(meta, q.shape[0]):
+            raise ValueError("a rotation folds into decode steps only")
+        if not kv_written and rotation is None:
             self._write(k, v, kv_cache, meta.slot_mapping)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         max_query_len = meta.query_len_bound
-        if max_query_len == 1 and q.shape[0] == meta.seq_lens.shape[0]:
+        if self._is_decode(meta, q.shape[0]):
             return self._decode(
                 q,
                 kv_cache,
@@ -61,6 +69,7 @@ class TritonAttentionBackend(AttentionBackend):
                 max_seq_len=meta.seq_len_bound,
                 out=out,
                 pdl=self.dependent_launch,
+                rotation=rotation,
             )
         return self._prefill(
             q,
@@ -72,3 +81,11 @@ class TritonAttentionBackend(AttentionBackend):
             max_query_len=max_query_len,
             out=out,
         )
+
+    def rotates_decode(self, meta: AttentionMetadata, num_tokens: int) -> bool:
+        return self.fold_rope and self._is_decode(meta, num_tokens)
+
+    @staticmethod
+    def _is_decode(meta: AttentionMetadata, num_tokens: int) -> bool:
+        """Every sequence of the step has one query: the decode kernel's case."""
+        return meta.query_len_bound == 1 and num_tokens == meta.seq_lens.shape[0]

@@ -55,6 +55,12 @@ class TritonOps(LayerOps):
         store = self._kv_store(v, kv_cache, slot_mapping)
         return self._rotate(q, k, tables, q_norm, k_norm, eps, store)
 
+    def decode_rotation(self, k, v, tables, q_norm, k_norm, eps, slot_mapping):
+        from jacana_engine.kernels.decode_attention import DecodeRotation
+
+        positions, cache = tables
+        return DecodeRotation(k, v, positions, cache, slot_mapping, q_norm, k_norm, eps)
+
     def _rotate(self, q, k, tables, q_norm, k_norm, eps, store):
         positions, cache = tables  # [T], [max_positions, rotary_dim] float32
         if q_norm is not None:

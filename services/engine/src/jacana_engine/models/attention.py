@@ -81,7 +81,16 @@ class DecoderAttention(nn.Module):
         v = v.view(t, self.n_kv_heads, self.head_dim)
         q_w = self.q_norm.weight if self.qk_norm else None
         k_w = self.k_norm.weight if self.qk_norm else None
-        if self.ops.fuses_kv_store and self.backend.accepts_written_kv:
+        rotation = None
+        if self.backend.rotates_decode(meta, t):
+            rotation = self.ops.decode_rotation(
+                k, v, rope_tables, q_w, k_w, self.eps, meta.slot_mapping
+            )
+        if rotation is not None:
+            # One launch rotates, stores k/v and attends (a decode step, where the backend
+            # folds the ops' rotation into its kernel)
+            out = self.backend.forward(q, k, v, kv_cache, meta, self.scale, rotation=rotation)
+        elif self.ops.fuses_kv_store and self.backend.accepts_written_kv:
             # One launch rotates q/k and stores k/v into the cache (saves the backend's
             # own write launch per layer).
             q, k = self.ops.rotate_and_store(
