@@ -7,6 +7,7 @@ Read once in ``__main__`` and turned into an :class:`EmbedderConfig` and a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +22,24 @@ __all__ = ["DEFAULT_MODEL_ID", "EmbeddingsSettings", "default_model_path"]
 
 # Pooling names accepted by the override (those of sentence-transformers' Pooling module).
 _POOLING_NAMES = {"cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"}
+
+
+@dataclass(frozen=True)
+class DeviceDefaults:
+    """What an unset setting means on one kind of device (measured where each was chosen:
+    ``bench/results/embeddings_cpu.md``, ``embeddings_gpu.md``)."""
+
+    dtype: str
+    max_batch_tokens: int  # tokens per batch, padding included
+    max_batch_size: int
+    batches_in_flight: int  # on CUDA the next batch launches while one computes
+    cuda_graphs: bool
+
+
+DEVICE_DEFAULTS = {
+    "cpu": DeviceDefaults("float32", 2048, 256, 1, cuda_graphs=False),
+    "cuda": DeviceDefaults("float16", 65536, 4096, 2, cuda_graphs=True),
+}
 
 
 class EmbeddingsSettings(ServiceSettings):
@@ -186,16 +205,22 @@ class EmbeddingsSettings(ServiceSettings):
             return self.tokenizer_processes
         return default_tokenizer_processes(self.on_cuda)
 
+    @property
+    def device_defaults(self) -> DeviceDefaults:
+        """What the unset settings mean on this service's device."""
+        return DEVICE_DEFAULTS["cuda" if self.on_cuda else "cpu"]
+
     def resolved_max_batch_tokens(self) -> int:
         """max_batch_tokens, or the device's default when unset."""
-        return self.max_batch_tokens or (65536 if self.on_cuda else 2048)
+        return self.max_batch_tokens or self.device_defaults.max_batch_tokens
 
     def embedder_config(self) -> EmbedderConfig:
-        graphs = self.on_cuda if self.cuda_graphs is None else self.cuda_graphs
+        defaults = self.device_defaults
+        graphs = defaults.cuda_graphs if self.cuda_graphs is None else self.cuda_graphs
         return EmbedderConfig(
             model_dir=Path(self.model or default_model_path()),
             model_id=self.model_id,
-            dtype=self.dtype or ("float16" if self.on_cuda else "float32"),
+            dtype=self.dtype or defaults.dtype,
             device=self.device,
             linear_backend=self.linear_backend,
             max_input_tokens=self.max_input_tokens,
@@ -207,10 +232,11 @@ class EmbeddingsSettings(ServiceSettings):
         )
 
     def batcher_config(self) -> BatcherConfig:
+        defaults = self.device_defaults
         return BatcherConfig(
             max_batch_tokens=self.resolved_max_batch_tokens(),
-            max_batch_size=self.max_batch_size or (4096 if self.on_cuda else 256),
+            max_batch_size=self.max_batch_size or defaults.max_batch_size,
             max_wait_ms=self.max_wait_ms,
             max_queued_inputs=self.max_queued_inputs,
-            batches_in_flight=self.batches_in_flight or (2 if self.on_cuda else 1),
+            batches_in_flight=self.batches_in_flight or defaults.batches_in_flight,
         )
