@@ -16,7 +16,8 @@ texts). A departure anywhere else fails. The counts of exact prompts are written
 
 Transformers' run-to-run set: the continuations transformers itself produces for a
 prompt when only the way it is run changes (alone, left-padded in a batch with all the
-other prompts and in a pair with the next one, each with SDPA and with eager attention;
+other prompts, in a pair with the next one and in a four with the next three, each with
+SDPA and with eager attention;
 alone with a static KV cache; alone without a KV cache; alone with cuBLAS's full-precision
 bf16 reductions).
 The report also counts the prompts whose continuation lies inside that set.
@@ -139,8 +140,9 @@ def _full_precision_bf16_reductions():
 
 def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
     """Per prompt, transformers' distinct greedy continuations across ways of running it
-    that change nothing but how it computes: alone, left-padded in one batch of all and
-    in a pair with the next prompt, each with SDPA and with eager attention; alone with a
+    that change nothing but how it computes: alone, left-padded in one batch of all, in a
+    pair with the next prompt and in a batch of four with the next three, each with SDPA
+    and with eager attention; alone with a
     static KV cache; alone without a KV cache (every step recomputes the whole sequence,
     so each GEMM and attention sum has another shape); alone with full-precision bf16 GEMM
     reductions."""
@@ -148,13 +150,17 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
     def alone(**kwargs) -> list[list[int]]:
         return [tokens for tokens, _ in hf_greedy(model, prompts, **kwargs)]
 
-    def paired() -> list[list[int]]:
+    def grouped(size: int) -> list[list[int]]:
+        """Each prompt first in a batch with the ``size - 1`` prompts after it."""
         n = len(prompts)
-        return [hf_batched_greedy(model, [prompts[i], prompts[(i + 1) % n]])[0] for i in range(n)]
+        return [
+            hf_batched_greedy(model, [prompts[(i + j) % n] for j in range(size)])[0]
+            for i in range(n)
+        ]
 
-    runs = [alone(), hf_batched_greedy(model, prompts), paired()]
+    runs = [alone(), hf_batched_greedy(model, prompts), grouped(2), grouped(4)]
     with _attention(model, "eager"):
-        runs += [alone(), hf_batched_greedy(model, prompts), paired()]
+        runs += [alone(), hf_batched_greedy(model, prompts), grouped(2), grouped(4)]
     with _full_precision_bf16_reductions():
         runs.append(alone())
     runs.append(alone(use_cache=False))
