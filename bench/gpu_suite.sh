@@ -6,6 +6,8 @@
 #
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2),
 #             the embeddings service's GPU tests (over 7 min: a call of its own)
+# check       tests (at most 330 s), then the offline grid in what is left of 590 s: the
+#             GPU checks and the grid with the peer in one device call
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer;
 #             ($EMBED_REPS reps, default 5: this host varies run to run), then without the
 #             peer, once per ';'-separated variant in $EMBED_VARIANTS
@@ -58,13 +60,30 @@ smollm2=${JACANA_ASSET_SMOLLM2_135M_INSTRUCT_Q4_1_GGUF:-}
 [ -n "$smollm2" ] && export JACANA_SMOLLM2_GGUF=$smollm2
 
 PYTEST=(python3 -m pytest -p no:cacheprovider -o "addopts=-ra --import-mode=importlib" -q)
+
+gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durations)
+  stamp "GPU tests"
+  JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout -s INT "$1" "${PYTEST[@]}" -m "gpu and not slow" \
+    --durations=20 services/engine/tests services/embeddings/tests 2>&1 \
+    | tee "$OUT/pytest_gpu.log" | tail -45
+}
+
+offline_grid() {  # $1: seconds at most
+  stamp "offline grid"
+  timeout "$1" python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --reps 3 \
+    --profile --out "$OUT" 2>&1 | grep -v "^\[transformers\]" | tail -40
+}
+
 for phase in "$@"; do
   case "$phase" in
     tests)
-      stamp "GPU tests"
-      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout -s INT 570 "${PYTEST[@]}" -m "gpu and not slow" \
-        --durations=20 services/engine/tests services/embeddings/tests 2>&1 \
-        | tee "$OUT/pytest_gpu.log" | tail -45
+      gpu_tests 570
+      ;;
+    check)
+      # the GPU checks and the grid with the peer in one 10-minute device call: the grid
+      # gets what the tests leave of 590 s (its JSON is written model by model)
+      gpu_tests 330
+      offline_grid $((T0 + 590 - $(date +%s)))
       ;;
     embeddings)
       stamp "embeddings"
@@ -86,9 +105,7 @@ for phase in "$@"; do
       done
       ;;
     offline)
-      stamp "offline grid"
-      timeout 330 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --reps 3 \
-        --profile --out "$OUT" 2>&1 | grep -v "^\[transformers\]" | tail -40
+      offline_grid 330
       ;;
     online)
       stamp "offline c64 (no peer) for the online ratio"
