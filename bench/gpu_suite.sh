@@ -5,7 +5,8 @@
 #   bench/gpu_suite.sh PHASE [PHASE ...]
 #
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2),
-#             the embeddings service's GPU tests (over 7 min: a call of its own)
+#             the embeddings service's GPU tests (227 s in the last run, before more
+#             transformers variants and engine modes were added)
 # check       tests (at most 330 s), then the offline grid in what is left of 590 s: the
 #             GPU checks and the grid with the peer in one device call
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer;
@@ -30,8 +31,8 @@
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #
-# Durations seen on an H200 (plan device time with them): tests over 7 min, embeddings ~1 min
-# plus ~40 s per variant, targets ~1.5 min, online ~1 min per stream interval plus ~40 s
+# Durations seen on an H200 (plan device time with them): tests ~4 min, embeddings ~1 min
+# plus ~40 s per variant, targets ~4 min, dependent ~2.5 min, sweep ~1.5 min, pdl ~20 s, online ~1 min per stream interval plus ~40 s
 # for its offline run, spec ~5.5 min (the grid alone ~5 min; one concurrency of it still takes over 2.5 min:
 # the models load and warm up once per group), overlap ~2 min, skinny ~3 min. Model
 # files: SmolLM2 2 parts, MiniLM 2, Qwen2.5-Coder-0.5B 8 (~5 s of device time each).
