@@ -26,8 +26,9 @@
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
 # pdl         pdl_probe_gpu.py: what programmatic dependent launch would save per norm ->
 #             GEMV pair at the 8B o_proj and down_proj shapes (~1 min)
-# dependent   programmatic dependent launch (pdl): its GPU tests, and a profile of the 8B at
-#             b1 (~2.5 min)
+# dependent   programmatic dependent launch (pdl): its GPU tests with the skinny kernel's and
+#             the folded rotation's, the random-Qwen3 parity test, and a profile of the 8B
+#             at b1 (~2.5 min)
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #
@@ -149,8 +150,9 @@ for phase in "$@"; do
       ;;
     dependent)
       stamp "programmatic dependent launch: GPU tests"
-      timeout 200 "${PYTEST[@]}" -m gpu services/engine/tests/test_dependent_launch.py \
+      timeout 240 "${PYTEST[@]}" -m gpu services/engine/tests/test_dependent_launch.py \
         services/engine/tests/kernels/test_skinny_gemm.py \
+        services/engine/tests/kernels/test_decode_rotation.py \
         "services/engine/tests/test_gpu_engine.py::test_random_qwen3_matches_transformers" \
         2>&1 | tail -6
       stamp "8B b1, profiled"
