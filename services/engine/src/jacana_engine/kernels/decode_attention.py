@@ -381,16 +381,27 @@ class DecodeRotation(NamedTuple):
     k: torch.Tensor  # [B, n_kv, head_dim], before norm and rotation
     v: torch.Tensor  # [B, n_kv, head_dim], stored as is
     positions: torch.Tensor  # [B]
-    cos_sin_cache: torch.Tensor | None  # [max_positions, rotary_dim] float32
-    slot_mapping: torch.Tensor | None  # [B] int64; < 0: stores nothing (padding)
+    cos_sin_cache: torch.Tensor  # [max_positions, rotary_dim] float32
+    slot_mapping: torch.Tensor  # [B] int64; < 0: stores nothing (padding)
     q_norm: torch.Tensor | None = None  # [head_dim] (Qwen3), with k_norm
     k_norm: torch.Tensor | None = None
     eps: float = 0.0
 
 
-# what the launch passes when there is no rotation (the kernel never reads it)
-_NO_ROTATION = DecodeRotation(k=None, v=None, positions=None, cos_sin_cache=None, slot_mapping=None)
 _NO_ROPE_META = dict(ROPE=False, HALF=1, HEAD_DIM=1, BLOCK_HALF=1, BLOCK_PASS=0, HAS_NORM=False)
+
+
+def _rope_tensors(
+    rotation: DecodeRotation, raw_q: torch.Tensor, dtype: torch.dtype
+) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
+    """The kernel's rope tensors (raw q, k, v; k_out scratch; q/k norms; positions; table;
+    slots) and strides (q, k, v, k_out: batch and head; the table's row)."""
+    k_out = torch.empty(rotation.k.shape, dtype=dtype, device=raw_q.device)
+    norms = (rotation.q_norm, rotation.k_norm) if rotation.q_norm is not None else (raw_q,) * 2
+    tensors = (raw_q, rotation.k, rotation.v, k_out, *norms, rotation.positions,
+               rotation.cos_sin_cache, rotation.slot_mapping)  # fmt: skip
+    strides = tuple(st for t in (raw_q, rotation.k, rotation.v, k_out) for st in t.stride()[:2])
+    return tensors, (*strides, rotation.cos_sin_cache.stride(0))
 
 
 def _rope_launch_args(rotation: DecodeRotation, q: torch.Tensor, kv_cache: torch.Tensor) -> dict:
@@ -496,14 +507,12 @@ def paged_decode_attention(
     fused = fused_merge and num_splits > 1
     counters = arrival_counters(COUNTERS, q.device, batch * n_kv) if fused else out  # [>= B*n_kv]
     k_cache, v_cache = kv_cache[0], kv_cache[1]
-    raw_q = q
     if rotation is not None:
-        rope = _rope_launch_args(rotation, q, kv_cache)
-        q = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # the rotated q
-        k_out = torch.empty(rotation.k.shape, dtype=q.dtype, device=q.device)
-    else:
-        rope, k_out = None, q
-    r = rotation if rotation is not None else _NO_ROTATION._replace(k=q, v=q, positions=q)
+        rope_meta = _rope_launch_args(rotation, q, kv_cache)
+        raw_q, q = q, torch.empty(q.shape, dtype=q.dtype, device=q.device)  # q: rotated
+        rope_tensors, rope_strides = _rope_tensors(rotation, raw_q, q.dtype)
+    else:  # placeholders the kernel never reads
+        rope_meta, rope_tensors, rope_strides = _NO_ROPE_META, (q,) * 9, (0,) * 9
     _decode_partial_kernel[(batch, n_kv, num_splits)](
         q,
         k_cache,
@@ -515,15 +524,7 @@ def paged_decode_attention(
         part_max,
         part_sum,
         counters,
-        raw_q,
-        r.k,
-        r.v,
-        k_out,
-        r.q_norm if r.q_norm is not None else q,
-        r.k_norm if r.k_norm is not None else q,
-        r.positions,
-        r.cos_sin_cache if r.cos_sin_cache is not None else q,
-        r.slot_mapping if r.slot_mapping is not None else q,
+        *rope_tensors,
         scale * _LOG2E,
         q.stride(0),
         q.stride(1),
@@ -533,18 +534,10 @@ def paged_decode_attention(
         k_cache.stride(1),
         k_cache.stride(2),
         block_tables.stride(0),
-        raw_q.stride(0),
-        raw_q.stride(1),
-        r.k.stride(0),
-        r.k.stride(1),
-        r.v.stride(0),
-        r.v.stride(1),
-        k_out.stride(0),
-        k_out.stride(1),
-        r.cos_sin_cache.stride(0) if r.cos_sin_cache is not None else 0,
+        *rope_strides,
         n_heads,
         head_dim,
-        r.eps,
+        rotation.eps if rotation is not None else 0.0,
         GROUP=group,
         BLOCK_G=block_g,
         BLOCK_N=_BLOCK_N,
@@ -553,7 +546,7 @@ def paged_decode_attention(
         FUSED_MERGE=fused,
         PRECISION=dot_precision(q.dtype),
         **merge_meta,
-        **(rope or _NO_ROPE_META),
+        **rope_meta,
         num_warps=4,
         num_stages=2,
         **pdl_launch(pdl, q.device),
