@@ -23,6 +23,40 @@ def test_the_installed_triton_has_the_device_calls():
     assert triton_has_dependent_launch()
 
 
+@pytest.mark.parametrize(
+    ("tokens", "runner_on", "during"),
+    [(1, True, True), (16, True, True), (17, True, False), (1, False, False)],
+)
+def test_graphs_of_few_tokens_capture_dependent_launches(tokens, runner_on, during):
+    """The forward that decode graphs capture turns dependent launches on for steps of at
+    most PDL_MAX_TOKENS tokens, and off again after (eager steps launch plainly), even
+    when the forward fails."""
+    from types import SimpleNamespace
+
+    from jacana_engine.model_runner import PDL_MAX_TOKENS, ModelRunner
+
+    assert PDL_MAX_TOKENS == 16
+    state = {"on": False}
+    seen = []
+
+    def run_model(ids, positions, meta):
+        seen.append(state["on"])
+        if meta == "fail":
+            raise RuntimeError("forward failed")
+        return ids
+
+    runner = SimpleNamespace(
+        dependent_launch=runner_on,
+        model=SimpleNamespace(use_dependent_launch=lambda on: state.update(on=on)),
+        _run_model=run_model,
+    )
+    ids = torch.zeros(tokens, dtype=torch.int64)
+    assert ModelRunner._graph_forward(runner, ids, ids, "ok") is ids
+    with pytest.raises(RuntimeError):
+        ModelRunner._graph_forward(runner, ids, ids, "fail")
+    assert seen == [during, during] and not state["on"]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_dependent_launches_keep_every_token_on_the_gpu(peaked_qwen3):
