@@ -44,6 +44,7 @@ from common import (
 
 from jacana_engine.config import EngineConfig
 from jacana_engine.engine import LLMEngine
+from jacana_engine.layers.decode_gemm import describe_decode_gemms
 from jacana_engine.sampling_params import SamplingParams
 
 WORKLOADS = {
@@ -102,6 +103,8 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         "peak_host_rss_gib_after_load": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "gpu_allocated_gib_after_start": _gib("memory_allocated"),
         "weights_gib": sum(p.numel() * p.element_size() for p in engine.model.parameters()) / 2**30,
+        # the tuner's picks: close timings may pick differently run to run
+        "decode_gemm_picks": describe_decode_gemms(engine.model),
     }
     return engine, info
 

@@ -31,6 +31,7 @@ from jacana_engine.kernels.skinny_gemm import (
     MAX_M,
     QWEN3_SHAPES,
     NormPrologue,
+    SkinnyConfig,
     candidate_configs,
     pick_config,
     skinny_linear,
@@ -842,6 +843,22 @@ def test_norm_epilogue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
         torch.cuda.synchronize()
         assert torch.equal(got, want) and torch.equal(static_res, eager_res), seed
     assert not arrival_counters(COUNTERS, device, 1).any()
+
+
+def test_the_tuners_picks_are_described_per_shape():
+    from jacana_engine.layers.decode_gemm import describe_decode_gemms
+    from jacana_engine.layers.linear import Linear
+
+    model = torch.nn.Sequential(Linear(64, 40), Linear(64, 40), Linear(32, 64), Linear(32, 64))
+    tuned = SkinnyConfig(1, 8, 64, False, pdl=True, prefetch_tiles=2)
+    for layer in model[:2]:
+        layer.skinny_configs = {1: tuned, 2: SkinnyConfig(2, 8, 64, False)}
+        layer.norm_tail_configs = {1: tuned}
+    model[2].gated_input = model[3].gated_input = True
+    assert describe_decode_gemms(model) == {
+        "40x64": {"skinny": {1: "8x64 pdl+2", 2: "8x64"}, "norm_end": {1: "8x64 pdl+2"}},
+        "64x32 gated": {},
+    }
 
 
 def test_decode_gemm_row_bound_is_the_kernels():

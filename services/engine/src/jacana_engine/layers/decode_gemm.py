@@ -346,6 +346,33 @@ def _remembered(
     return choice
 
 
+def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str]]]:
+    """What the tuner chose, per weight shape ("NxK", " gated" for a gated input): the row
+    counts that run on the skinny kernel (``skinny``), fold the norm before the layer into
+    its start (``norm_start``) or the norm after it into its end (``norm_end``), each with
+    its launch config's label; row counts absent from ``skinny`` run on cuBLAS. For
+    benchmark records: the choice can differ run to run where candidates time close."""
+    described: dict[str, dict[str, dict[int, str]]] = {}
+    for module in model.modules():
+        if not isinstance(module, Linear):
+            continue
+        n, k = module.weight.shape
+        name = f"{n}x{k}{' gated' if module.gated_input else ''}"
+        if name in described:  # every layer of a shape holds the same choice
+            continue
+        picks = {
+            "skinny": module.skinny_configs,
+            "norm_start": module.norm_configs,
+            "norm_end": module.norm_tail_configs,
+        }
+        described[name] = {
+            kind: {m: _label(cfg) for m, cfg in sorted(configs.items())}
+            for kind, configs in picks.items()
+            if configs
+        }
+    return described
+
+
 def _label(cfg: SkinnyConfig) -> str:
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
     return f"{cfg.block_n}x{cfg.block_k}{prefetch if cfg.pdl else ''}"
