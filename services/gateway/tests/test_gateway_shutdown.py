@@ -76,12 +76,15 @@ async def test_sigterm_lets_an_open_stream_finish(engine, script):
                 json.loads(x[6:])["choices"][0]["delta"].get("content", "") for x in rest[:-1]
             )
             assert text == "".join(m.text for m in messages)
-            # Draining: new connections are refused meanwhile / afterwards.
-            try:
-                await http.get(f"{url}/health")
-                raise AssertionError("a draining gateway accepted a new connection")
-            except httpx.ConnectError:
-                pass
+            # Draining: new connections are refused meanwhile / afterwards. A client of its
+            # own, so the probe opens a new connection instead of reusing the stream's
+            # pooled one (which the gateway closes: a read error, not a refusal).
+            async with httpx.AsyncClient(timeout=20) as probe:
+                try:
+                    await probe.get(f"{url}/health")
+                    raise AssertionError("a draining gateway accepted a new connection")
+                except httpx.ConnectError:
+                    pass
         code = await asyncio.wait_for(proc.wait(), 20)
         assert code in (0, -signal.SIGTERM)
         assert engine.servicer.completed and not engine.servicer.cancelled
