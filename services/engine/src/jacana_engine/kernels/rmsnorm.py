@@ -17,6 +17,22 @@ from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
 
 
 @triton.jit
+def rms_scale(x, rstd, w, dtype: tl.constexpr):
+    """``w * (x * rstd)`` of float32 blocks, rounded as HF's RMSNorm rounds in ``dtype``:
+    the normalized values before the weight multiply, the product again (returned in
+    ``dtype``). Every kernel that normalizes (this one, RoPE's q/k norm, the skinny
+    GEMM's folded norms) rounds through here, so they agree bit for bit."""
+    return ((x * rstd).to(dtype).to(tl.float32) * w).to(dtype)
+
+
+@triton.jit
+def rms_norm_row(x, w, hidden, eps, dtype: tl.constexpr):
+    """One row [BLOCK] float32, zeros past ``hidden``: ``w * rms_norm(x)`` in ``dtype``."""
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / hidden + eps)
+    return rms_scale(x, rstd, w, dtype)
+
+
+@triton.jit
 def _rms_norm_kernel(
     x_ptr,
     residual_ptr,
@@ -43,10 +59,9 @@ def _rms_norm_kernel(
         summed = (x + r).to(residual_out_ptr.dtype.element_ty)
         tl.store(residual_out_ptr + row * stride_ro + cols, summed, mask=mask)
         x = summed.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / hidden + eps)
-    normed = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
     w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_o + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
+    out = rms_norm_row(x, w, hidden, eps, out_ptr.dtype.element_ty)
+    tl.store(out_ptr + row * stride_o + cols, out, mask=mask)
 
 
 def _launch(x, residual, weight, eps, out, residual_out, pdl) -> None:

@@ -32,6 +32,7 @@ from jacana_engine.kernels._common import (
     next_power_of_2,
 )
 from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
+from jacana_engine.kernels.rmsnorm import rms_scale
 
 
 @triton.jit
@@ -78,17 +79,13 @@ def rope_heads(
         rstd = tl.rsqrt(sq / HEAD_DIM + eps)[:, None]  # [BLOCK_H, 1]
         w1 = tl.load(norm_w_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)
         w2 = tl.load(norm_w_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)
-        x1 = ((x1 * rstd).to(out_ptr.dtype.element_ty).to(tl.float32) * w1).to(
-            out_ptr.dtype.element_ty
-        )
-        x2 = ((x2 * rstd).to(out_ptr.dtype.element_ty).to(tl.float32) * w2).to(
-            out_ptr.dtype.element_ty
-        )
-        x1 = x1.to(tl.float32)
-        x2 = x2.to(tl.float32)
+        odt = out_ptr.dtype.element_ty
+        x1 = rms_scale(x1, rstd, w1, odt).to(tl.float32)
+        x2 = rms_scale(x2, rstd, w2, odt).to(tl.float32)
         if BLOCK_PASS > 0:
             wp = tl.load(norm_w_ptr + 2 * HALF + p, mask=p < HEAD_DIM - 2 * HALF, other=0.0)
-            xp = (xp * rstd).to(out_ptr.dtype.element_ty).to(tl.float32) * wp.to(tl.float32)
+            # rounded here once more than before the store: the same value
+            xp = rms_scale(xp, rstd, wp.to(tl.float32), odt).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
     o1 = (x1 * cos).to(dtype).to(tl.float32) - (x2 * sin).to(dtype).to(tl.float32)
     o2 = (x2 * cos).to(dtype).to(tl.float32) + (x1 * sin).to(dtype).to(tl.float32)

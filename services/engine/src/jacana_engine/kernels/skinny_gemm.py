@@ -47,6 +47,7 @@ from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precision, next_power_of_2
 from jacana_engine.kernels._pdl import pdl_launch
 from jacana_engine.kernels.activation import silu_mul_rounded
+from jacana_engine.kernels.rmsnorm import rms_norm_row, rms_scale
 
 MAX_M = 16  # rows of x handled in one program; larger batches belong to cuBLAS
 COUNTERS = "skinny_gemm"  # the norm epilogue's arrival counter (kernels/_arrivals.py)
@@ -185,9 +186,8 @@ def _x_tile(
     x_mask = m_mask[:, None] & k_mask[None, :]
     if NORM > 0:  # RMSNorm's rounding: normed rows, then the weight product
         h = _norm_input(x_rows, r_rows, k, x_mask, NORM == 2, dtype)
-        normed = (h * rstd[:, None]).to(dtype).to(tl.float32)
         nw = tl.load(norm_w_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
-        x = (normed * nw[None, :]).to(dtype)
+        x = rms_scale(h, rstd[:, None], nw[None, :], dtype)
     else:
         x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
     if GATED:  # padding stays zero: silu(0) * 0
@@ -345,9 +345,7 @@ def _norm_rows(h_ptr, stride_h, w_ptr, out_ptr, stride_o, M, N, eps, BLOCK: tl.c
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     for m in range(0, M):  # m * stride: at most 16 rows of one row's width, no overflow
         x = tl.load(h_ptr + m * stride_h + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
-        normed = (x * rstd).to(dtype).to(tl.float32)
-        tl.store(out_ptr + m * stride_o + cols, (normed * w).to(dtype), mask=mask)
+        tl.store(out_ptr + m * stride_o + cols, rms_norm_row(x, w, N, eps, dtype), mask=mask)
 
 
 def can_use(x: torch.Tensor, weight: torch.Tensor) -> bool:
