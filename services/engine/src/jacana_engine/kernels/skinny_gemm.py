@@ -493,16 +493,7 @@ def _checked_tail(
     then_norm: NormEpilogue, out: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(weight, residual, residual_out) to launch with, checked against out [M, N]."""
-    n = out.shape[1]
-    if then_norm.weight.shape != (n,) or then_norm.weight.device != out.device:
-        raise ValueError(f"norm weight {tuple(then_norm.weight.shape)} does not match N={n}")
-    check_last_dim_contiguous("norm weight", then_norm.weight)
-    for name, t in (("residual", then_norm.residual), ("residual_out", then_norm.residual_out)):
-        if t.shape != out.shape or t.dtype != out.dtype:
-            raise ValueError(
-                f"{name} {tuple(t.shape)} {t.dtype} != output {tuple(out.shape)} {out.dtype}"
-            )
-        check_last_dim_contiguous(name, t)
+    _check_norm_pair(then_norm.weight, then_norm.residual, then_norm.residual_out, out, "N")
     return then_norm.weight, then_norm.residual, then_norm.residual_out
 
 
@@ -511,18 +502,33 @@ def _checked_norm(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(weight, residual, residual_out) to launch with; x's own buffer stands in for the
     residual pair when there is none (the kernel then never reads or writes it)."""
-    k = x.shape[1]
-    if norm.weight.shape != (k,) or norm.weight.device != x.device:
-        raise ValueError(f"norm weight {tuple(norm.weight.shape)} does not match x's K={k}")
-    check_last_dim_contiguous("norm weight", norm.weight)
     if (norm.residual is None) != (norm.residual_out is None):
         raise ValueError("residual and residual_out come together")
+    _check_norm_pair(norm.weight, norm.residual, norm.residual_out, x, "x's K")
     if norm.residual is None:
         return norm.weight, x, x
-    for name, t in (("residual", norm.residual), ("residual_out", norm.residual_out)):
-        if t.shape != x.shape or t.dtype != x.dtype:
-            raise ValueError(f"{name} {tuple(t.shape)} {t.dtype} != x {tuple(x.shape)} {x.dtype}")
-        check_last_dim_contiguous(name, t)
     if norm.residual_out.data_ptr() == norm.residual.data_ptr():
         raise ValueError("residual_out must not share residual's storage")
     return norm.weight, norm.residual, norm.residual_out
+
+
+def _check_norm_pair(
+    weight: torch.Tensor,  # [D] the norm's weight
+    residual: torch.Tensor | None,  # [M, D], with residual_out, or neither
+    residual_out: torch.Tensor | None,
+    rows: torch.Tensor,  # [M, D]: the rows normalized (x, or the output)
+    what: str,  # what D is called in messages
+) -> None:
+    """Raise ``ValueError`` unless a folded norm's tensors fit ``rows``."""
+    d = rows.shape[1]
+    if weight.shape != (d,) or weight.device != rows.device:
+        raise ValueError(f"norm weight {tuple(weight.shape)} does not match {what}={d}")
+    check_last_dim_contiguous("norm weight", weight)
+    for name, t in (("residual", residual), ("residual_out", residual_out)):
+        if t is None:
+            continue
+        if t.shape != rows.shape or t.dtype != rows.dtype:
+            raise ValueError(
+                f"{name} {tuple(t.shape)} {t.dtype} != rows {tuple(rows.shape)} {rows.dtype}"
+            )
+        check_last_dim_contiguous(name, t)

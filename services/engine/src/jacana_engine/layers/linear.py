@@ -94,15 +94,12 @@ class Linear(nn.Linear):
         """``(rms_norm(self(x) + residual), self(x) + residual)`` in one skinny-kernel launch
         (``kernels.skinny_gemm.NormEpilogue``: the last program to finish normalizes).
         Layers with a bias have no such launch (the bias would come before the add)."""
-        from jacana_engine.kernels.skinny_gemm import NormEpilogue, skinny_linear
+        from jacana_engine.kernels.skinny_gemm import NormEpilogue
 
         if self.bias is not None:
             raise ValueError("a layer with a bias cannot fold the norm after it")
         tail = NormEpilogue(norm_weight, eps, residual, residual)
-        normed = skinny_linear(
-            x.contiguous(), self.weight, config=config, gated=gated, then_norm=tail
-        )
-        return normed, residual
+        return self._on_skinny(x, config, gated=gated, then_norm=tail), residual
 
     def gated_forward(
         self,
@@ -121,8 +118,8 @@ class Linear(nn.Linear):
     def _on_skinny(
         self, x: torch.Tensor, config: SkinnyConfig | None, **kernel_args: Any
     ) -> torch.Tensor:  # [T, out]
-        """``skinny_linear`` of x (its ``gated`` or ``norm`` in ``kernel_args``) with this
-        layer's weight, plus its bias."""
+        """``skinny_linear`` of x (its ``gated``, ``norm`` or ``then_norm`` in
+        ``kernel_args``) with this layer's weight, plus its bias."""
         from jacana_engine.kernels.skinny_gemm import skinny_linear
 
         y = skinny_linear(x.contiguous(), self.weight, config=config, **kernel_args)
