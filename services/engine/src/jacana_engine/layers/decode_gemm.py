@@ -53,6 +53,7 @@ MARGIN = 0.9  # the skinny kernel must take at most this fraction of cuBLAS's ti
 # ... unless launched with PDL: then the kernels around it overlap its launch as well,
 # and a cuBLAS launch in their midst would break that chain
 PDL_MARGIN = 1.0
+_FOLDED = ("fused", "separate")  # how a norm fold's log line names its two sides
 SKINNY_MAX_ROWS = 16  # kernels.skinny_gemm.MAX_M, without importing Triton here
 _TRIALS = 3
 
@@ -66,13 +67,13 @@ def tune_decode_gemms(
     cache: TuningCache | None = None,
 ) -> dict[tuple, dict[int, SkinnyConfig]]:
     """Set ``skinny_configs`` (and with ``fuse_norm`` ``norm_configs`` and
-    ``norm_tail_configs``) on every CUDA
-    :class:`Linear` of ``model``, trying the row counts ``rows`` (those the decode graphs
-    run); returns, per (out, in, dtype) shape, the row counts that go to the skinny kernel
-    and the launch config of each. ``pdl`` adds each candidate launched with programmatic
-    dependent launch (``SkinnyConfig.pdl``; timed as the layers run back to back). With a
-    ``cache`` (``layers/tuning_cache.py``) a shape timed before on this GPU and software
-    is read back instead.
+    ``norm_tail_configs``) on every CUDA :class:`Linear` of ``model``, trying the row
+    counts ``rows`` (those the decode graphs run); returns, per (out, in, dtype) shape,
+    the row counts that go to the skinny kernel and the launch config of each. ``pdl``
+    adds each candidate launched with programmatic dependent launch
+    (``SkinnyConfig.pdl``; timed as the layers run back to back). With a ``cache``
+    (``layers/tuning_cache.py``) a shape timed before on this GPU and software is read
+    back instead.
 
     Cost: per shape and row count, 1 + C CUDA graphs (cuBLAS and C candidates: 6-7 at one
     row, 1-2 above) of one call per layer of that shape, each replayed 1 + 3 times; for
@@ -116,40 +117,26 @@ def _time_shape(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, S
     input, once per program, so its best tiling differs). The row counts where the
     skinny kernel wins, with the winning config."""
     from jacana_engine.kernels.activation import silu_and_mul
-    from jacana_engine.kernels.skinny_gemm import can_use, candidate_configs
+    from jacana_engine.kernels.skinny_gemm import can_use
 
     weight = layers[0].weight  # [N, K]
-    n, k = weight.shape
+    k = weight.shape[1]
     gated = _gated(layers)
-    picked: dict[int, SkinnyConfig] = {}
-    report = []
-    for m in rows:
+
+    def runs_for(m: int) -> tuple[list[Callable], Callable] | None:
         x = torch.randn(m, 2 * k if gated else k, device=weight.device, dtype=weight.dtype)
         if not can_use(x.new_empty(m, k), weight):  # the rows the kernel multiplies
-            continue
+            return None
 
-        def cublas_run(layer: Linear, x=x) -> Any:
+        def cublas(layer: Linear) -> Any:
             return layer.backend_forward(silu_and_mul(x) if gated else x)
 
-        cublas = _time(layers, cublas_run)
-        fastest = _fastest(
-            layers,
-            candidate_configs(m, n, k, pdl=pdl),
-            lambda layer, cfg, x=x: layer.skinny_forward(x, cfg, gated=gated),
-        )
-        if fastest is None:
-            continue
-        best, cfg = fastest
-        won = best < _margin(cfg) * cublas
-        if won:
-            picked[m] = cfg
-        per_layer = 1e6 / len(layers)  # seconds per pass -> us per call
-        report.append(
-            f"M={m} {'skinny' if won else 'cuBLAS'} (skinny {_label(cfg)} "
-            f"{best * per_layer:.2f} us, cuBLAS {cublas * per_layer:.2f} us)"
-        )
-    log.info("decode GEMM %dx%d %s: %s", n, k, weight.dtype, "; ".join(report))
-    return picked
+        def skinny(layer: Linear, cfg: SkinnyConfig) -> Any:
+            return layer.skinny_forward(x, cfg, gated=gated)
+
+        return [cublas], skinny
+
+    return _pick_per_row(layers, rows, pdl, "decode GEMM", ("skinny", "cuBLAS"), runs_for, _margin)
 
 
 def _fastest(
@@ -211,7 +198,7 @@ def _time_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool) -> dict[
 
         return [norm, lambda layer: layer(x)], folded
 
-    return _time_folding(layers, rows, pdl, "RMSNorm + decode GEMM", runs_for)
+    return _pick_per_row(layers, rows, pdl, "RMSNorm + decode GEMM", _FOLDED, runs_for)
 
 
 def _tune_norm_tail(
@@ -259,44 +246,49 @@ def _time_norm_tail(layers: list[Linear], rows: list[int], pdl: bool) -> dict[in
 
         return [gemm, norm], folded
 
-    return _time_folding(layers, rows, pdl, "decode GEMM + RMSNorm", runs_for)
+    return _pick_per_row(layers, rows, pdl, "decode GEMM + RMSNorm", _FOLDED, runs_for)
 
 
-def _time_folding(
+def _pick_per_row(
     layers: list[Linear],
     rows: list[int],
     pdl: bool,
     what: str,
+    names: tuple[str, str],
     runs_for: Callable[[int], tuple[list[Callable], Callable] | None],
+    margin: Callable[[SkinnyConfig], float] = lambda cfg: 1.0,
 ) -> dict[int, SkinnyConfig]:
-    """Per row count m, the separate launches against one folded launch with each
-    candidate config; ``runs_for(m)`` gives (the separate runs, each ``run(layer)``; the
-    folded run, ``run(layer, config)``), or None where the kernel cannot take m rows. The
-    row counts where folding is faster, with the config."""
+    """Per row count m, the launches the layers run now against one skinny launch with
+    each candidate config; ``runs_for(m)`` gives (the present runs, each ``run(layer)``;
+    the skinny run, ``run(layer, config)``), or None where the kernel cannot take m rows.
+    The fastest candidate is kept where it takes under ``margin(config)`` times the
+    present runs' time; returns those row counts with their config. ``names`` (kept,
+    present) label the log line."""
     from jacana_engine.kernels.skinny_gemm import candidate_configs
 
-    n, k = layers[0].weight.shape
-    fused: dict[int, SkinnyConfig] = {}
+    weight = layers[0].weight
+    n, k = weight.shape
+    picked: dict[int, SkinnyConfig] = {}
     report = []
     for m in rows:
         runs = runs_for(m)
         if runs is None:
             continue
-        separate_runs, folded = runs
-        separate = sum(_time(layers, run) for run in separate_runs)
-        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl), folded)
+        present_runs, skinny = runs
+        present = sum(_time(layers, run) for run in present_runs)
+        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl), skinny)
         if fastest is None:
             continue
         best, cfg = fastest
-        if best < separate:
-            fused[m] = cfg
-        per_layer = 1e6 / len(layers)
+        if best < margin(cfg) * present:
+            picked[m] = cfg
+        per_layer = 1e6 / len(layers)  # seconds per pass -> us per call
         report.append(
-            f"M={m} {'fused' if m in fused else 'separate'} (fused {_label(cfg)} "
-            f"{best * per_layer:.2f} us, separate {separate * per_layer:.2f} us)"
+            f"M={m} {names[0] if m in picked else names[1]} ({names[0]} {_label(cfg)} "
+            f"{best * per_layer:.2f} us, {names[1]} {present * per_layer:.2f} us)"
         )
-    log.info("%s %dx%d: %s", what, n, k, "; ".join(report))
-    return fused
+    log.info("%s %dx%d %s: %s", what, n, k, weight.dtype, "; ".join(report))
+    return picked
 
 
 @torch.inference_mode()
