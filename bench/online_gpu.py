@@ -33,7 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import CONFIGS_DIR, RESULTS_DIR, environment, fmt_spread, random_prompts, spread
+from common import (
+    CONFIGS_DIR,
+    RESULTS_DIR,
+    environment,
+    fmt_spread,
+    random_prompts,
+    spread,
+    write_results,
+)
 
 MODEL_ID = "bench"
 
@@ -235,7 +243,6 @@ def main() -> None:
         "gateway_streaming": result,
         "engine_stream_interval": int(os.environ.get("JACANA_ENGINE_STREAM_INTERVAL", "1")),
     }
-    (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     table = "\n".join(
         [
             "# Online GPU benchmark: streaming /v1/completions through gateway + gRPC",
@@ -251,7 +258,7 @@ def main() -> None:
             f"{fmt_spread(result['tpot_ms'], 2)} |",
         ]
     )
-    (args.out / f"{args.name}.md").write_text(table + "\n")
+    write_results(args.out, args.name, doc, table)
     print(table)
 
 
