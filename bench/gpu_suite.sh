@@ -5,8 +5,8 @@
 #   bench/gpu_suite.sh PHASE [PHASE ...]
 #
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2),
-#             the embeddings service's GPU tests (227 s in the last run, before more
-#             transformers variants and engine modes were added)
+#             the embeddings service's GPU tests: the KV-sizing tests alone, then the two
+#             parity tests beside all the others (one after another they took over 380 s)
 # check       tests (at most 330 s), then the offline grid in what is left of 590 s: the
 #             GPU checks and the grid with the peer in one device call
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer;
@@ -65,9 +65,24 @@ PYTEST=(python3 -m pytest -p no:cacheprovider -o "addopts=-ra --import-mode=impo
 
 gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durations)
   stamp "GPU tests"
-  JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout -s INT "$1" "${PYTEST[@]}" -m "gpu and not slow" \
-    --durations=20 services/engine/tests services/embeddings/tests 2>&1 \
-    | tee "$OUT/pytest_gpu.log" | tail -45
+  local end=$(($(date +%s) + $1)) left
+  local parity=services/engine/tests/test_gpu_engine.py memory=services/engine/tests/test_kv_sizing.py
+  # The KV-sizing tests read the device's free memory, so they run alone first. Then the
+  # parity tests (mostly transformers' generate, bound by the host's Python) run beside
+  # the rest, whose engines have fixed KV pools: about half the time of one after another.
+  timeout -s INT "$1" "${PYTEST[@]}" -m "gpu and not slow" "$memory" \
+    >"$OUT/pytest_gpu_memory.log" 2>&1
+  left=$((end - $(date +%s)))
+  JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout -s INT "$left" "${PYTEST[@]}" \
+    -m "gpu and not slow" --durations=5 "$parity" >"$OUT/pytest_gpu_parity.log" 2>&1 &
+  timeout -s INT "$left" "${PYTEST[@]}" -m "gpu and not slow" --durations=15 \
+    --ignore="$parity" --ignore="$memory" services/engine/tests services/embeddings/tests \
+    >"$OUT/pytest_gpu.log" 2>&1
+  wait
+  tail -3 "$OUT/pytest_gpu_memory.log"
+  tail -12 "$OUT/pytest_gpu_parity.log"
+  tail -30 "$OUT/pytest_gpu.log"
+  stamp "GPU tests done"
 }
 
 offline_grid() {  # $1: seconds at most

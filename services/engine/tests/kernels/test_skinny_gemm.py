@@ -37,7 +37,12 @@ from jacana_engine.kernels.skinny_gemm import (
     skinny_linear,
 )
 
-TOL = {torch.float32: (1e-6, 1e-5), torch.bfloat16: (3e-3, 4e-3)}
+# One bf16 ulp of the largest output, relative to it. A bf16 output rounds each element by
+# up to half an ulp, which is up to 2^-8 of the largest when that one sits just below a
+# power of two, and the float32 sums add their own ordering error on top (a bound of 4e-3
+# failed one run in four on an H200, at 4.98e-3).
+ONE_ULP = 2**-7
+TOL = {torch.float32: (1e-6, 1e-5), torch.bfloat16: (3e-3, ONE_ULP)}
 TOL_BF16_TRUNCATED = (6e-3, 8e-3)  # the CPU interpreter truncates float32 -> bfloat16
 SMALL = [(1, 64, 40), (3, 200, 96), (16, 200, 40), (5, 64, 96), (16, 64, 96)]
 # candidate_configs' tiles: N not a multiple of BLOCK_N, K not a multiple of BLOCK_K
@@ -744,10 +749,12 @@ def test_tune_decode_gemms_keeps_the_outputs(gpu, device, seed, checks):
             )
 
 
-# One bf16 ulp of the largest output, relative to it: a normalized element that rounds to
-# its neighbour moves an output by a fraction of an ulp, which may round either way, and
-# an ulp is up to 2^-7 of a value (a bound of 4e-3 failed one run in four on an H200).
-ONE_ULP = 2**-7
+# The folded norms sum a row's squares in another order than the norm kernel, so a
+# normalized element now and then rounds to its bf16 neighbour. Before a GEMM that moves
+# every output of its row by about 1e-4 of its size, which flips the bf16 rounding of a
+# few percent of them (a bound of 1% failed on an H200). Leaving the normalized values
+# unrounded would change about a fifth of them, so this still tells the two apart.
+FOLDED_NORM_FLIPS = 0.05
 
 
 @pytest.mark.gpu
@@ -771,7 +778,9 @@ def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
             want = skinny_linear(normed, w, config=cfg)
             assert torch.equal(res_out, summed), (m, cfg, seed)
             checks.close(got, want.float(), rel_l2=3e-3, max_rel=ONE_ULP, seed=seed, what=f"{m}")
-            checks.mostly_equal(got, want, max_fraction=0.01, seed=seed, what=f"{m} {cfg}")
+            checks.mostly_equal(
+                got, want, max_fraction=FOLDED_NORM_FLIPS, seed=seed, what=f"{m} {cfg}"
+            )
     layers = torch.nn.Sequential(*[Linear(k, n, bias=False) for _ in range(4)]).to(device)
     layers.to(torch.bfloat16).requires_grad_(False)
     for layer in layers:
@@ -821,7 +830,7 @@ def test_norm_epilogue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
             what = f"{name} m={m} {cfg}"
             assert torch.equal(new_residual, summed), f"{what} seed={seed}"
             checks.close(got, want.float(), rel_l2=3e-3, max_rel=ONE_ULP, seed=seed, what=what)
-            checks.mostly_equal(got, want, max_fraction=0.01, seed=seed, what=what)
+            checks.mostly_equal(got, want, max_fraction=FOLDED_NORM_FLIPS, seed=seed, what=what)
     assert not arrival_counters(COUNTERS, device, 1).any()
     cfg = dataclasses.replace(candidate_configs(1, n, k)[0], pdl=True)
     x, residual = inputs(1)
