@@ -127,3 +127,34 @@ def test_folded_rotation_at_qwen3_8b_sizes_gpu(gpu, device, seed, paged_batch, b
     differ = (got_cache != want_cache).double().mean().item()
     assert differ <= 1e-3, f"{differ:.2%} of cache elements differ, seed={seed}"
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [(9, 3, 64), (32, 8, 128)], ids=["smollm2", "qwen3-8b"])
+@pytest.mark.parametrize("num_splits", [None, 4])
+def test_folded_rotation_without_qk_norm_keeps_the_bits_gpu(
+    gpu, device, seed, paged_batch, heads, num_splits
+):
+    """Without a q/k norm nothing is summed before the rotation, so the fold must give the
+    rope kernel's bits exactly: bf16, batches of 1 and 64, contexts of up to 1,000 tokens,
+    each split of a sequence rotating and storing the same token, five fresh draws (a
+    split that read its cache before the token's K landed would show here). SmolLM2's
+    engine parity moved with the fold on an H200; this tells the kernel from the rest."""
+    n_heads, n_kv, head_dim = heads
+    gen = torch.Generator().manual_seed(seed)
+    table = _cos_sin(head_dim, device)
+    for batch_size in (1, 64):
+        for draw in range(5):
+            seq_lens = torch.randint(1, 1000, (batch_size,), generator=gen).tolist()
+            batch = paged_batch([1] * batch_size, seq_lens, block_size=16, n_kv=n_kv,
+                                head_dim=head_dim, dtype=torch.bfloat16, device=device)  # fmt: skip
+            width = (n_heads + 2 * n_kv) * head_dim
+            qkv = torch.randn(batch_size, width, device=device).bfloat16()
+            q, k, v = qkv.split([n_heads * head_dim, n_kv * head_dim, n_kv * head_dim], dim=1)
+            q, k, v = (t.view(batch_size, -1, head_dim) for t in (q, k, v))
+            (want, want_cache), (got, got_cache) = _both_ways(
+                batch, q, k, v, table, (None, None), num_splits=num_splits
+            )
+            what = f"batch {batch_size} draw {draw} seed={seed}"
+            assert torch.equal(got_cache, want_cache), f"cache differs: {what}"
+            assert torch.equal(got, want), f"output differs: {what}"
