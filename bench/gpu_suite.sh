@@ -6,7 +6,10 @@
 #
 # tests       kernel tests, Triton backend, engine vs transformers (random Qwen3, SmolLM2),
 #             the embeddings service's GPU tests: the KV-sizing tests alone, then the two
-#             parity tests beside all the others (one after another they took over 380 s)
+#             parity tests beside all the others (230 s; one after another over 380 s);
+#             whatever a test run leaves running is ended and named, with the load average
+#             (in the first parallel run the grid after it ran slower on the host: 8B and
+#             0.6B TTFT 1024 at 33 and 32 ms against 27 and 13 ms after serial tests)
 # check       tests (at most 330 s), then the offline grid in what is left of 590 s: the
 #             GPU checks and the grid with the peer in one device call
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs its transformers peer;
@@ -63,6 +66,26 @@ smollm2=${JACANA_ASSET_SMOLLM2_135M_INSTRUCT_Q4_1_GGUF:-}
 
 PYTEST=(python3 -m pytest -p no:cacheprovider -o "addopts=-ra --import-mode=importlib" -q)
 
+in_own_group() {  # run "$@" as the leader of a new process group; prints nothing
+  setsid "$@" &
+  echo $! >>"$OUT/.groups"
+  wait $!
+}
+
+end_leftovers() {  # kill what the groups started by in_own_group left running, and say so
+  local group left
+  for group in $(cat "$OUT/.groups" 2>/dev/null); do
+    left=$(pgrep -g "$group" -a 2>/dev/null) || continue
+    echo "[suite] left running by process group $group, ended:"
+    echo "$left" | head -5
+    kill -TERM -- "-$group" 2>/dev/null
+  done
+  rm -f "$OUT/.groups"
+  sleep 2
+  echo "[suite] load average $(cut -d' ' -f1-3 /proc/loadavg); GPU processes:" \
+    "$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' ')"
+}
+
 gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durations)
   stamp "GPU tests"
   local end=$(($(date +%s) + $1)) left
@@ -70,18 +93,22 @@ gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durati
   # The KV-sizing tests read the device's free memory, so they run alone first. Then the
   # parity tests (mostly transformers' generate, bound by the host's Python) run beside
   # the rest, whose engines have fixed KV pools: about half the time of one after another.
-  timeout -s INT "$1" "${PYTEST[@]}" -m "gpu and not slow" "$memory" \
+  # Each pytest leads its own process group, so that whatever it leaves running is
+  # ended (and named) before the benchmarks that follow.
+  in_own_group timeout -s INT "$1" "${PYTEST[@]}" -m "gpu and not slow" "$memory" \
     >"$OUT/pytest_gpu_memory.log" 2>&1
   left=$((end - $(date +%s)))
-  JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout -s INT "$left" "${PYTEST[@]}" \
-    -m "gpu and not slow" --durations=5 "$parity" >"$OUT/pytest_gpu_parity.log" 2>&1 &
-  timeout -s INT "$left" "${PYTEST[@]}" -m "gpu and not slow" --durations=15 \
+  JACANA_GPU_REPORT="$OUT/gpu_parity.json" in_own_group timeout -s INT "$left" \
+    "${PYTEST[@]}" -m "gpu and not slow" --durations=5 "$parity" \
+    >"$OUT/pytest_gpu_parity.log" 2>&1 &
+  in_own_group timeout -s INT "$left" "${PYTEST[@]}" -m "gpu and not slow" --durations=15 \
     --ignore="$parity" --ignore="$memory" services/engine/tests services/embeddings/tests \
     >"$OUT/pytest_gpu.log" 2>&1
   wait
   tail -3 "$OUT/pytest_gpu_memory.log"
   tail -12 "$OUT/pytest_gpu_parity.log"
   tail -30 "$OUT/pytest_gpu.log"
+  end_leftovers
   stamp "GPU tests done"
 }
 

@@ -128,9 +128,12 @@ def test_a_full_kv_pool_stops_planning_ahead_instead_of_preempting(toy):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_overlapped_graph_decoding_matches_serial_decoding_on_the_gpu():
+def test_overlapped_graph_decoding_matches_serial_decoding_on_the_gpu(tmp_path):
     """SmolLM2 with CUDA graphs: greedy and seeded (device-sampled) outputs are the same
-    whether decode steps overlap or not, in batches that shrink as requests end."""
+    whether decode steps overlap or not, in batches that shrink as requests end. The two
+    engines share one tuning cache, so they run the same decode GEMMs: each timing its
+    own may pick another config for a near-equal pair, which changes low bits and, at a
+    near-tie, a seeded draw (seen on an H200 with another test process beside it)."""
     from gpu_engines import assert_same_outputs, small_cuda_engine
     from test_gpu_engine import SMOL_PROMPTS, _smollm2_gguf
 
@@ -138,7 +141,12 @@ def test_overlapped_graph_decoding_matches_serial_decoding_on_the_gpu():
     if gguf is None:
         pytest.skip("SmolLM2 GGUF not available (set JACANA_SMOLLM2_GGUF)")
     serial, overlapped = (
-        small_cuda_engine(str(gguf), load_format="gguf", overlap_decode=overlap)
+        small_cuda_engine(
+            str(gguf),
+            load_format="gguf",
+            overlap_decode=overlap,
+            tuning_cache=str(tmp_path / "decode_gemm_tuning.json"),
+        )
         for overlap in (False, True)
     )
     prompts = [serial.tokenizer.encode(p) for p in SMOL_PROMPTS]

@@ -38,3 +38,16 @@ def test_bad_values_name_their_variable(monkeypatch, name, value):
     monkeypatch.setenv(f"JACANA_ENGINE_{name}", value)
     with pytest.raises(SettingsError, match=f"JACANA_ENGINE_{name}"):
         EngineSettings.load()
+
+
+def test_rope_folds_into_attention_except_for_float16():
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.model_runner import rope_folds_into_attention
+
+    def folds(**fields) -> bool:
+        return rope_folds_into_attention(EngineConfig(model="m", **fields))
+
+    assert folds(fuse_rope_attention=True, dtype="bfloat16")
+    assert folds(fuse_rope_attention=True, dtype="float32")
+    assert not folds(fuse_rope_attention=True, dtype="float16")
+    assert not folds(fuse_rope_attention=False, dtype="bfloat16")

@@ -122,6 +122,17 @@ def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
     )
 
 
+def rope_folds_into_attention(config: EngineConfig) -> bool:
+    """Whether decode attention does the rope kernel's work (``fuse_rope_attention``).
+    Never for float16 activations: the attention kernel is compiled with FMA contraction,
+    and only bfloat16's rotation products are rounded where no FMA can reach them
+    (``kernels/rope.rounded_product``)."""
+    if config.fuse_rope_attention and torch_dtype(config.dtype) == torch.float16:
+        log.warning("fuse_rope_attention is off for float16 activations")
+        return False
+    return config.fuse_rope_attention
+
+
 def kv_block_bytes(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     """Bytes one KV block takes across all layers (K and V)."""
     return sizing.kv_block_bytes(
@@ -245,7 +256,7 @@ class ModelRunner:
         replayed decode steps compute the same attention sums."""
         backend = getattr(self.model, "backend", None)
         if backend is not None:  # before capture too: graphs keep the launches they see
-            backend.fold_rope = config.fuse_rope_attention
+            backend.fold_rope = rope_folds_into_attention(config)
         self._graph_sizes: list[int] = []
         self.dependent_launch = False
         if self.device.type != "cuda" or not getattr(backend, "graph_safe", False):

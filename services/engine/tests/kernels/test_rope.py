@@ -18,6 +18,9 @@ import torch
 
 pytest.importorskip("triton")
 
+import triton
+import triton.language as tl
+
 from jacana_engine.kernels.kv_cache_write import kv_cache_write
 from jacana_engine.kernels.reference import (
     build_cos_sin_cache,
@@ -25,7 +28,7 @@ from jacana_engine.kernels.reference import (
     rope_kv_store_reference,
     rope_reference,
 )
-from jacana_engine.kernels.rope import KVStore, qk_norm_rope, rope
+from jacana_engine.kernels.rope import KVStore, qk_norm_rope, rope, rounded_product
 
 
 def _inv_freq(rotary_dim: int, theta: float = 1e6) -> torch.Tensor:
@@ -252,3 +255,29 @@ def test_rope_store_gpu_qwen3_8b(gpu, device, seed, checks, qk_norm, batch):
         qk_norm=qk_norm,
         pad=batch // 8,
     )
+
+
+@triton.jit
+def _bf16_products(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + i, mask=i < n, other=0.0)
+    b = tl.load(b_ptr + i, mask=i < n, other=0.0)
+    tl.store(out_ptr + i, rounded_product(a, b, tl.bfloat16), mask=i < n)
+
+
+def test_rounded_product_rounds_to_nearest_even_like_torch(device, seed):
+    """The rotation's products in bfloat16 are rounded on their bits (``rounded_product``):
+    the same bits as torch's cast of the float32 product, ties to even included, over
+    random and hand-picked operands (a tie, a carry into the exponent, overflow to inf,
+    signed zeros)."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(1000, generator=gen) * torch.exp(4 * torch.randn(1000, generator=gen))
+    b = torch.randn(1000, generator=gen)
+    tie = 1.0 + 2.0**-8  # halfway between two bf16 neighbours of 1: to even, 1.0
+    hand_a = torch.tensor([tie, 1.0 + 3 * 2.0**-8, 2.0 - 2.0**-9, 3e38, 0.0, -0.0, -tie])
+    hand_b = torch.tensor([1.0, 1.0, 1.0, 10.0, -1.0, 1.0, 1.0])
+    a, b = torch.cat([a, hand_a]).to(device), torch.cat([b, hand_b]).to(device)
+    out = torch.empty_like(a)
+    _bf16_products[(1,)](a, b, out, a.numel(), BLOCK=triton.next_power_of_2(a.numel()))
+    want = (a * b).to(torch.bfloat16).float()
+    assert torch.equal(out.view(torch.int32), want.view(torch.int32)), f"seed={seed}"

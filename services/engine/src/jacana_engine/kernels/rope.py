@@ -7,8 +7,12 @@ into the table). Dims past ``rotary_dim`` pass through. The Qwen3 variant first 
 RMSNorm over each head's ``head_dim`` with a shared weight [head_dim].
 
 Rounding follows HF in the activation dtype: cos/sin are cast to it, each product is
-rounded, then the sum; the q/k norm rounds like ``rms_norm``. The kernel is compiled
-without floating-point contraction: an FMA would skip the product's rounding. Works in
+rounded, then the sum; the q/k norm rounds like ``rms_norm``. An FMA would skip the
+product's rounding, so the kernel is compiled without floating-point contraction, and in
+bfloat16 each product is rounded with integer arithmetic (``rounded_product``), which no
+compiler fuses: decode attention folds this rotation into a kernel compiled with
+contraction on (with casts there, the folded rotation's K differed from this kernel's on
+an H200; a bf16 FMA of a narrowed product and the sum is the likely cause). Works in
 place (the default) or into given output tensors; q and k may be strided views of a fused
 QKV projection.
 
@@ -33,6 +37,22 @@ from jacana_engine.kernels._common import (
 )
 from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
 from jacana_engine.kernels.rmsnorm import rms_scale
+
+
+@triton.jit
+def rounded_product(a, b, dtype: tl.constexpr):
+    """``a * b`` of float32 blocks rounded to ``dtype``, returned in float32. For
+    bfloat16 the rounding (to nearest, ties to even) is done on the bits: a cast would let
+    LLVM narrow the product to a bf16 multiply and, where contraction is on, fuse it with
+    the add that follows. It also rounds to nearest under the CPU interpreter, whose cast
+    truncates."""
+    p = a * b
+    if dtype == tl.bfloat16:
+        bits = p.to(tl.uint32, bitcast=True)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        return p.to(dtype).to(tl.float32)
 
 
 @triton.jit
@@ -87,8 +107,8 @@ def rope_heads(
             # rounded here once more than before the store: the same value
             xp = rms_scale(xp, rstd, wp.to(tl.float32), odt).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
-    o1 = (x1 * cos).to(dtype).to(tl.float32) - (x2 * sin).to(dtype).to(tl.float32)
-    o2 = (x2 * cos).to(dtype).to(tl.float32) + (x1 * sin).to(dtype).to(tl.float32)
+    o1 = rounded_product(x1, cos, dtype) - rounded_product(x2, sin, dtype)
+    o2 = rounded_product(x2, cos, dtype) + rounded_product(x1, sin, dtype)
     tl.store(dst + j, o1.to(dtype), mask=rot_mask)
     tl.store(dst + HALF + j, o2.to(dtype), mask=rot_mask)
     if BLOCK_PASS > 0:
