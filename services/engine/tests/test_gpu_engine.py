@@ -5,7 +5,9 @@ dependent launch (``decode_gemm="auto"``, ``pdl=True``: mode "graphs-skinny-pdl"
 steps never use it; without PDL the kernels give the same bits, which
 ``test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu`` checks); and cuBLAS graphs with
 RoPE and the KV store folded into decode attention (``fuse_rope_attention``: mode
-"graphs-rope-in-attention").
+"graphs-rope-in-attention"). SmolLM2 also runs eagerly on the torch attention backend
+(float32 SDPA over the gathered cache: mode "eager-torch-attention"), which tells a
+departure caused by the Triton attention kernels' roundings from one that is not.
 
 The oracle: for every prompt our greedy continuation equals transformers' (batch of one,
 ``generate``, same dtype and device), or first departs from it at a near-tie, where
@@ -309,5 +311,6 @@ def test_smollm2_matches_transformers():
         "graphs-rope-in-attention": _engine(
             str(gguf), "gguf", eager=False, fuse_rope_attention=True
         ),
+        "eager-torch-attention": _engine(str(gguf), "gguf", eager=True, attention_backend="torch"),
     }
     _check_and_report("smollm2-135m", ref, prompts, engines, run_to_run)
