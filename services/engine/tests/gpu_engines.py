@@ -1,5 +1,5 @@
-"""Helpers of the GPU engine tests: a small bf16 CUDA engine, and a check that two
-engines give the same outputs."""
+"""Helpers of the GPU engine tests: a small bf16 CUDA engine, a check that two engines
+give the same outputs, and a tiny Llama's config for ``load_format="dummy"`` engines."""
 
 from __future__ import annotations
 
@@ -8,6 +8,22 @@ from typing import Any
 from jacana_engine.config import EngineConfig
 from jacana_engine.engine import LLMEngine
 from jacana_engine.sampling_params import SamplingParams
+
+# A 4-layer Llama (GQA 8/2, 512 wide): big enough for several KV blocks per sequence and a
+# measurable weight footprint, small enough to load in a moment. Written as config.json.
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 4096,
+    "hidden_size": 512,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
 
 
 def small_cuda_engine(model: str, *, tokenizer: Any = "default", **config: Any) -> LLMEngine:

@@ -131,26 +131,14 @@ def test_settings_take_one_budget_and_bound_the_fraction(monkeypatch, tmp_path):
 # CUDA: the pool is a fraction of the device memory left free by the weights
 # ------------------------------------------------------------------------------------------
 
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "vocab_size": 4096,
-    "hidden_size": 512,
-    "intermediate_size": 1024,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-}
-
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("fraction", [0.05, None])
 def test_cuda_pool_is_a_fraction_of_the_memory_free_after_the_weights(tmp_path, caplog, fraction):
     import json
+
+    from gpu_engines import TINY_LLAMA
 
     from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine

@@ -315,20 +315,6 @@ def test_real_model_cache_hit_gives_identical_tokens(smol):
 # CUDA: cache hits and preemption keep greedy tokens (Triton attention, CUDA graphs)
 # ------------------------------------------------------------------------------------------
 
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "vocab_size": 4096,
-    "hidden_size": 512,
-    "intermediate_size": 1024,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-}
-
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -336,6 +322,8 @@ def test_gpu_cache_hits_and_preemption_keep_greedy_tokens(tmp_path):
     """fp32 random weights with logits sharpened 30x, so that a reordered floating-point
     sum cannot flip a greedy choice: any difference is a wrong block, slot or position."""
     import json
+
+    from gpu_engines import TINY_LLAMA
 
     from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine
