@@ -5,6 +5,12 @@ kernel, on CPU under the interpreter and on the GPU at Qwen3-8B sizes."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -158,3 +164,20 @@ def test_folded_rotation_without_qk_norm_keeps_the_bits_gpu(
             what = f"batch {batch_size} draw {draw} seed={seed}"
             assert torch.equal(got_cache, want_cache), f"cache differs: {what}"
             assert torch.equal(got, want), f"output differs: {what}"
+
+
+def test_the_folded_rotation_compiles_to_no_bf16_fma_for_hopper():
+    """The folding attention kernel is compiled with FMA contraction, where a rotation
+    that rounds its products with casts loses a rounding to a bf16 FMA (the cast case
+    shows LLVM doing it); the rotation's products are rounded on their bits instead, so
+    the kernel's sm90 PTX holds no bf16 FMA, with and without the q/k norm. Compiled for
+    the GPU here, without one, in a process outside the CPU interpreter."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("hopper_ptx.py")
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counts["cast_rounding"] >= 1, counts  # the hazard is real with this compiler
+    assert counts["folded_rotation"] == counts["folded_rotation_qk_norm"] == 0, counts

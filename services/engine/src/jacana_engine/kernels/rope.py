@@ -11,8 +11,9 @@ rounded, then the sum; the q/k norm rounds like ``rms_norm``. An FMA would skip 
 product's rounding, so the kernel is compiled without floating-point contraction, and in
 bfloat16 each product is rounded with integer arithmetic (``rounded_product``), which no
 compiler fuses: decode attention folds this rotation into a kernel compiled with
-contraction on (with casts there, the folded rotation's K differed from this kernel's on
-an H200; a bf16 FMA of a narrowed product and the sum is the likely cause). Works in
+contraction on, where with casts LLVM narrowed the products to bf16 multiplies and fused
+them into the sums (``fma.rn.bf16`` in its sm90 PTX; its K then differed from this
+kernel's on an H200). ``test_decode_rotation`` compiles it for sm90 to check. Works in
 place (the default) or into given output tensors; q and k may be strided views of a fused
 QKV projection.
 

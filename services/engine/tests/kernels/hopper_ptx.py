@@ -1,0 +1,85 @@
+"""Compiles Triton kernels for an H100/H200 (sm90) without a GPU and prints, as JSON, how
+many bfloat16 FMAs (``fma.rn.bf16``) each one's PTX holds. Run as a script, outside the
+CPU interpreter (``TRITON_INTERPRET`` unset): ``python hopper_ptx.py``.
+
+Cases:
+- ``folded_rotation`` / ``folded_rotation_qk_norm``: decode attention with the rope
+  kernel's work folded in (``ROPE=True``), SmolLM2's heads, compiled with FMA contraction
+  like every launch of it;
+- ``cast_rounding``: the rotation written with casts for its roundings,
+  ``(x1 * cos).to(bf16) - (x2 * sin).to(bf16)``, compiled with contraction. LLVM narrows
+  each product to a bf16 multiply and fuses one into the subtraction.
+"""
+
+from __future__ import annotations
+
+import json
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+HOPPER = GPUTarget("cuda", 90, 32)
+
+
+@triton.jit
+def _cast_rounding(x_ptr, cos_ptr, sin_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x1 = tl.load(x_ptr + i).to(tl.float32)
+    x2 = tl.load(x_ptr + BLOCK + i).to(tl.float32)
+    cos = tl.load(cos_ptr + i).to(tl.bfloat16).to(tl.float32)
+    sin = tl.load(sin_ptr + i).to(tl.bfloat16).to(tl.float32)
+    a = (x1 * cos).to(tl.bfloat16).to(tl.float32)
+    b = (x2 * sin).to(tl.bfloat16).to(tl.float32)
+    tl.store(out_ptr + i, (a - b).to(tl.bfloat16))
+
+
+def _bf16_fmas(fn, signature: dict, constexprs: dict) -> int:
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    ptx = triton.compile(source, target=HOPPER, options={"enable_fp_fusion": True}).asm["ptx"]
+    return sum("fma.rn.bf16" in line for line in ptx.splitlines())
+
+
+def _folded_rotation(has_norm: bool) -> int:
+    from jacana_engine.kernels import decode_attention
+
+    fn = decode_attention._decode_partial_kernel
+    pointer_types = {
+        "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "counters_ptr": "*i32",
+        "part_acc_ptr": "*fp32", "part_max_ptr": "*fp32", "part_sum_ptr": "*fp32",
+        "positions_ptr": "*i64", "cos_sin_ptr": "*fp32", "slot_ptr": "*i64",
+    }  # fmt: skip
+    # SmolLM2: 9 q heads over 3 KV heads of 64, block 16, four splits merged in the launch
+    constexprs = dict(
+        GROUP=3, BLOCK_G=16, BLOCK_N=decode_attention._BLOCK_N, BLOCK_D=64, BLOCK_SIZE=16,
+        NUM_SPLITS=4, BLOCK_GQ=4, BLOCK_S=4, CHUNK_S=4, FUSED_MERGE=True, PRECISION="tf32",
+        PDL=False, ROPE=True, HALF=32, HEAD_DIM=64, BLOCK_HALF=32, BLOCK_PASS=0,
+        HAS_NORM=has_norm,
+    )  # fmt: skip
+    signature = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = pointer_types.get(name, "*bf16")
+        elif name in ("scale_log2", "rope_eps"):
+            signature[name] = "fp32"
+        else:  # strides and sizes
+            signature[name] = "i32"
+    return _bf16_fmas(fn, signature, constexprs)
+
+
+def main() -> None:
+    cast_signature = {"x_ptr": "*bf16", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
+                      "out_ptr": "*bf16", "BLOCK": "constexpr"}  # fmt: skip
+    counts = {
+        "folded_rotation": _folded_rotation(False),
+        "folded_rotation_qk_norm": _folded_rotation(True),
+        "cast_rounding": _bf16_fmas(_cast_rounding, cast_signature, {"BLOCK": 128}),
+    }
+    print(json.dumps(counts))
+
+
+if __name__ == "__main__":
+    main()
