@@ -77,3 +77,30 @@ def test_an_unwritable_place_only_warns(tmp_path, caplog):
         cache.put("k", CHOICE)
     assert "not written" in caplog.text
     assert cache.get("k") == CHOICE  # this process still remembers it
+
+
+_WRITER = """
+import sys
+from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+from jacana_engine.layers.tuning_cache import TuningCache
+path, name = sys.argv[1], sys.argv[2]
+for i in range(25):  # a fresh object each time: every put starts from an old read
+    TuningCache(path).put(f"{name}-{i}", {1: SkinnyConfig(1, 8, 1024, False)})
+"""
+
+
+def test_engines_writing_at_once_keep_each_others_entries(tmp_path):
+    """Three processes each put 25 keys into one file at the same time: all 75 remain
+    (without the lock and merge, each write dropped what the others had added since its
+    read)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.json"
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), f"w{n}"]) for n in range(3)
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0, 0]
+    cache = TuningCache(path)
+    missing = [f"w{n}-{i}" for n in range(3) for i in range(25) if cache.get(f"w{n}-{i}") is None]
+    assert not missing, missing

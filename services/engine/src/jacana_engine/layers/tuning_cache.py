@@ -7,12 +7,14 @@ the same machine reads it back instead; a new GPU, CUDA, torch, Triton or model 
 misses and is timed afresh, and so does a change to the kernel or the tuner (their
 source is part of the key, so new candidates get their chance). An unreadable file
 counts as empty and an unwritable one is skipped, each with a warning: the cache can
-cost a start-up its speed, never its correctness.
+cost a start-up its speed, never its correctness. Writers on one host take turns under a
+lock file beside it and merge, so engines starting together keep each other's entries.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import json
@@ -83,15 +85,24 @@ class TuningCache:
             return None
 
     def put(self, key: str, choice: dict[int, SkinnyConfig]) -> None:
-        entries = self._load()
-        entries[key] = {str(m): dataclasses.asdict(cfg) for m, cfg in choice.items()}
+        value = {str(m): dataclasses.asdict(cfg) for m, cfg in choice.items()}
+        self._load()[key] = value  # this process remembers it even if the file cannot
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # a whole file or none: concurrent starts each write their own, then rename
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name)
-            with os.fdopen(fd, "w") as f:
-                json.dump(entries, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
+            # Engines starting together on one host share the file: under an exclusive
+            # lock, re-read what the others wrote, add this entry, and replace the file
+            # whole (readers without the lock see the old file or the new, never half).
+            with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                remembered = self._entries
+                self._entries = None
+                entries = {**remembered, **self._load()}
+                entries[key] = value
+                self._entries = entries
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name)
+                with os.fdopen(fd, "w") as f:
+                    json.dump(entries, f, indent=1, sort_keys=True)
+                os.replace(tmp, self.path)
         except OSError as exc:
             log.warning("decode GEMM tuning cache %s not written: %s", self.path, exc)
 
