@@ -1,6 +1,7 @@
-"""Compiles Triton kernels for an H100/H200 (sm90) without a GPU and prints, as JSON, how
-many bfloat16 FMAs (``fma.rn.bf16``) each one's PTX holds. Run as a script, outside the
-CPU interpreter (``TRITON_INTERPRET`` unset): ``python hopper_ptx.py``.
+"""Compiles Triton kernels for an H100/H200 (sm90) without a GPU
+(``kernels/offline_compile.py``) and prints, as JSON, how many bfloat16 FMAs
+(``fma.rn.bf16``) each one's PTX holds. Run as a script, outside the CPU interpreter
+(``TRITON_INTERPRET`` unset): ``python hopper_ptx.py``.
 
 Cases:
 - ``folded_rotation`` / ``folded_rotation_qk_norm``: decode attention with the rope
@@ -17,10 +18,8 @@ import json
 
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
-HOPPER = GPUTarget("cuda", 90, 32)
+from jacana_engine.kernels.offline_compile import compile_for, ptx_count, signature_for
 
 
 @triton.jit
@@ -35,17 +34,16 @@ def _cast_rounding(x_ptr, cos_ptr, sin_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + i, (a - b).to(tl.bfloat16))
 
 
-def _bf16_fmas(fn, signature: dict, constexprs: dict) -> int:
-    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    ptx = triton.compile(source, target=HOPPER, options={"enable_fp_fusion": True}).asm["ptx"]
-    return sum("fma.rn.bf16" in line for line in ptx.splitlines())
+def _bf16_fmas(fn, constexprs: dict, pointers: dict, floats: tuple = ()) -> int:
+    signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
+    kernel = compile_for(fn, signature, constexprs, enable_fp_fusion=True)
+    return ptx_count(kernel, "fma.rn.bf16")
 
 
 def _folded_rotation(has_norm: bool) -> int:
     from jacana_engine.kernels import decode_attention
 
-    fn = decode_attention._decode_partial_kernel
-    pointer_types = {
+    pointers = {
         "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "counters_ptr": "*i32",
         "part_acc_ptr": "*fp32", "part_max_ptr": "*fp32", "part_sum_ptr": "*fp32",
         "positions_ptr": "*i64", "cos_sin_ptr": "*fp32", "slot_ptr": "*i64",
@@ -57,27 +55,18 @@ def _folded_rotation(has_norm: bool) -> int:
         PDL=False, ROPE=True, HALF=32, HEAD_DIM=64, BLOCK_HALF=32, BLOCK_PASS=0,
         HAS_NORM=has_norm,
     )  # fmt: skip
-    signature = {}
-    for name in fn.arg_names:
-        if name in constexprs:
-            signature[name] = "constexpr"
-        elif name.endswith("_ptr"):
-            signature[name] = pointer_types.get(name, "*bf16")
-        elif name in ("scale_log2", "rope_eps"):
-            signature[name] = "fp32"
-        else:  # strides and sizes
-            signature[name] = "i32"
-    return _bf16_fmas(fn, signature, constexprs)
+    return _bf16_fmas(
+        decode_attention._decode_partial_kernel, constexprs, pointers, ("scale_log2", "rope_eps")
+    )
 
 
 def main() -> None:
-    cast_signature = {"x_ptr": "*bf16", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
-                      "out_ptr": "*bf16", "BLOCK": "constexpr"}  # fmt: skip
     counts = {
         "folded_rotation": _folded_rotation(False),
         "folded_rotation_qk_norm": _folded_rotation(True),
-        "cast_rounding": _bf16_fmas(_cast_rounding, cast_signature, {"BLOCK": 128}),
-    }
+        "cast_rounding": _bf16_fmas(_cast_rounding, {"BLOCK": 128}, {"cos_ptr": "*fp32",
+                                                                     "sin_ptr": "*fp32"}),
+    }  # fmt: skip
     print(json.dumps(counts))
 
 
