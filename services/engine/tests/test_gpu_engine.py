@@ -197,14 +197,18 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
     return [[list(t) for t in dict.fromkeys(tuple(t) for t in found)] for found in per_prompt]
 
 
-def compare(ours: list[int], ref: list[int], logits: torch.Tensor) -> tuple[str, int | None]:
-    """("exact", None), ("near-tie", step) or ("mismatch", step)."""
+def compare(
+    ours: list[int], ref: list[int], logits: torch.Tensor
+) -> tuple[str, int | None, float | None]:
+    """("exact", None, None), or ("near-tie" | "mismatch", step, gap): the first step that
+    departs, and by how many bf16 ulps of transformers' top logit our token's logit
+    trails it there (0: a tie in bf16)."""
     for step, (a, b) in enumerate(zip(ours, ref, strict=True)):
         if a != b:
             top = float(logits[step].max())
-            gap = top - float(logits[step, a])
-            return ("near-tie" if gap <= 2 * _bf16_ulp(top) else "mismatch"), step
-    return "exact", None
+            gap = (top - float(logits[step, a])) / _bf16_ulp(top)
+            return ("near-tie" if gap <= 2 else "mismatch"), step, gap
+    return "exact", None, None
 
 
 def _engine(
@@ -246,7 +250,8 @@ def _check_and_report(
                 "near_tie": [v[1] for v in verdicts if v[0] == "near-tie"],
                 "inside_run_to_run_set": len(prompts) - len(outside),
                 "prompts": len(prompts),
-                # prompt -> [verdict, first step that departs from transformers alone]
+                # prompt -> [verdict, first step that departs from transformers alone,
+                # our token's logit behind transformers' top there, in bf16 ulps]
                 "departures": {i: list(v) for i, v in enumerate(verdicts) if v[0] != "exact"},
                 "outside_run_to_run_set": outside,
             }
