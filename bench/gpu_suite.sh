@@ -27,8 +27,9 @@
 #             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
-# pdl         pdl_probe_gpu.py: what programmatic dependent launch would save per norm ->
-#             GEMV pair at the 8B o_proj and down_proj shapes (~1 min)
+# pdl         pdl_probe_gpu.py: what programmatic dependent launch saves per norm -> GEMV
+#             pair at the 8B o_proj and down_proj shapes, with the GEMV prefetching its first
+#             tile, and its rows' next 2 KB to L2, before its wait (~1 min)
 # dependent   programmatic dependent launch (pdl): its GPU tests with the skinny kernel's and
 #             the folded rotation's, the random-Qwen3 parity test, and a profile of the 8B
 #             at b1 (~2.5 min)
@@ -224,9 +225,9 @@ for phase in "$@"; do
       ;;
     pdl)
       stamp "programmatic dependent launch probe (norm -> one-row GEMV pairs)"
-      timeout 90 python3 bench/pdl_probe_gpu.py --out "$OUT" 2>&1 | tail -9
+      timeout 90 python3 bench/pdl_probe_gpu.py --out "$OUT" 2>&1 | tail -10
       timeout 90 python3 bench/pdl_probe_gpu.py --k 12288 --n 4096 --name pdl_probe_gpu_down \
-        --out "$OUT" 2>&1 | tail -7
+        --out "$OUT" 2>&1 | tail -8
       ;;
     sweep)
       stamp "skinny GEMM launch sweep at one row"

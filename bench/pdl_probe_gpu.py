@@ -17,6 +17,10 @@ variants:
 - ``pdl``: the GEMV launched with PDL (waits at its start), the small kernel triggering
   its dependents at its own start;
 - ``pdl+prefetch``: as ``pdl``, the GEMV loading its first weight tile before waiting;
+- ``pdl+prefetch+l2``: as ``pdl+prefetch``, and before waiting every GEMV program also
+  asks L2 to prefetch the next ``--l2-bytes`` of each of its weight rows
+  (``cp.async.bulk.prefetch.L2``, no registers held): HBM then streams the GEMV's weights
+  while the small kernel runs, instead of one tile per program;
 - ``gemv only``: the GEMVs alone, back to back (the floor the small kernels add to);
 - ``gemv only, pdl+prefetch``: the same chain, each GEMV triggering the next at its start
   and the next prefetching its first tile (GEMV after GEMV, as with norms folded in).
@@ -41,7 +45,16 @@ import triton
 import triton.language as tl
 from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 
-VARIANTS = ("plain", "pdl", "pdl+prefetch", "gemv only", "gemv only, pdl+prefetch")
+VARIANTS = (
+    "plain",
+    "pdl",
+    "pdl+prefetch",
+    "pdl+prefetch+l2",
+    "gemv only",
+    "gemv only, pdl+prefetch",
+)
+# prefetches per weight row: [BLOCK_N, L2_CHUNKS] spreads them over the threads
+L2_CHUNKS = tl.constexpr(16)
 
 
 @triton.jit
@@ -58,6 +71,20 @@ def _rms_row_kernel(x_ptr, w_ptr, out_ptr, H, BLOCK: tl.constexpr, TRIGGER: tl.c
 
 
 @triton.jit
+def _prefetch_to_l2(ptrs, nbytes):
+    """``cp.async.bulk.prefetch.L2`` of ``nbytes`` (int32, multiples of 16) at each of
+    ``ptrs`` (16-byte aligned): a hint, nothing returned but zeros."""
+    return tl.inline_asm_elementwise(
+        "cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0;",
+        "=r,l,r",
+        [ptrs, nbytes],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr,
     w_ptr,
@@ -69,6 +96,7 @@ def _gemv_kernel(
     WAIT: tl.constexpr,  # launched with PDL: wait for the predecessor before reading x
     PREFETCH: tl.constexpr,  # load the first weight tile before that wait
     TRIGGER: tl.constexpr,  # let the next kernel launch at this one's start
+    L2_BYTES: tl.constexpr = 0,  # with PREFETCH: bytes per row after the first tile to L2
 ):
     # x [1, K] @ w[N, K].T -> out [1, N]; each program owns BLOCK_N outputs
     if TRIGGER:
@@ -81,6 +109,16 @@ def _gemv_kernel(
     start = 0
     if PREFETCH:
         w = tl.load(w_rows + ks[None, :], mask=n_mask[:, None] & (ks < K)[None, :], other=0.0)
+        if L2_BYTES > 0:
+            # [BLOCK_N, L2_CHUNKS] pieces of L2_BYTES // L2_CHUNKS bytes each, past the
+            # first tile of every row (rows past N prefetch row N - 1 again)
+            rows = tl.minimum(cols, N - 1).to(tl.int64)
+            piece = L2_BYTES // L2_CHUNKS
+            chunk = tl.arange(0, L2_CHUNKS)
+            starts = rows[:, None] * K * 2 + BLOCK_K * 2 + chunk[None, :] * piece  # bytes
+            ptrs = w_ptr.to(tl.pointer_type(tl.int8)) + starts
+            sizes = tl.full([BLOCK_N, L2_CHUNKS], piece, tl.int32)
+            _prefetch_to_l2(ptrs, sizes)
         tl.extra.cuda.gdc_wait()
         x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
         acc += x.to(tl.float32)[None, :] * w.to(tl.float32)
@@ -98,9 +136,12 @@ def _gemv_kernel(
 class Probe:
     """The tensors of one run: ``layers`` weights [N, K] bf16, a norm weight, buffers."""
 
-    def __init__(self, layers: int, n: int, k: int, block_n: int, block_k: int) -> None:
+    def __init__(
+        self, layers: int, n: int, k: int, block_n: int, block_k: int, l2_bytes: int = 0
+    ) -> None:
         dev = torch.device("cuda")
         self.n, self.k, self.block_n, self.block_k = n, k, block_n, block_k
+        self.l2_bytes = l2_bytes
         self.weights = [
             (torch.randn(n, k, device=dev) * k**-0.5).to(torch.bfloat16) for _ in range(layers)
         ]
@@ -121,7 +162,8 @@ class Probe:
             _gemv_kernel[(triton.cdiv(self.n, self.block_n),)](
                 self.normed, w, self.out, self.n, self.k,
                 BLOCK_N=self.block_n, BLOCK_K=self.block_k,
-                WAIT=pdl, PREFETCH=variant.endswith("pdl+prefetch"), TRIGGER=pdl and gemv_only,
+                WAIT=pdl, PREFETCH="pdl+prefetch" in variant, TRIGGER=pdl and gemv_only,
+                L2_BYTES=self.l2_bytes if variant.endswith("+l2") else 0,
                 num_warps=4, num_stages=3, launch_pdl=pdl,
             )  # fmt: skip
 
@@ -159,12 +201,18 @@ def main() -> None:
     parser.add_argument("--block-n", type=int, default=8)
     parser.add_argument("--block-k", type=int, default=1024)
     parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument(
+        "--l2-bytes", type=int, default=2048,
+        help="pdl+prefetch+l2: bytes of each weight row prefetched to L2 (a multiple of 256)",
+    )  # fmt: skip
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--name", default="pdl_probe_gpu", help="result file name")
     args = parser.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         raise SystemExit("needs a CUDA GPU of compute capability 9.0 or later (PDL)")
-    probe = Probe(args.layers, args.n, args.k, args.block_n, args.block_k)
+    if args.l2_bytes % (16 * L2_CHUNKS.value) or args.l2_bytes > 2 * (args.k - args.block_k):
+        raise SystemExit("--l2-bytes: a multiple of 256 within a row past its first tile")
+    probe = Probe(args.layers, args.n, args.k, args.block_n, args.block_k, args.l2_bytes)
     errors = {v: probe.check(v) for v in VARIANTS}
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for _ in range(args.reps):  # variants interleaved within each rep
