@@ -85,6 +85,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         decode_gemm=args.decode_gemm,
         fuse_norm_gemm=args.fuse_norm_gemm,
         fuse_rope_attention=args.fuse_rope_attention,
+        l2_prefetch_bytes=args.l2_prefetch_bytes,
         pdl=not args.no_pdl,
         overlap_decode=not args.serial,
         seed=1,
@@ -404,6 +405,9 @@ def main() -> None:
     )
     parser.add_argument("--no-pdl", action="store_true", help="EngineConfig.pdl off")
     parser.add_argument(
+        "--l2-prefetch-bytes", type=int, default=0, help="EngineConfig.l2_prefetch_bytes"
+    )
+    parser.add_argument(
         "--serial", action="store_true", help="decode steps one at a time (overlap_decode off)"
     )
     parser.add_argument("--kv-gib", type=float, default=24.0)
@@ -425,6 +429,7 @@ def main() -> None:
             "decode_gemm": args.decode_gemm,
             "fuse_norm_gemm": args.fuse_norm_gemm,
             "fuse_rope_attention": args.fuse_rope_attention,
+            "l2_prefetch_bytes": args.l2_prefetch_bytes,
             "pdl": not args.no_pdl,
             "overlap_decode": not args.serial,
         },

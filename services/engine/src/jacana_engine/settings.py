@@ -114,8 +114,17 @@ class EngineSettings(ServiceSettings):
     fuse_rope_attention: bool = Field(
         False,
         description="On the Triton attention backend, fold the q/k norm, RoPE and KV store "
-        "of decode steps into the decode attention launch (one launch fewer per layer; not "
-        "yet measured on a GPU).",
+        "of decode steps into the decode attention launch (one launch fewer per layer; "
+        "0.04 ms off a Qwen3-8B batch-1 step on an H200).",
+    )
+    l2_prefetch_bytes: int = Field(
+        0,
+        ge=0,
+        le=1 << 20,
+        description="With pdl: every one-row skinny GEMM picked with a dependent launch "
+        "also asks L2, before its wait, to prefetch this many bytes of each of its weight "
+        "rows, so HBM streams weights while the kernel before it runs; 0: off (not yet "
+        "measured).",
     )
     tuning_cache: str = Field(
         "~/.cache/jacana/decode_gemm_tuning.json",
@@ -269,6 +278,7 @@ class EngineSettings(ServiceSettings):
             fuse_norm_gemm=self.fuse_norm_gemm,
             pdl=self.pdl,
             fuse_rope_attention=self.fuse_rope_attention,
+            l2_prefetch_bytes=self.l2_prefetch_bytes,
             tuning_cache=self.tuning_cache or None,
             enforce_eager=self.enforce_eager,
             overlap_decode=self.overlap_decode,

@@ -1,7 +1,8 @@
 """Compiles Triton kernels for an H100/H200 (sm90) without a GPU
 (``kernels/offline_compile.py``) and prints, as JSON, how many bfloat16 FMAs
-(``fma.rn.bf16``) each one's PTX holds. Run as a script, outside the CPU interpreter
-(``TRITON_INTERPRET`` unset): ``python hopper_ptx.py``.
+(``fma.rn.bf16``) and L2 bulk prefetches (``cp.async.bulk.prefetch.L2``) each one's PTX
+holds. Run as a script, outside the CPU interpreter (``TRITON_INTERPRET`` unset):
+``python hopper_ptx.py``.
 
 Cases:
 - ``folded_rotation`` / ``folded_rotation_qk_norm``: decode attention with the rope
@@ -9,7 +10,10 @@ Cases:
   like every launch of it;
 - ``cast_rounding``: the rotation written with casts for its roundings,
   ``(x1 * cos).to(bf16) - (x2 * sin).to(bf16)``, compiled with contraction. LLVM narrows
-  each product to a bf16 multiply and fuses one into the subtraction.
+  each product to a bf16 multiply and fuses one into the subtraction;
+- ``skinny_pdl`` / ``skinny_pdl_l2``: the skinny GEMM at one row (8B o_proj's 8x1024,
+  PDL, two tiles loaded before the wait), without and with 2 KB of each row prefetched to
+  L2 (``SkinnyConfig.l2_prefetch_bytes``).
 """
 
 from __future__ import annotations
@@ -34,13 +38,16 @@ def _cast_rounding(x_ptr, cos_ptr, sin_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + i, (a - b).to(tl.bfloat16))
 
 
-def _bf16_fmas(fn, constexprs: dict, pointers: dict, floats: tuple = ()) -> int:
+INSTRUCTIONS = ("fma.rn.bf16", "cp.async.bulk.prefetch.L2")
+
+
+def _counts(fn, constexprs: dict, pointers: dict, floats: tuple = (), divisible=()) -> dict:
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
-    kernel = compile_for(fn, signature, constexprs, enable_fp_fusion=True)
-    return ptx_count(kernel, "fma.rn.bf16")
+    kernel = compile_for(fn, signature, constexprs, divisible=divisible, enable_fp_fusion=True)
+    return {name: ptx_count(kernel, name) for name in INSTRUCTIONS}
 
 
-def _folded_rotation(has_norm: bool) -> int:
+def _folded_rotation(has_norm: bool) -> dict:
     from jacana_engine.kernels import decode_attention
 
     pointers = {
@@ -55,17 +62,33 @@ def _folded_rotation(has_norm: bool) -> int:
         PDL=False, ROPE=True, HALF=32, HEAD_DIM=64, BLOCK_HALF=32, BLOCK_PASS=0,
         HAS_NORM=has_norm,
     )  # fmt: skip
-    return _bf16_fmas(
+    return _counts(
         decode_attention._decode_partial_kernel, constexprs, pointers, ("scale_log2", "rope_eps")
     )
+
+
+def _skinny(l2_bytes: int) -> dict:
+    from jacana_engine.kernels import skinny_gemm
+
+    fn = skinny_gemm._skinny_gemm_kernel
+    constexprs = dict(
+        M=1, BLOCK_M=1, BLOCK_N=8, BLOCK_K=1024, USE_DOT=False, PRECISION="tf32",
+        GATED=False, NORM=0, PEEL=2, PDL=True, W_EVICTION="", TAIL=False, BLOCK_TAIL=1,
+        L2_BYTES=l2_bytes,
+    )  # fmt: skip
+    # what a launch specializes: 16-byte aligned tensors, sizes and strides of 16s
+    divisible = ("x_ptr", "w_ptr", "out_ptr", "N", "K", "stride_xm", "stride_wn", "stride_om")
+    return _counts(fn, constexprs, {"counter_ptr": "*i32"}, ("eps", "tail_eps"), divisible)
 
 
 def main() -> None:
     counts = {
         "folded_rotation": _folded_rotation(False),
         "folded_rotation_qk_norm": _folded_rotation(True),
-        "cast_rounding": _bf16_fmas(_cast_rounding, {"BLOCK": 128}, {"cos_ptr": "*fp32",
-                                                                     "sin_ptr": "*fp32"}),
+        "cast_rounding": _counts(_cast_rounding, {"BLOCK": 128}, {"cos_ptr": "*fp32",
+                                                                  "sin_ptr": "*fp32"}),
+        "skinny_pdl": _skinny(0),
+        "skinny_pdl_l2": _skinny(2048),
     }  # fmt: skip
     print(json.dumps(counts))
 

@@ -33,6 +33,7 @@ from jacana_engine.kernels.skinny_gemm import (
     NormPrologue,
     SkinnyConfig,
     candidate_configs,
+    l2_prefetch_bytes,
     pick_config,
     skinny_linear,
 )
@@ -339,11 +340,14 @@ def test_gated_kernel_gives_the_bits_of_silu_and_mul_at_qwen3_sizes_gpu(gpu, dev
 @pytest.mark.parametrize("name", ["8B o", "8B down"])
 def test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu(gpu, device, seed, name):
     """A chain of PDL launches (each layer's output the next one's input) captured in a
-    CUDA graph and replayed equals the same chain launched plainly and eagerly."""
+    CUDA graph and replayed equals the same chain launched plainly and eagerly, with one
+    or two tiles loaded before the wait and with or without the rows' next 2 KB
+    prefetched to L2 (a hint: the same bits)."""
     k, n = QWEN3_SHAPES[name]
     weights = [(torch.randn(n, k, device=device) * k**-0.5).bfloat16() for _ in range(4)]
-    for cfg, depth in itertools.product(candidate_configs(1, n, k)[:2], (1, 2)):
-        twin = dataclasses.replace(cfg, pdl=True, prefetch_tiles=depth)
+    variants = itertools.product(candidate_configs(1, n, k)[:2], (1, 2), (0, 2048))
+    for cfg, depth, l2_bytes in variants:
+        twin = dataclasses.replace(cfg, pdl=True, prefetch_tiles=depth, l2_prefetch_bytes=l2_bytes)
 
         def chain(c, x):
             for w in weights:  # n == k for o; down's output is sliced back to k
@@ -870,7 +874,62 @@ def test_the_tuners_picks_are_described_per_shape():
     }
 
 
+def test_l2_prefetch_goes_onto_the_one_row_dependent_picks_only():
+    from jacana_engine.layers.decode_gemm import describe_decode_gemms, prefetch_to_l2
+    from jacana_engine.layers.linear import Linear
+
+    model = torch.nn.Sequential(Linear(64, 40), Linear(32, 64), Linear(64, 40))
+    dependent = SkinnyConfig(1, 8, 64, False, pdl=True)
+    model[0].skinny_configs = {1: dependent, 2: SkinnyConfig(2, 8, 64, False, pdl=True)}
+    model[1].skinny_configs = {1: SkinnyConfig(1, 8, 32, False)}  # plain launch: no wait
+    assert prefetch_to_l2(model, 2048) == 1
+    assert model[0].skinny_configs[1] == dataclasses.replace(dependent, l2_prefetch_bytes=2048)
+    assert model[0].skinny_configs[2].l2_prefetch_bytes == 0
+    assert model[1].skinny_configs[1].l2_prefetch_bytes == 0
+    assert describe_decode_gemms(model)["40x64"]["skinny"][1] == "8x64 pdl l2:2048"
+
+
 def test_decode_gemm_row_bound_is_the_kernels():
     from jacana_engine.layers.decode_gemm import SKINNY_MAX_ROWS
 
     assert SKINNY_MAX_ROWS == MAX_M
+
+
+def test_l2_prefetch_compiles_to_one_bulk_prefetch_per_thread_for_hopper():
+    """``SkinnyConfig.l2_prefetch_bytes``: the kernel compiled for sm90 (on this machine)
+    issues ``cp.async.bulk.prefetch.L2`` before its PDL wait, and only when asked."""
+    from hopper_codegen import hopper_ptx_counts
+
+    counts = {c: n["cp.async.bulk.prefetch.L2"] for c, n in hopper_ptx_counts().items()}
+    assert counts["skinny_pdl_l2"] >= 1 and counts["skinny_pdl"] == 0, counts
+
+
+@pytest.mark.parametrize(
+    ("cfg", "k", "want"),
+    [
+        (
+            SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2, l2_prefetch_bytes=2048),
+            4096,
+            2048,
+        ),
+        # clamped to the 2 x 1024 elements left after two tiles, 4 KB
+        (
+            SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2, l2_prefetch_bytes=1 << 20),
+            4096,
+            4096,
+        ),
+        # rounded down to 16 pieces of 16 bytes
+        (SkinnyConfig(1, 8, 1024, False, pdl=True, l2_prefetch_bytes=1000), 4096, 768),
+        (SkinnyConfig(1, 8, 1024, False, pdl=True), 4096, 0),  # not asked
+        (SkinnyConfig(1, 8, 1024, False, l2_prefetch_bytes=2048), 4096, 0),  # no PDL wait
+    ],
+)
+def test_l2_prefetch_bytes_fit_the_row(cfg, k, want):
+    weight = torch.empty(64, k, dtype=torch.bfloat16)
+    assert l2_prefetch_bytes(cfg, weight) == want
+
+
+def test_l2_prefetch_is_off_for_unaligned_rows():
+    cfg = SkinnyConfig(1, 8, 512, False, pdl=True, l2_prefetch_bytes=2048)
+    weight = torch.empty(64, 4100, dtype=torch.bfloat16)[:, :4097]  # rows of 8,200 bytes
+    assert l2_prefetch_bytes(cfg, weight) == 0

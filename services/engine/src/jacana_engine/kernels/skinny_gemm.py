@@ -101,6 +101,12 @@ class SkinnyConfig:
     # Triton's eviction_policy for the weight loads ("": the default; "evict_first": the
     # weight streams through L2 once and should not push out what the next kernels read)
     weight_eviction: str = ""
+    # with ``pdl`` on CUDA: before its wait each program also asks L2 to prefetch this
+    # many bytes of each of its weight rows after the tiles it loads
+    # (``cp.async.bulk.prefetch.L2``), so HBM streams weights while the previous kernel
+    # runs; clamped to the row, rounded down to 256; 0: off (``EngineConfig``'s
+    # ``l2_prefetch_bytes`` sets it on the tuner's picks)
+    l2_prefetch_bytes: int = 0
 
     def grid(self, n: int) -> tuple[int]:
         return (triton.cdiv(n, self.block_n),)
@@ -196,6 +202,30 @@ def _x_tile(
     return x
 
 
+L2_PIECES = tl.constexpr(16)  # prefetches per weight row, spread over the threads
+
+
+@triton.jit
+def _prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, FIRST: tl.constexpr, NBYTES: tl.constexpr):
+    """Ask L2 for ``NBYTES`` of each weight row ``cols`` from column ``FIRST`` on: a hint
+    (``cp.async.bulk.prefetch.L2``, no registers held), in [BLOCK_N, L2_PIECES] pieces
+    of NBYTES // L2_PIECES bytes (16-byte aligned: the launcher checks). Rows past N
+    prefetch row N - 1 again."""
+    rows = tl.minimum(cols, N - 1).to(tl.int64)
+    piece = NBYTES // L2_PIECES
+    elem = w_ptr.dtype.element_ty.primitive_bitwidth // 8
+    starts = (rows[:, None] * stride_wn + FIRST) * elem + tl.arange(0, L2_PIECES)[None, :] * piece
+    ptrs = w_ptr.to(tl.pointer_type(tl.int8)) + starts  # [BLOCK_N, L2_PIECES]
+    tl.inline_asm_elementwise(
+        "cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0;",
+        "=r,l,r",
+        [ptrs, tl.full(ptrs.shape, piece, tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
 @triton.jit
 def _w_tile(w_rows, k, n_mask, K, W_EVICTION: tl.constexpr):
     """The weight's [BLOCK_N, BLOCK_K] tile at columns ``k``; zero where masked."""
@@ -255,6 +285,7 @@ def _skinny_gemm_kernel(
     W_EVICTION: tl.constexpr,  # eviction_policy of the weight loads
     TAIL: tl.constexpr,  # out = rms_norm(product + residual), by the last program
     BLOCK_TAIL: tl.constexpr,  # TAIL: next power of 2 of N
+    L2_BYTES: tl.constexpr = 0,  # PDL: bytes of each weight row after the PEEL tiles to L2
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -271,6 +302,8 @@ def _skinny_gemm_kernel(
         w_first = _w_tile(w_rows, ks, n_mask, K, W_EVICTION)
     if PEEL >= 2:
         w_second = _w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION)
+    if L2_BYTES > 0:
+        _prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES)
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
@@ -448,6 +481,7 @@ def skinny_linear(
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
+    launch = pdl_launch(cfg.pdl, x.device)
     _skinny_gemm_kernel[cfg.grid(n)](
         x,
         weight,
@@ -482,11 +516,28 @@ def skinny_linear(
         W_EVICTION=cfg.weight_eviction,
         TAIL=then_norm is not None,
         BLOCK_TAIL=next_power_of_2(n) if then_norm is not None else 1,
+        L2_BYTES=l2_prefetch_bytes(cfg, weight) if launch["PDL"] else 0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
-        **pdl_launch(cfg.pdl, x.device),
+        **launch,
     )
     return out
+
+
+def l2_prefetch_bytes(cfg: SkinnyConfig, weight: torch.Tensor) -> int:
+    """The bytes per weight row [N, K] a PDL launch with ``cfg`` prefetches to L2: its
+    ``l2_prefetch_bytes`` clamped to what the row holds after the tiles loaded before the
+    wait, rounded down to a multiple of 16 x ``L2_PIECES``; 0 without PDL, and where the
+    rows or the pieces would not be 16-byte aligned (the bulk prefetch needs it)."""
+    if not cfg.pdl:  # nothing to overlap: without PDL the program never waits
+        return 0
+    elem = weight.element_size()
+    first = cfg.prefetch_tiles * cfg.block_k
+    left = max(0, weight.shape[1] - first) * elem
+    unit = 16 * L2_PIECES.value
+    nbytes = min(cfg.l2_prefetch_bytes, left) // unit * unit
+    aligned = weight.data_ptr() % 16 == 0 and (weight.stride(0) * elem) % 16 == 0
+    return nbytes if aligned and (first * elem) % 16 == 0 else 0
 
 
 def _checked_tail(

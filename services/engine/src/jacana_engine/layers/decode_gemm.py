@@ -32,6 +32,7 @@ such a launch is kept where it is at least as fast as cuBLAS (``PDL_MARGIN``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 from collections import defaultdict
@@ -338,6 +339,26 @@ def _remembered(
     return choice
 
 
+def prefetch_to_l2(model: nn.Module, nbytes: int) -> int:
+    """Give every one-row skinny config the tuner picked with a dependent launch
+    (``skinny_configs[1]`` with ``pdl``) ``l2_prefetch_bytes=nbytes`` (see
+    ``SkinnyConfig``); returns how many layers changed. Other row counts keep theirs: at
+    one row the programs wait longest for the kernel before them."""
+    changed = 0
+    for module in model.modules():
+        if not isinstance(module, Linear):
+            continue
+        cfg = module.skinny_configs.get(1)
+        if cfg is not None and cfg.pdl:
+            module.skinny_configs = {
+                **module.skinny_configs,
+                1: dataclasses.replace(cfg, l2_prefetch_bytes=nbytes),
+            }
+            changed += 1
+    log.info("L2 prefetch of %d bytes a weight row before the wait: %d layers", nbytes, changed)
+    return changed
+
+
 def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str]]]:
     """What the tuner chose, per weight shape ("NxK", " gated" for a gated input): the row
     counts that run on the skinny kernel (``skinny``), fold the norm before the layer into
@@ -367,4 +388,5 @@ def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str
 
 def _label(cfg: SkinnyConfig) -> str:
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
-    return f"{cfg.block_n}x{cfg.block_k}{prefetch if cfg.pdl else ''}"
+    l2 = f" l2:{cfg.l2_prefetch_bytes}" if cfg.l2_prefetch_bytes else ""
+    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}"
