@@ -18,9 +18,10 @@ variants:
   its dependents at its own start;
 - ``pdl+prefetch``: as ``pdl``, the GEMV loading its first weight tile before waiting;
 - ``pdl+prefetch+l2``: as ``pdl+prefetch``, and before waiting every GEMV program also
-  asks L2 to prefetch the next ``--l2-bytes`` of each of its weight rows
-  (``cp.async.bulk.prefetch.L2``, no registers held): HBM then streams the GEMV's weights
-  while the small kernel runs, instead of one tile per program;
+  asks L2 to prefetch the next ``--l2-bytes`` of each of its weight rows, with the skinny
+  GEMM's own helper (``skinny_gemm.prefetch_rows_to_l2``: ``cp.async.bulk.prefetch.L2``,
+  no registers held): HBM then streams the GEMV's weights while the small kernel runs,
+  instead of one tile per program;
 - ``gemv only``: the GEMVs alone, back to back (the floor the small kernels add to);
 - ``gemv only, pdl+prefetch``: the same chain, each GEMV triggering the next at its start
   and the next prefetching its first tile (GEMV after GEMV, as with norms folded in).
@@ -45,6 +46,8 @@ import triton
 import triton.language as tl
 from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 
+from jacana_engine.kernels.skinny_gemm import L2_PIECES, prefetch_rows_to_l2
+
 VARIANTS = (
     "plain",
     "pdl",
@@ -53,8 +56,6 @@ VARIANTS = (
     "gemv only",
     "gemv only, pdl+prefetch",
 )
-# prefetches per weight row: [BLOCK_N, L2_CHUNKS] spreads them over the threads
-L2_CHUNKS = tl.constexpr(16)
 
 
 @triton.jit
@@ -68,20 +69,6 @@ def _rms_row_kernel(x_ptr, w_ptr, out_ptr, H, BLOCK: tl.constexpr, TRIGGER: tl.c
     rstd = tl.rsqrt(tl.sum(x * x, axis=0) / H + 1e-6)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + cols, (x * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _prefetch_to_l2(ptrs, nbytes):
-    """``cp.async.bulk.prefetch.L2`` of ``nbytes`` (int32, multiples of 16) at each of
-    ``ptrs`` (16-byte aligned): a hint, nothing returned but zeros."""
-    return tl.inline_asm_elementwise(
-        "cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0;",
-        "=r,l,r",
-        [ptrs, nbytes],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
 
 
 @triton.jit
@@ -109,16 +96,8 @@ def _gemv_kernel(
     start = 0
     if PREFETCH:
         w = tl.load(w_rows + ks[None, :], mask=n_mask[:, None] & (ks < K)[None, :], other=0.0)
-        if L2_BYTES > 0:
-            # [BLOCK_N, L2_CHUNKS] pieces of L2_BYTES // L2_CHUNKS bytes each, past the
-            # first tile of every row (rows past N prefetch row N - 1 again)
-            rows = tl.minimum(cols, N - 1).to(tl.int64)
-            piece = L2_BYTES // L2_CHUNKS
-            chunk = tl.arange(0, L2_CHUNKS)
-            starts = rows[:, None] * K * 2 + BLOCK_K * 2 + chunk[None, :] * piece  # bytes
-            ptrs = w_ptr.to(tl.pointer_type(tl.int8)) + starts
-            sizes = tl.full([BLOCK_N, L2_CHUNKS], piece, tl.int32)
-            _prefetch_to_l2(ptrs, sizes)
+        if L2_BYTES > 0:  # the skinny GEMM's prefetch: each row's next bytes after a tile
+            prefetch_rows_to_l2(w_ptr, cols, N, K, BLOCK_K, L2_BYTES)
         tl.extra.cuda.gdc_wait()
         x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
         acc += x.to(tl.float32)[None, :] * w.to(tl.float32)
@@ -210,7 +189,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         raise SystemExit("needs a CUDA GPU of compute capability 9.0 or later (PDL)")
-    if args.l2_bytes % (16 * L2_CHUNKS.value) or args.l2_bytes > 2 * (args.k - args.block_k):
+    if args.l2_bytes % (16 * L2_PIECES.value) or args.l2_bytes > 2 * (args.k - args.block_k):
         raise SystemExit("--l2-bytes: a multiple of 256 within a row past its first tile")
     probe = Probe(args.layers, args.n, args.k, args.block_n, args.block_k, args.l2_bytes)
     errors = {v: probe.check(v) for v in VARIANTS}

@@ -206,11 +206,12 @@ L2_PIECES = tl.constexpr(16)  # prefetches per weight row, spread over the threa
 
 
 @triton.jit
-def _prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, FIRST: tl.constexpr, NBYTES: tl.constexpr):
+def prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, FIRST: tl.constexpr, NBYTES: tl.constexpr):
     """Ask L2 for ``NBYTES`` of each weight row ``cols`` from column ``FIRST`` on: a hint
     (``cp.async.bulk.prefetch.L2``, no registers held), in [BLOCK_N, L2_PIECES] pieces
-    of NBYTES // L2_PIECES bytes (16-byte aligned: the launcher checks). Rows past N
-    prefetch row N - 1 again."""
+    of NBYTES // L2_PIECES bytes (16-byte aligned: the launcher checks, see
+    ``l2_prefetch_bytes``). Rows past N prefetch row N - 1 again. Also the helper of
+    ``bench/pdl_probe_gpu.py``'s L2 variant."""
     rows = tl.minimum(cols, N - 1).to(tl.int64)
     piece = NBYTES // L2_PIECES
     elem = w_ptr.dtype.element_ty.primitive_bitwidth // 8
@@ -303,7 +304,7 @@ def _skinny_gemm_kernel(
     if PEEL >= 2:
         w_second = _w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION)
     if L2_BYTES > 0:
-        _prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES)
+        prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES)
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
