@@ -94,11 +94,7 @@ class TuningCache:
             # whole (readers without the lock see the old file or the new, never half).
             with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                remembered = self._entries
-                self._entries = None
-                entries = {**remembered, **self._load()}
-                entries[key] = value
-                self._entries = entries
+                self._entries = entries = {**self._entries, **self._read(), key: value}
                 fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name)
                 with os.fdopen(fd, "w") as f:
                     json.dump(entries, f, indent=1, sort_keys=True)
@@ -107,14 +103,18 @@ class TuningCache:
             log.warning("decode GEMM tuning cache %s not written: %s", self.path, exc)
 
     def _load(self) -> dict[str, dict[str, dict]]:
+        """The entries this object holds, read from the file the first time."""
         if self._entries is None:
-            self._entries = {}
-            try:
-                loaded = json.loads(self.path.read_text())
-                if isinstance(loaded, dict):
-                    self._entries = loaded
-            except FileNotFoundError:
-                pass
-            except (OSError, ValueError) as exc:
-                log.warning("decode GEMM tuning cache %s unreadable, ignored: %s", self.path, exc)
+            self._entries = self._read()
         return self._entries
+
+    def _read(self) -> dict[str, dict[str, dict]]:
+        """The file's entries now; empty when it is missing or unreadable (with a warning)."""
+        try:
+            loaded = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("decode GEMM tuning cache %s unreadable, ignored: %s", self.path, exc)
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
