@@ -36,42 +36,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SMS = 132  # H100 SXM and H200
 # (K, N) beyond the decoder layers: the 8B lm_head
 EXTRA_SHAPES = {"8B lm_head": (4096, 151936)}
-DIVISIBLE = (
-    "x_ptr", "w_ptr", "out_ptr", "res_ptr", "norm_w_ptr", "res_out_ptr", "tail_res_ptr",
-    "tail_w_ptr", "tail_res_out_ptr", "counter_ptr", "N", "K", "stride_xm", "stride_wn",
-    "stride_om", "stride_rm", "stride_rom", "stride_trm", "stride_trom",
-)  # fmt: skip
 
 
-def describe(cfg) -> str:
-    """The tuner's log name of a config (``decode_gemm`` writes picks the same way)."""
-    name = f"{cfg.block_n}x{cfg.block_k}"
-    if cfg.pdl:
-        name += " pdl" + (f"+{cfg.prefetch_tiles}" if cfg.prefetch_tiles > 1 else "")
-    return name
-
-
-def measure(kernel_module, offline, n: int, k: int, cfg, gated: bool) -> dict:
-    fn = kernel_module._skinny_gemm_kernel
-    constexprs = dict(
-        M=1, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, NORM=0,
-        PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
-        W_EVICTION=cfg.weight_eviction, TAIL=False, BLOCK_TAIL=1,
-    )  # fmt: skip
-    signature = offline.signature_for(
-        fn, constexprs, pointers={"counter_ptr": "*i32"}, floats=("eps", "tail_eps")
-    )
-    compiled = offline.compile_for(
-        fn, signature, constexprs, divisible=DIVISIBLE,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+def measure(offline, label, n: int, cfg, gated: bool) -> dict:
+    compiled = offline.compile_skinny(cfg, gated=gated)
     registers = offline.registers_per_thread(compiled)
     per_sm = offline.ctas_per_sm(registers, cfg.num_warps * 32, compiled.metadata.shared)
     programs = cfg.grid(n)[0]
     resident = per_sm * SMS
     return {
-        "config": describe(cfg),
+        "config": label(cfg),
         "registers": registers,
         "shared_bytes": compiled.metadata.shared,
         "programs_per_sm": per_sm,
@@ -91,6 +65,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "services" / "engine" / "src"))
     from jacana_engine.kernels import offline_compile as offline
     from jacana_engine.kernels import skinny_gemm as kernel
+    from jacana_engine.layers.decode_gemm import config_label
 
     picks: dict[str, str] = {}
     if args.picks:
@@ -105,7 +80,7 @@ def main() -> None:
         pick = picks.get(f"{n}x{k}" + (" gated" if gated else ""))
         for cfg in kernel.candidate_configs(1, n, k, pdl=True):
             row = {"shape": name, "n": n, "k": k, "gated": gated}
-            row.update(measure(kernel, offline, n, k, cfg, gated))
+            row.update(measure(offline, config_label, n, cfg, gated))
             row["picked"] = row["config"] == pick
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -68,17 +68,12 @@ def _folded_rotation(has_norm: bool) -> dict:
 
 
 def _skinny(l2_bytes: int) -> dict:
-    from jacana_engine.kernels import skinny_gemm
+    from jacana_engine.kernels.offline_compile import compile_skinny
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
 
-    fn = skinny_gemm._skinny_gemm_kernel
-    constexprs = dict(
-        M=1, BLOCK_M=1, BLOCK_N=8, BLOCK_K=1024, USE_DOT=False, PRECISION="tf32",
-        GATED=False, NORM=0, PEEL=2, PDL=True, W_EVICTION="", TAIL=False, BLOCK_TAIL=1,
-        L2_BYTES=l2_bytes,
-    )  # fmt: skip
-    # what a launch specializes: 16-byte aligned tensors, sizes and strides of 16s
-    divisible = ("x_ptr", "w_ptr", "out_ptr", "N", "K", "stride_xm", "stride_wn", "stride_om")
-    return _counts(fn, constexprs, {"counter_ptr": "*i32"}, ("eps", "tail_eps"), divisible)
+    cfg = SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2, l2_prefetch_bytes=l2_bytes)
+    kernel = compile_skinny(cfg)
+    return {name: ptx_count(kernel, name) for name in INSTRUCTIONS}
 
 
 def main() -> None:

@@ -68,6 +68,29 @@ def compile_for(
     return triton.compile(source, target=target, options=options)
 
 
+def compile_skinny(cfg, *, gated: bool = False, target: GPUTarget = HOPPER):
+    """The skinny GEMM (``kernels/skinny_gemm.py``) at one row with launch config ``cfg``
+    (a ``SkinnyConfig``; its L2 prefetch as given, PDL as asked), compiled as a launch on
+    16-byte aligned tensors with sizes and strides of 16s would specialize it."""
+    from jacana_engine.kernels import skinny_gemm
+
+    fn = skinny_gemm._skinny_gemm_kernel
+    constexprs = dict(
+        M=1, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, NORM=0,
+        PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
+        W_EVICTION=cfg.weight_eviction, TAIL=False, BLOCK_TAIL=1,
+        L2_BYTES=cfg.l2_prefetch_bytes if cfg.pdl else 0,
+    )  # fmt: skip
+    floats = ("eps", "tail_eps")
+    signature = signature_for(fn, constexprs, pointers={"counter_ptr": "*i32"}, floats=floats)
+    divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))
+    return compile_for(
+        fn, signature, constexprs, divisible=divisible, target=target,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+
+
 def ptx_count(kernel, instruction: str) -> int:
     """How many PTX lines of ``kernel`` hold ``instruction`` (e.g. ``fma.rn.bf16``)."""
     return sum(instruction in line for line in kernel.asm["ptx"].splitlines())

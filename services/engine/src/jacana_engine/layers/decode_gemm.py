@@ -285,7 +285,7 @@ def _pick_per_row(
             picked[m] = cfg
         per_layer = 1e6 / len(layers)  # seconds per pass -> us per call
         report.append(
-            f"M={m} {names[0] if m in picked else names[1]} ({names[0]} {_label(cfg)} "
+            f"M={m} {names[0] if m in picked else names[1]} ({names[0]} {config_label(cfg)} "
             f"{best * per_layer:.2f} us, {names[1]} {present * per_layer:.2f} us)"
         )
     log.info("%s %dx%d %s: %s", what, n, k, weight.dtype, "; ".join(report))
@@ -334,7 +334,7 @@ def _remembered(
         cache.put(key, choice)
     else:
         n, k = layers[0].weight.shape
-        picks = ", ".join(f"M={m} {_label(c)}" for m, c in sorted(choice.items())) or "none"
+        picks = ", ".join(f"M={m} {config_label(c)}" for m, c in sorted(choice.items())) or "none"
         log.info("%s %dx%d from the tuning cache %s: %s", kind, n, k, cache.path, picks)
     return choice
 
@@ -379,14 +379,15 @@ def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str
             "norm_end": module.norm_tail_configs,
         }
         described[name] = {
-            kind: {m: _label(cfg) for m, cfg in sorted(configs.items())}
+            kind: {m: config_label(cfg) for m, cfg in sorted(configs.items())}
             for kind, configs in picks.items()
             if configs
         }
     return described
 
 
-def _label(cfg: SkinnyConfig) -> str:
+def config_label(cfg: SkinnyConfig) -> str:
+    """A launch config's name in the tuner's log and records, e.g. ``8x512 pdl+2``."""
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
     l2 = f" l2:{cfg.l2_prefetch_bytes}" if cfg.l2_prefetch_bytes else ""
     return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}"
