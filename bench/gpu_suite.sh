@@ -17,6 +17,9 @@
 #             peer, once per ';'-separated variant in $EMBED_VARIANTS
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
+# parity      the two engine-vs-transformers parity tests alone (~4 min)
+# timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
+#             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
 #             with fuse_norm_gemm, with fuse_rope_attention, with both, with 2 and 8 KB of
 #             each one-row GEMV's rows prefetched to L2 (l2_prefetch_bytes); b1 and c64 with
@@ -152,6 +155,20 @@ for phase in "$@"; do
       ;;
     offline)
       offline_grid 330
+      ;;
+    parity)
+      stamp "engine vs transformers parity tests alone"
+      JACANA_GPU_REPORT="$OUT/gpu_parity.json" in_own_group timeout -s INT 400 \
+        "${PYTEST[@]}" -m "gpu and not slow" --durations=5 services/engine/tests/test_gpu_engine.py \
+        >"$OUT/pytest_gpu_parity.log" 2>&1
+      tail -12 "$OUT/pytest_gpu_parity.log"
+      end_leftovers
+      ;;
+    timeline)
+      stamp "8B b1 with its profiled step timeline"
+      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads b1 \
+        --reps 3 --timeline --name offline_b1_timeline --out "$OUT" 2>&1 \
+        | grep -v "^\[transformers\]" | tail -40
       ;;
     online)
       stamp "offline c64 (no peer) for the online ratio"

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import step_timeline as timeline
 import torch
 from common import (
     CONFIGS_DIR,
@@ -212,6 +213,23 @@ def profile_table(engine: LLMEngine, prompts, wl: dict[str, Any], rows: int = 25
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows)
 
 
+def b1_step_timeline(engine: LLMEngine, prompts, new_tokens: int = 64) -> dict[str, Any]:
+    """``step_timeline.summarize`` of one profiled run of ``new_tokens`` steps at batch 1:
+    per decode step, GPU busy and idle time, the largest idle gaps and what runs outside
+    the graphs."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run_closed_loop(engine, prompts[:1], 1, new_tokens)
+        _sync()
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        return timeline.summarize(timeline.load_events(trace))
+
+
 # ---- transformers -------------------------------------------------------------------------
 
 
@@ -318,6 +336,11 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
         for name, wl in WORKLOADS.items():
             prompts = random_prompts(wl["concurrency"], wl["prompt"], vocab, seed=99)
             profiles[name] = profile_table(engine, prompts, wl)
+    if args.timeline:
+        prompts = random_prompts(1, WORKLOADS.get("b1", {}).get("prompt", 128), vocab, seed=98)
+        info["b1_step_timeline"] = b1_step_timeline(engine, prompts)
+        print(f"{model} b1 step timeline (profiled)")
+        print(timeline.render(info["b1_step_timeline"]), flush=True)
     del engine
     gc.collect()
     if torch.cuda.is_available():
@@ -396,6 +419,9 @@ def main() -> None:
     parser.add_argument("--no-hf", action="store_true")
     parser.add_argument("--eager", action="store_true", help="Jacana without CUDA graphs")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--timeline", action="store_true", help="per-step GPU busy/idle of b1 (step_timeline.py)"
+    )
     parser.add_argument(
         "--decode-gemm", choices=["auto", "torch"], default="auto", help="EngineConfig.decode_gemm"
     )

@@ -199,6 +199,41 @@ def test_gated_kernel_rejects_a_gate_up_of_the_wrong_width(device):
         skinny_linear(torch.randn(2, 65, device=device), w, gated=True)
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_logits_run_on_the_untied_heads_tuned_pick(device, seed, checks, tied, monkeypatch):
+    """compute_logits goes through an untied lm_head as a Linear, so the tuner's one-row
+    pick for it is what runs (it used to call the backend with the weight, so the pick
+    was timed and never used); a tied head has no Linear and keeps the backend."""
+    from jacana_engine.kernels import skinny_gemm
+    from jacana_engine.models.base import ModelConfig
+    from jacana_engine.models.registry import build_model
+
+    cfg = ModelConfig(
+        architecture="LlamaForCausalLM", vocab_size=40, hidden_size=32, intermediate_size=48,
+        num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=64,
+        tie_word_embeddings=tied,
+    )  # fmt: skip
+    model = build_model(cfg, device=device, dtype=torch.float32).requires_grad_(False)
+    for param in model.parameters():
+        param.copy_(torch.randn_like(param))
+    if not tied:
+        model.lm_head.skinny_configs = {1: pick_config(1, 40, 32)}
+    calls = []
+    real = skinny_gemm.skinny_linear
+    monkeypatch.setattr(
+        skinny_gemm, "skinny_linear", lambda *a, **kw: calls.append(a[0].shape[0]) or real(*a, **kw)
+    )
+    weight = model.model.embed_tokens.weight if tied else model.lm_head.weight
+    for m in (1, 2):
+        hidden = torch.randn(m, 32, device=device)
+        got = model.compute_logits(hidden)
+        assert got.dtype == torch.float32
+        expected = torch.nn.functional.linear(hidden, weight)
+        checks.close(got, expected, rel_l2=1e-5, max_rel=1e-4, seed=seed, what=f"m={m}")
+    assert calls == ([] if tied else [1])  # one row on the pick, two on the backend
+
+
 @pytest.mark.parametrize("tuned", [False, True])
 def test_gated_forward_folds_the_activation_only_into_skinny_rows(
     device, seed, checks, tuned, monkeypatch

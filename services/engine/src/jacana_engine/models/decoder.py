@@ -158,9 +158,11 @@ class DecoderForCausalLM(nn.Module):
         return self.model.norm.between(producer, x, residual, None, gated=True)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        # hidden: [N, hidden] -> [N, vocab] float32
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return self.logits_gemm.linear(hidden, weight, None).float()
+        # hidden: [N, hidden] -> [N, vocab] float32. An untied lm_head runs as the Linear
+        # it is, on the decode-GEMM tuner's pick for N rows where it made one.
+        if self.lm_head is not None:
+            return self.lm_head(hidden).float()
+        return self.logits_gemm.linear(hidden, self.model.embed_tokens.weight, None).float()
 
     def reset_buffers(self) -> None:
         """Recompute non-persistent buffers after ``to_empty``/dtype casts."""
