@@ -431,7 +431,10 @@ def main() -> None:
     )
     parser.add_argument("--no-pdl", action="store_true", help="EngineConfig.pdl off")
     parser.add_argument(
-        "--l2-prefetch-bytes", type=int, default=0, help="EngineConfig.l2_prefetch_bytes"
+        "--l2-prefetch-bytes",
+        type=int,
+        default=0,
+        help="EngineConfig.l2_prefetch_bytes (a launch's total)",
     )
     parser.add_argument(
         "--serial", action="store_true", help="decode steps one at a time (overlap_decode off)"

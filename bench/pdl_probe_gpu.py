@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 
-from jacana_engine.kernels.skinny_gemm import L2_PIECES, prefetch_rows_to_l2
+from jacana_engine.kernels.skinny_gemm import L2_MAX_PIECES, prefetch_rows_to_l2
 
 VARIANTS = (
     "plain",
@@ -84,6 +84,7 @@ def _gemv_kernel(
     PREFETCH: tl.constexpr,  # load the first weight tile before that wait
     TRIGGER: tl.constexpr,  # let the next kernel launch at this one's start
     L2_BYTES: tl.constexpr = 0,  # with PREFETCH: bytes per row after the first tile to L2
+    L2_PIECES: tl.constexpr = L2_MAX_PIECES,  # in this many bulk prefetches a row
 ):
     # x [1, K] @ w[N, K].T -> out [1, N]; each program owns BLOCK_N outputs
     if TRIGGER:
@@ -97,7 +98,7 @@ def _gemv_kernel(
     if PREFETCH:
         w = tl.load(w_rows + ks[None, :], mask=n_mask[:, None] & (ks < K)[None, :], other=0.0)
         if L2_BYTES > 0:  # the skinny GEMM's prefetch: each row's next bytes after a tile
-            prefetch_rows_to_l2(w_ptr, cols, N, K, BLOCK_K, L2_BYTES)
+            prefetch_rows_to_l2(w_ptr, cols, N, K, BLOCK_K, L2_BYTES, L2_PIECES)
         tl.extra.cuda.gdc_wait()
         x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
         acc += x.to(tl.float32)[None, :] * w.to(tl.float32)
@@ -189,7 +190,7 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         raise SystemExit("needs a CUDA GPU of compute capability 9.0 or later (PDL)")
-    if args.l2_bytes % (16 * L2_PIECES.value) or args.l2_bytes > 2 * (args.k - args.block_k):
+    if args.l2_bytes % (16 * L2_MAX_PIECES) or args.l2_bytes > 2 * (args.k - args.block_k):
         raise SystemExit("--l2-bytes: a multiple of 256 within a row past its first tile")
     probe = Probe(args.layers, args.n, args.k, args.block_n, args.block_k, args.l2_bytes)
     errors = {v: probe.check(v) for v in VARIANTS}

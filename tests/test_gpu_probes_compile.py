@@ -24,7 +24,7 @@ fn = probe._gemv_kernel
 counts = {}
 for l2_bytes in (0, 2048):
     const = dict(BLOCK_N=8, BLOCK_K=1024, WAIT=True, PREFETCH=True, TRIGGER=False,
-                 L2_BYTES=l2_bytes)
+                 L2_BYTES=l2_bytes, L2_PIECES=16)
     kernel = compile_for(fn, signature_for(fn, const), const,
                          divisible=("x_ptr", "w_ptr", "out_ptr", "N", "K"), num_warps=4)
     counts[l2_bytes] = ptx_count(kernel, "cp.async.bulk.prefetch.L2.global")

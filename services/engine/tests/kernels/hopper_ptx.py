@@ -83,7 +83,7 @@ def main() -> None:
         "cast_rounding": _counts(_cast_rounding, {"BLOCK": 128}, {"cos_ptr": "*fp32",
                                                                   "sin_ptr": "*fp32"}),
         "skinny_pdl": _skinny(0),
-        "skinny_pdl_l2": _skinny(2048),
+        "skinny_pdl_l2": _skinny(8 << 20),  # 2 KB of each 8 KB row of a 4096 x 4096 weight
     }  # fmt: skip
     print(json.dumps(counts))
 

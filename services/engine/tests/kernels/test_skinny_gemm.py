@@ -33,7 +33,7 @@ from jacana_engine.kernels.skinny_gemm import (
     NormPrologue,
     SkinnyConfig,
     candidate_configs,
-    l2_prefetch_bytes,
+    l2_prefetch_plan,
     pick_config,
     skinny_linear,
 )
@@ -376,11 +376,11 @@ def test_gated_kernel_gives_the_bits_of_silu_and_mul_at_qwen3_sizes_gpu(gpu, dev
 def test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu(gpu, device, seed, name):
     """A chain of PDL launches (each layer's output the next one's input) captured in a
     CUDA graph and replayed equals the same chain launched plainly and eagerly, with one
-    or two tiles loaded before the wait and with or without the rows' next 2 KB
-    prefetched to L2 (a hint: the same bits)."""
+    or two tiles loaded before the wait and with or without 8 MiB of the weight (2 KB a
+    row) prefetched to L2 (a hint: the same bits)."""
     k, n = QWEN3_SHAPES[name]
     weights = [(torch.randn(n, k, device=device) * k**-0.5).bfloat16() for _ in range(4)]
-    variants = itertools.product(candidate_configs(1, n, k)[:2], (1, 2), (0, 2048))
+    variants = itertools.product(candidate_configs(1, n, k)[:2], (1, 2), (0, 8 << 20))
     for cfg, depth, l2_bytes in variants:
         twin = dataclasses.replace(cfg, pdl=True, prefetch_tiles=depth, l2_prefetch_bytes=l2_bytes)
 
@@ -939,32 +939,35 @@ def test_l2_prefetch_compiles_to_one_bulk_prefetch_per_thread_for_hopper():
     assert counts["skinny_pdl_l2"] >= 1 and counts["skinny_pdl"] == 0, counts
 
 
+def _l2(total: int, *, tiles: int = 1, pdl: bool = True) -> SkinnyConfig:
+    return SkinnyConfig(1, 8, 1024, False, pdl=pdl, prefetch_tiles=tiles, l2_prefetch_bytes=total)
+
+
 @pytest.mark.parametrize(
-    ("cfg", "k", "want"),
+    ("cfg", "shape", "want"),
     [
-        (
-            SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2, l2_prefetch_bytes=2048),
-            4096,
-            2048,
-        ),
-        # clamped to the 2 x 1024 elements left after two tiles, 4 KB
-        (
-            SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2, l2_prefetch_bytes=1 << 20),
-            4096,
-            4096,
-        ),
-        # rounded down to 16 pieces of 16 bytes
-        (SkinnyConfig(1, 8, 1024, False, pdl=True, l2_prefetch_bytes=1000), 4096, 768),
-        (SkinnyConfig(1, 8, 1024, False, pdl=True), 4096, 0),  # not asked
-        (SkinnyConfig(1, 8, 1024, False, l2_prefetch_bytes=2048), 4096, 0),  # no PDL wait
+        # 8 MiB over 4096 rows: 2 KB a row, in 8 pieces of 256 bytes
+        (_l2(8 << 20), (4096, 4096), (2048, 8)),
+        # the same budget over 24576 rows: 341 bytes a row, one piece of 336
+        (_l2(8 << 20), (24576, 4096), (336, 1)),
+        # over 151936 rows (an lm_head): 55 bytes a row, below a piece: nothing
+        (_l2(8 << 20), (151936, 4096), (0, 1)),
+        # clamped to the 2 x 1024 elements left after two tiles (4 KB), 16 pieces
+        (_l2(1 << 30, tiles=2), (4096, 4096), (4096, 16)),
+        # 3,000 bytes a row: 8 pieces (the most of 256 bytes or more, a power of 2),
+        # rounded down to 8 x 16 bytes
+        (_l2(3000 * 64), (64, 4096), (2944, 8)),
+        (_l2(0), (4096, 4096), (0, 1)),  # not asked
+        (_l2(8 << 20, pdl=False), (4096, 4096), (0, 1)),  # no PDL wait to fill
     ],
 )
-def test_l2_prefetch_bytes_fit_the_row(cfg, k, want):
-    weight = torch.empty(64, k, dtype=torch.bfloat16)
-    assert l2_prefetch_bytes(cfg, weight) == want
+def test_l2_prefetch_plan_shares_the_launch_budget_over_the_rows(cfg, shape, want):
+    weight = torch.empty(shape, dtype=torch.bfloat16, device="meta")
+    assert l2_prefetch_plan(cfg, weight) == want
 
 
 def test_l2_prefetch_is_off_for_unaligned_rows():
-    cfg = SkinnyConfig(1, 8, 512, False, pdl=True, l2_prefetch_bytes=2048)
+    cfg = SkinnyConfig(1, 8, 512, False, pdl=True, l2_prefetch_bytes=2048 * 64)
     weight = torch.empty(64, 4100, dtype=torch.bfloat16)[:, :4097]  # rows of 8,200 bytes
-    assert l2_prefetch_bytes(cfg, weight) == 0
+    assert l2_prefetch_plan(cfg, weight) == (0, 1)
+    assert l2_prefetch_plan(cfg, torch.empty(64, 4096, dtype=torch.bfloat16)) == (2048, 8)

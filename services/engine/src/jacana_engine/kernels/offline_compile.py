@@ -68,11 +68,20 @@ def compile_for(
     return triton.compile(source, target=target, options=options)
 
 
-def compile_skinny(cfg, *, gated: bool = False, target: GPUTarget = HOPPER):
+def compile_skinny(
+    cfg, *, gated: bool = False, shape: tuple[int, int] = (4096, 4096),
+    target: GPUTarget = HOPPER,
+):  # fmt: skip
     """The skinny GEMM (``kernels/skinny_gemm.py``) at one row with launch config ``cfg``
-    (a ``SkinnyConfig``; its L2 prefetch as given, PDL as asked), compiled as a launch on
+    (a ``SkinnyConfig``, PDL as asked) for a bf16 weight of ``shape`` [N, K] (which only
+    sizes its L2 prefetch, ``skinny_gemm.l2_prefetch_plan``), compiled as a launch on
     16-byte aligned tensors with sizes and strides of 16s would specialize it."""
+    import torch
+
     from jacana_engine.kernels import skinny_gemm
+
+    weight = torch.empty(shape, dtype=torch.bfloat16, device="meta")  # aligned: address 0
+    l2_row_bytes, l2_pieces = skinny_gemm.l2_prefetch_plan(cfg, weight)
 
     fn = skinny_gemm._skinny_gemm_kernel
     constexprs = dict(
@@ -80,7 +89,7 @@ def compile_skinny(cfg, *, gated: bool = False, target: GPUTarget = HOPPER):
         USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, NORM=0,
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
         W_EVICTION=cfg.weight_eviction, TAIL=False, BLOCK_TAIL=1,
-        L2_BYTES=cfg.l2_prefetch_bytes if cfg.pdl else 0,
+        L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces,
     )  # fmt: skip
     floats = ("eps", "tail_eps")
     signature = signature_for(fn, constexprs, pointers={"counter_ptr": "*i32"}, floats=floats)

@@ -101,11 +101,12 @@ class SkinnyConfig:
     # Triton's eviction_policy for the weight loads ("": the default; "evict_first": the
     # weight streams through L2 once and should not push out what the next kernels read)
     weight_eviction: str = ""
-    # with ``pdl`` on CUDA: before its wait each program also asks L2 to prefetch this
-    # many bytes of each of its weight rows after the tiles it loads
-    # (``cp.async.bulk.prefetch.L2``), so HBM streams weights while the previous kernel
-    # runs; clamped to the row, rounded down to 256; 0: off (``EngineConfig``'s
-    # ``l2_prefetch_bytes`` sets it on the tuner's picks)
+    # with ``pdl`` on CUDA: before their wait the programs of a launch also ask L2 to
+    # prefetch about this many bytes of the weight in all, an equal share of each row
+    # after the tiles they load (``cp.async.bulk.prefetch.L2``), so HBM streams weights
+    # while the previous kernel runs (``l2_prefetch_plan``); 0: off (``EngineConfig``'s
+    # ``l2_prefetch_bytes`` sets it on the tuner's picks). A launch's total, not a row's:
+    # a fixed share a row asked 50 MB of L2 for the 8B gate_up at 2 KB a row, and was slower
     l2_prefetch_bytes: int = 0
 
     def grid(self, n: int) -> tuple[int]:
@@ -202,21 +203,24 @@ def _x_tile(
     return x
 
 
-L2_PIECES = tl.constexpr(16)  # prefetches per weight row, spread over the threads
+L2_MAX_PIECES = 16  # bulk prefetches per weight row at most, spread over the threads
+L2_MIN_PIECE = 256  # bytes: a row's share below this is not worth an instruction
 
 
 @triton.jit
-def prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, FIRST: tl.constexpr, NBYTES: tl.constexpr):
+def prefetch_rows_to_l2(
+    w_ptr, cols, N, stride_wn, FIRST: tl.constexpr, NBYTES: tl.constexpr, PIECES: tl.constexpr
+):
     """Ask L2 for ``NBYTES`` of each weight row ``cols`` from column ``FIRST`` on: a hint
-    (``cp.async.bulk.prefetch.L2``, no registers held), in [BLOCK_N, L2_PIECES] pieces
-    of NBYTES // L2_PIECES bytes (16-byte aligned: the launcher checks, see
-    ``l2_prefetch_bytes``). Rows past N prefetch row N - 1 again. Also the helper of
+    (``cp.async.bulk.prefetch.L2``, no registers held), in [BLOCK_N, PIECES] pieces of
+    NBYTES // PIECES bytes (16-byte aligned: the launcher checks, see
+    ``l2_prefetch_plan``). Rows past N prefetch row N - 1 again. Also the helper of
     ``bench/pdl_probe_gpu.py``'s L2 variant."""
     rows = tl.minimum(cols, N - 1).to(tl.int64)
-    piece = NBYTES // L2_PIECES
+    piece = NBYTES // PIECES
     elem = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-    starts = (rows[:, None] * stride_wn + FIRST) * elem + tl.arange(0, L2_PIECES)[None, :] * piece
-    ptrs = w_ptr.to(tl.pointer_type(tl.int8)) + starts  # [BLOCK_N, L2_PIECES]
+    starts = (rows[:, None] * stride_wn + FIRST) * elem + tl.arange(0, PIECES)[None, :] * piece
+    ptrs = w_ptr.to(tl.pointer_type(tl.int8)) + starts  # [BLOCK_N, PIECES]
     tl.inline_asm_elementwise(
         "cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0;",
         "=r,l,r",
@@ -287,6 +291,7 @@ def _skinny_gemm_kernel(
     TAIL: tl.constexpr,  # out = rms_norm(product + residual), by the last program
     BLOCK_TAIL: tl.constexpr,  # TAIL: next power of 2 of N
     L2_BYTES: tl.constexpr = 0,  # PDL: bytes of each weight row after the PEEL tiles to L2
+    L2_PIECES: tl.constexpr = 1,  # in this many bulk prefetches a row
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -304,7 +309,7 @@ def _skinny_gemm_kernel(
     if PEEL >= 2:
         w_second = _w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION)
     if L2_BYTES > 0:
-        prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES)
+        prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES, L2_PIECES)
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
@@ -483,6 +488,7 @@ def skinny_linear(
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
     launch = pdl_launch(cfg.pdl, x.device)
+    l2_row_bytes, l2_pieces = l2_prefetch_plan(cfg, weight) if launch["PDL"] else (0, 1)
     _skinny_gemm_kernel[cfg.grid(n)](
         x,
         weight,
@@ -517,7 +523,8 @@ def skinny_linear(
         W_EVICTION=cfg.weight_eviction,
         TAIL=then_norm is not None,
         BLOCK_TAIL=next_power_of_2(n) if then_norm is not None else 1,
-        L2_BYTES=l2_prefetch_bytes(cfg, weight) if launch["PDL"] else 0,
+        L2_BYTES=l2_row_bytes,
+        L2_PIECES=l2_pieces,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch,
@@ -525,20 +532,26 @@ def skinny_linear(
     return out
 
 
-def l2_prefetch_bytes(cfg: SkinnyConfig, weight: torch.Tensor) -> int:
-    """The bytes per weight row [N, K] a PDL launch with ``cfg`` prefetches to L2: its
-    ``l2_prefetch_bytes`` clamped to what the row holds after the tiles loaded before the
-    wait, rounded down to a multiple of 16 x ``L2_PIECES``; 0 without PDL, and where the
-    rows or the pieces would not be 16-byte aligned (the bulk prefetch needs it)."""
-    if not cfg.pdl:  # nothing to overlap: without PDL the program never waits
-        return 0
+def l2_prefetch_plan(cfg: SkinnyConfig, weight: torch.Tensor) -> tuple[int, int]:
+    """(bytes a row, bulk prefetches a row) that a PDL launch with ``cfg`` asks L2 for, of
+    the weight [N, K]: ``cfg.l2_prefetch_bytes`` shared evenly by the N rows, clamped to
+    what a row holds after the tiles loaded before the wait, in the most pieces (up to
+    ``L2_MAX_PIECES``) of at least ``L2_MIN_PIECE`` bytes, rounded down to a multiple of
+    16 bytes a piece. (0, 1): nothing, without PDL, where a row's share is below one
+    piece, or where rows or pieces would not be 16-byte aligned (the bulk prefetch needs
+    it)."""
+    if not cfg.pdl or cfg.l2_prefetch_bytes <= 0:  # without PDL the program never waits
+        return 0, 1
+    n, k = weight.shape
     elem = weight.element_size()
     first = cfg.prefetch_tiles * cfg.block_k
-    left = max(0, weight.shape[1] - first) * elem
-    unit = 16 * L2_PIECES.value
-    nbytes = min(cfg.l2_prefetch_bytes, left) // unit * unit
+    share = min(cfg.l2_prefetch_bytes // n, max(0, k - first) * elem)
+    if share < L2_MIN_PIECE:
+        return 0, 1
+    pieces = min(L2_MAX_PIECES, 1 << (share // L2_MIN_PIECE).bit_length() - 1)
+    row_bytes = share // (16 * pieces) * 16 * pieces
     aligned = weight.data_ptr() % 16 == 0 and (weight.stride(0) * elem) % 16 == 0
-    return nbytes if aligned and (first * elem) % 16 == 0 else 0
+    return (row_bytes, pieces) if aligned and (first * elem) % 16 == 0 else (0, 1)
 
 
 def _checked_tail(
