@@ -189,10 +189,10 @@ for phase in "$@"; do
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --fuse-norm-gemm --reps 3 --name offline_b1_fuse_norm --out "$OUT" \
         2>&1 | grep -E "^\| qwen|RMSNorm \+ decode GEMM" | tail -30
-      stamp "b1 with RoPE + KV store folded into decode attention, alone and with fuse_norm_gemm"
-      timeout 120 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 --fuse-rope-attention --reps 3 --name offline_b1_rope_in_attention \
-        --out "$OUT" 2>&1 | grep -E "^\| qwen" | tail -12
+      stamp "b1 and c64 with RoPE + KV store folded into decode attention, b1 also with fuse_norm_gemm"
+      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 c64 --fuse-rope-attention --reps 3 --name offline_b1_rope_in_attention \
+        --out "$OUT" 2>&1 | grep -E "^\| qwen" | tail -18
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --fuse-rope-attention --fuse-norm-gemm --reps 3 \
         --name offline_b1_all_folds --out "$OUT" 2>&1 | grep -E "^\| qwen" | tail -12
