@@ -94,6 +94,21 @@ def cpu_machine(load_avg_start: tuple[float, float, float]) -> dict[str, Any]:
     }
 
 
+def cpu_machine_line(machine: dict[str, Any], versions: dict[str, str], date: str) -> str:
+    """The Markdown footer of a CPU benchmark: ``cpu_machine`` and ``package_versions``
+    (Python, torch, then each peer package) in one sentence."""
+    m = machine
+    peers = "".join(
+        f", {name} {v}" for name, v in versions.items() if name not in ("python", "torch")
+    )
+    return (
+        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, torch threads "
+        f"{m['torch_threads']}, load average {m['load_avg_start'][0]:.2f} at start and "
+        f"{m['load_avg_end'][0]:.2f} at end. Python {versions['python']}, torch "
+        f"{versions['torch']}{peers}, {date}."
+    )
+
+
 def package_versions(*distributions: str) -> dict[str, str]:
     """Python, torch and the named installed distributions' versions."""
     import importlib.metadata

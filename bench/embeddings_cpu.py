@@ -39,7 +39,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from common import cpu_machine, fmt_ratio, fmt_spread, package_versions, spread, write_results
+from common import (
+    cpu_machine,
+    cpu_machine_line,
+    fmt_ratio,
+    fmt_spread,
+    package_versions,
+    spread,
+    write_results,
+)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERVICE = "jacana.embeddings.v1.Embeddings"
@@ -281,7 +289,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def render(result: dict) -> str:
-    s, m, v = result["settings"], result["machine"], result["versions"]
+    s, m = result["settings"], result["machine"]
     by = {(r["concurrency"], r["peer"]): r for r in result["results"]}
     lines = [
         "# Embeddings on CPU: Jacana (gRPC, dynamic batching) vs sentence-transformers",
@@ -329,10 +337,7 @@ def render(result: dict) -> str:
             "",
         ]
     lines += [
-        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, torch threads "
-        f"{m['torch_threads']}, load average {m['load_avg_start'][0]:.2f} at start and "
-        f"{m['load_avg_end'][0]:.2f} at end. Python {v['python']}, torch {v['torch']}, "
-        f"sentence-transformers {v['sentence-transformers']}, {result['date']}.",
+        cpu_machine_line(m, result["versions"], result["date"]),
         "",
     ]
     return "\n".join(lines)
