@@ -21,8 +21,8 @@
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
-#             with fuse_norm_gemm, with fuse_rope_attention, with both, with 4 and 12 MiB of
-#             each one-row GEMV's weight prefetched to L2 (l2_prefetch_bytes); b1 and c64 with
+#             with fuse_norm_gemm, b1 and c64 with fuse_rope_attention off, b1 with 4 and 12
+#             MiB of each one-row GEMV's weight prefetched to L2 (l2_prefetch_bytes); b1 and c64 with
 #             pdl off; b1 with cuBLAS only and pdl off; then b1 with decode steps one at a
 #             time (overlap_decode off) for comparison (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
@@ -189,13 +189,10 @@ for phase in "$@"; do
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --fuse-norm-gemm --reps 3 --name offline_b1_fuse_norm --out "$OUT" \
         2>&1 | grep -E "^\| qwen|RMSNorm \+ decode GEMM" | tail -30
-      stamp "b1 and c64 with RoPE + KV store folded into decode attention, b1 also with fuse_norm_gemm"
+      stamp "b1 and c64 with RoPE + KV store in their own kernel (fuse_rope_attention off)"
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 c64 --fuse-rope-attention --reps 3 --name offline_b1_rope_in_attention \
+        --workloads b1 c64 --no-fuse-rope-attention --reps 3 --name offline_rope_kernel \
         --out "$OUT" 2>&1 | grep -E "^\| qwen" | tail -18
-      timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 --fuse-rope-attention --fuse-norm-gemm --reps 3 \
-        --name offline_b1_all_folds --out "$OUT" 2>&1 | grep -E "^\| qwen" | tail -12
       stamp "b1 with each one-row PDL GEMV prefetching 4 and 12 MiB of its weight to L2"
       for l2 in 4194304 12582912; do
         timeout 120 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \

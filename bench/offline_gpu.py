@@ -427,7 +427,10 @@ def main() -> None:
     )
     parser.add_argument("--fuse-norm-gemm", action="store_true", help="EngineConfig.fuse_norm_gemm")
     parser.add_argument(
-        "--fuse-rope-attention", action="store_true", help="EngineConfig.fuse_rope_attention"
+        "--fuse-rope-attention",
+        action=argparse.BooleanOptionalAction,
+        default=EngineConfig.fuse_rope_attention,
+        help="EngineConfig.fuse_rope_attention (on by default, as there)",
     )
     parser.add_argument("--no-pdl", action="store_true", help="EngineConfig.pdl off")
     parser.add_argument(

@@ -3,11 +3,12 @@ with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"); graphs 
 engine's default on Hopper, the timed skinny decode GEMM launched with programmatic
 dependent launch (``decode_gemm="auto"``, ``pdl=True``: mode "graphs-skinny-pdl"; eager
 steps never use it; without PDL the kernels give the same bits, which
-``test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu`` checks); and cuBLAS graphs with
-RoPE and the KV store folded into decode attention (``fuse_rope_attention``: mode
-"graphs-rope-in-attention"). SmolLM2 also runs eagerly on the torch attention backend
-(float32 SDPA over the gathered cache: mode "eager-torch-attention"), which tells a
-departure caused by the Triton attention kernels' roundings from one that is not.
+``test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu`` checks). These fold RoPE and the
+KV store into decode attention, the default (``fuse_rope_attention``); cuBLAS graphs with
+the rope kernel instead are mode "graphs-rope-kernel". SmolLM2 also runs eagerly on the
+torch attention backend (float32 SDPA over the gathered cache: mode
+"eager-torch-attention"), which tells a departure caused by the Triton attention
+kernels' roundings from one that is not.
 
 The oracle: for every prompt our greedy continuation equals transformers' (batch of one,
 ``generate``, same dtype and device), or every token of it is at worst a near-tie of
@@ -352,8 +353,8 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
         "graphs-skinny-pdl": _engine(
             str(peaked_qwen3), "safetensors", eager=False, decode_gemm="auto", pdl=True
         ),
-        "graphs-rope-in-attention": _engine(
-            str(peaked_qwen3), "safetensors", eager=False, fuse_rope_attention=True
+        "graphs-rope-kernel": _engine(
+            str(peaked_qwen3), "safetensors", eager=False, fuse_rope_attention=False
         ),
     }
     _check_and_report("random-qwen3", hf, ref, prompts, engines, run_to_run)
@@ -377,9 +378,7 @@ def test_smollm2_matches_transformers():
         "eager": _engine(str(gguf), "gguf", eager=True),
         # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
         "graphs-skinny-pdl": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True),
-        "graphs-rope-in-attention": _engine(
-            str(gguf), "gguf", eager=False, fuse_rope_attention=True
-        ),
+        "graphs-rope-kernel": _engine(str(gguf), "gguf", eager=False, fuse_rope_attention=False),
         "eager-torch-attention": _engine(str(gguf), "gguf", eager=True, attention_backend="torch"),
     }
     _check_and_report("smollm2-135m", hf, ref, prompts, engines, run_to_run)

@@ -58,7 +58,9 @@ class EngineConfig:
         the chain (``model_runner.PDL_MAX_TOKENS`` gives the measurements).
     fuse_rope_attention: on the Triton attention backend, fold the q/k norm, RoPE and KV
         store of decode steps into the decode attention launch (``DecodeRotation``: one
-        launch fewer per layer; opt-in, 0.04 ms off a Qwen3-8B batch-1 step on an H200).
+        launch fewer per layer, 0.04 ms off a Qwen3-8B batch-1 step on an H200; the same
+        tokens as the rope kernel's, which GPU tests check). Never for float16
+        activations (``model_runner.rope_folds_into_attention``).
     l2_prefetch_bytes: with ``pdl``, every one-row skinny GEMM the tuner picked with a
         dependent launch also asks L2, before its wait, to prefetch about this many bytes
         of its weight in all, an equal share of each row (``SkinnyConfig``,
@@ -102,7 +104,7 @@ class EngineConfig:
     decode_gemm: str = "auto"
     fuse_norm_gemm: bool = False
     pdl: bool = True
-    fuse_rope_attention: bool = False
+    fuse_rope_attention: bool = True
     l2_prefetch_bytes: int = 0
     tuning_cache: str | None = None
     enforce_eager: bool = False

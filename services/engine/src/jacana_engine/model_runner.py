@@ -128,7 +128,7 @@ def rope_folds_into_attention(config: EngineConfig) -> bool:
     and only bfloat16's rotation products are rounded where no FMA can reach them
     (``kernels/rope.rounded_product``)."""
     if config.fuse_rope_attention and torch_dtype(config.dtype) == torch.float16:
-        log.warning("fuse_rope_attention is off for float16 activations")
+        log.info("RoPE stays in its own kernel for float16 activations")
         return False
     return config.fuse_rope_attention
 
