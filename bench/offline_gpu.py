@@ -13,8 +13,10 @@ Workloads (per model):
   the same shapes as one static batch of 64 (its ``generate`` has no continuous batching).
 
 Also recorded: start-up (weights, KV pool, CUDA-graph capture), peak host RSS after
-loading, GPU memory, the GPU time of one replayed decode graph, and a torch.profiler
-kernel table of Jacana's steps for each workload.
+loading, GPU memory, the GPU time of one replayed decode graph, with ``--profile`` a
+torch.profiler kernel table of Jacana's steps for each workload, and with ``--timeline``
+where a batch-1 decode step's time goes on the GPU (busy, idle, the largest idle gaps and
+what runs outside the graphs: ``step_timeline.py``).
 
 Usage: python bench/offline_gpu.py --model qwen3-8b [--reps 3] [--no-hf] [--out DIR]
 """
