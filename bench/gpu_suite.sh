@@ -18,11 +18,14 @@
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
 # parity      the two engine-vs-transformers parity tests alone (~4 min)
+# l2          Qwen3-8B b1 with 0, 4, 8, 16 and 32 MiB of each one-row PDL GEMV's weight
+#             prefetched to L2 before its wait (l2_prefetch_bytes), every run on the same
+#             decode GEMM picks (one tuning cache) (~3 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
-#             with fuse_norm_gemm, b1 and c64 with fuse_rope_attention off, b1 with 4 and 12
-#             MiB of each one-row GEMV's weight prefetched to L2 (l2_prefetch_bytes); b1 and c64 with
+#             with fuse_norm_gemm, b1 and c64 with fuse_rope_attention off (the L2 prefetch
+#             has its own phase, l2); b1 and c64 with
 #             pdl off; b1 with cuBLAS only and pdl off; then b1 with decode steps one at a
 #             time (overlap_decode off) for comparison (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
@@ -164,6 +167,18 @@ for phase in "$@"; do
       tail -12 "$OUT/pytest_gpu_parity.log"
       end_leftovers
       ;;
+    l2)
+      # one tuning cache for every run, so all run the same picks and only the prefetch
+      # differs (the first run times and fills it)
+      stamp "8B b1 with each one-row PDL GEMV prefetching 0, 4, 8, 16, 32 MiB of its weight to L2"
+      rm -f /tmp/jacana-l2-tuning.json
+      for l2 in 0 4194304 8388608 16777216 33554432; do
+        timeout 120 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads b1 \
+          --l2-prefetch-bytes $l2 --reps 3 --tuning-cache /tmp/jacana-l2-tuning.json \
+          --name offline_b1_l2_budget_$l2 --out "$OUT" 2>&1 \
+          | grep -E "^\| qwen3-8b \| b1 \| tpot|L2 prefetch|graph GPU|^\| qwen3-8b \| [0-9]" | tail -4
+      done
+      ;;
     timeline)
       stamp "8B b1 with its profiled step timeline"
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads b1 \
@@ -193,12 +208,6 @@ for phase in "$@"; do
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 c64 --no-fuse-rope-attention --reps 3 --name offline_rope_kernel \
         --out "$OUT" 2>&1 | grep -E "^\| qwen" | tail -18
-      stamp "b1 with each one-row PDL GEMV prefetching 4 and 12 MiB of its weight to L2"
-      for l2 in 4194304 12582912; do
-        timeout 120 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-          --workloads b1 --l2-prefetch-bytes $l2 --reps 3 --name offline_b1_l2_$l2 \
-          --out "$OUT" 2>&1 | grep -E "^\| qwen|L2 prefetch" | tail -12
-      done
       stamp "b1 and c64 with plain launches (pdl off)"
       timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 c64 --no-pdl --reps 3 --name offline_no_pdl --out "$OUT" 2>&1 \

@@ -89,6 +89,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         fuse_norm_gemm=args.fuse_norm_gemm,
         fuse_rope_attention=args.fuse_rope_attention,
         l2_prefetch_bytes=args.l2_prefetch_bytes,
+        tuning_cache=args.tuning_cache,
         pdl=not args.no_pdl,
         overlap_decode=not args.serial,
         seed=1,
@@ -444,6 +445,12 @@ def main() -> None:
     parser.add_argument(
         "--serial", action="store_true", help="decode steps one at a time (overlap_decode off)"
     )
+    parser.add_argument(
+        "--tuning-cache",
+        default=None,
+        help="EngineConfig.tuning_cache: runs sharing one file run the same decode GEMM picks "
+        "(default: timed at every start)",
+    )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -466,6 +473,7 @@ def main() -> None:
             "l2_prefetch_bytes": args.l2_prefetch_bytes,
             "pdl": not args.no_pdl,
             "overlap_decode": not args.serial,
+            "tuning_cache": args.tuning_cache,
         },
         "models": {},
     }
