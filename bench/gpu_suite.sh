@@ -21,6 +21,8 @@
 # l2          Qwen3-8B b1 with 0, 4, 8, 16 and 32 MiB of each one-row PDL GEMV's weight
 #             prefetched to L2 before its wait (l2_prefetch_bytes), every run on the same
 #             decode GEMM picks (one tuning cache) (~3 min)
+# picks       graph_picks_gpu.py: every one-row candidate config of each Qwen3-8B weight
+#             shape timed inside the batch-1 decode graph (coordinate descent; ~2 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -178,6 +180,11 @@ for phase in "$@"; do
           --name offline_b1_l2_budget_$l2 --out "$OUT" 2>&1 \
           | grep -E "^\| qwen3-8b \| b1 \| tpot|L2 prefetch|graph GPU|^\| qwen3-8b \| [0-9]" | tail -4
       done
+      ;;
+    picks)
+      stamp "in-graph search of the 8B's one-row decode GEMM picks (graph_picks_gpu.py)"
+      timeout 300 python3 bench/graph_picks_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
+        | grep -v "^\[transformers\]" | tail -16
       ;;
     timeline)
       stamp "8B b1 with its profiled step timeline"

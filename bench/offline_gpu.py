@@ -161,11 +161,12 @@ def run_closed_loop(
 
 
 def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
-    """GPU time of one decode-graph replay at ``batch`` (padded size), CUDA events."""
+    """GPU time of one decode-graph replay at ``batch`` (padded size), CUDA events; its
+    rows attend one KV token each, as padding rows do."""
     graphs = engine.runner.graphs
     if graphs is None or graphs.padded_size(batch) is None:
         return None
-    graph = graphs._graphs[(graphs.padded_size(batch), 1)]  # plain decode width
+    graph = graphs.timing_graph(graphs.padded_size(batch), 1)  # plain decode width
     for _ in range(3):
         graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

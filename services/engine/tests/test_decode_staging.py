@@ -194,3 +194,26 @@ def test_a_pending_token_stages_as_zero_at_its_own_position_and_slot():
     assert i64[2 * n : 2 * n + 3].tolist() == slots
     assert staging.host32[:3].tolist() == [s.num_tokens + 1 for s in seqs]
     assert build_batch(plan, BLOCK).input_ids.tolist() == [0, 0, 0]
+
+
+def test_a_stand_in_context_for_timing_is_forgotten_by_the_next_real_step():
+    """``fill_context`` stages stand-in sequences over blocks 0, 1, ... that write no KV;
+    a real step after it writes its sequences' tables afresh, as if the rows were new."""
+    rng = random.Random(2)
+    bm = BlockManager(200, BLOCK)
+    staging = DecodeStaging(MAX_BATCH, MAX_BLOCKS, BLOCK, pin=False)
+    seqs = [_new_seq(f"s{i}", 9, bm) for i in range(2)]
+    plan = _decode_step(seqs, bm)
+    staging.fill(plan, 1, MAX_BATCH)
+    _finish_step(plan, rng)
+
+    staging.fill_context(4, 2 * BLOCK + 1)  # 9 tokens: 3 blocks
+    n = staging.rows
+    assert staging.host32[:4].tolist() == [2 * BLOCK + 1] * 4
+    tables = staging.host32[MAX_BATCH:].view(MAX_BATCH, MAX_BLOCKS)
+    assert tables[:4, :3].tolist() == [[0, 1, 2]] * 4
+    assert staging.host64[2 * n : 2 * n + 4].eq(-1).all()  # no KV write
+
+    plan = _decode_step(seqs, bm)  # same sequences, same rows: tables must be rewritten
+    staging.fill(plan, 1, MAX_BATCH)
+    _assert_staged(staging, plan)

@@ -174,6 +174,17 @@ class DecodeStaging:
         i32[batch:padded] = q
         return len(real)
 
+    def fill_context(self, padded: int, seq_len: int) -> None:
+        """Write a plain decode step of ``padded`` stand-in sequences, each one query over
+        a KV length of ``seq_len`` in blocks 0, 1, ... of the pool, writing no KV (slot
+        -1): for timing a graph with the attention of a real context. The table rows
+        forget which sequence they held, so a later ``fill`` writes them afresh."""
+        self.fill([], 1, padded)
+        blocks = -(-seq_len // self.block_size)
+        self._i32[:padded] = seq_len
+        self._tables[:padded, :blocks] = range(blocks)
+        self._row_seq[:padded] = [None] * padded
+
 
 class DecodeGraphs:
     """Captured decode (and verify) steps for a fixed set of padded batch sizes.
@@ -285,6 +296,22 @@ class DecodeGraphs:
         return self.capture_seconds
 
     # -- replay ------------------------------------------------------------------------
+
+    def timing_graph(self, bs: int, seq_len: int) -> torch.cuda.CUDAGraph:
+        """The captured plain-decode graph of padded size ``bs``, its inputs staged as
+        ``bs`` sequences of ``seq_len`` KV tokens that write nothing
+        (``DecodeStaging.fill_context``): for benchmarks that replay it as it runs in a
+        step of that context length (its outputs are not meant to be read)."""
+        if (bs, 1) not in self._graphs:
+            raise ValueError(f"no plain-decode graph of padded size {bs} was captured")
+        if not 1 <= seq_len <= self.max_model_len:
+            raise ValueError(f"seq_len {seq_len} outside 1..{self.max_model_len}")
+        if self._copied is not None:
+            self._copied.synchronize()
+        self.staging.fill_context(bs, seq_len)
+        self._dev64.copy_(self.staging.host64)
+        self._dev32.copy_(self.staging.host32)
+        return self._graphs[(bs, 1)]
 
     def padded_size(self, batch: int) -> int | None:
         return padded_size(self.sizes, batch)

@@ -282,9 +282,17 @@ class ModelRunner:
             )
             if config.l2_prefetch_bytes:
                 prefetch_to_l2(self.model, config.l2_prefetch_bytes)
-        graphs = DecodeGraphs(
+        graphs = self.decode_graphs(self._graph_sizes, widths)
+        graphs.capture()
+        return graphs
+
+    def decode_graphs(self, sizes: Seq[int], widths: Seq[int] = (1,)) -> DecodeGraphs:
+        """A set of decode graphs over this runner's model and KV caches for padded batch
+        ``sizes`` and query ``widths``, not yet captured: the start-up set, or (for a
+        benchmark) one captured again after a layer's launch config changed."""
+        return DecodeGraphs(
             self._graph_forward,
-            sizes=self._graph_sizes,
+            sizes=sizes,
             query_widths=widths,
             block_size=self.block_size,
             max_blocks=-(-self.max_model_len // self.block_size),
@@ -292,8 +300,6 @@ class ModelRunner:
             num_splits=self._decode_splits,
             device=self.device,
         )
-        graphs.capture()
-        return graphs
 
     def _gpu_takes_dependent_launch(self) -> bool:
         """Whether the GPU has programmatic dependent launch (compute capability 9.0,
