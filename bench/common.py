@@ -40,6 +40,20 @@ def fmt_ratio(ratio: float, per_rep: dict[str, Any]) -> str:
     return f"**{ratio:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f})"
 
 
+def replay_ms(graph, replays: int) -> float:
+    """Milliseconds of GPU time per replay of a captured CUDA graph: ``replays`` replays
+    between two CUDA events (the device's clock, not the host's)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / replays
+
+
 def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     """``n`` prompts of ``length`` token ids drawn uniformly (never all zeros), each distinct,
     so no prompt shares a cached prefix with another."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import RESULTS_DIR, environment, write_results
+from common import RESULTS_DIR, environment, replay_ms, write_results
 
 CUBLAS = None  # the choice "no skinny config at one row": the layer runs on cuBLAS
 
@@ -89,15 +89,7 @@ def _graph_seconds(runner, context: int, reps: int, replays: int) -> float:
     graph = graphs.timing_graph(1, context)
     for _ in range(3):
         graph.replay()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / replays)
+    times = [replay_ms(graph, replays) / 1e3 for _ in range(reps)]
     del graph, graphs
     torch.cuda.empty_cache()
     return statistics.median(times)

@@ -42,6 +42,7 @@ from common import (
     environment,
     fmt_spread,
     random_prompts,
+    replay_ms,
     spread,
 )
 
@@ -169,13 +170,7 @@ def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
     graph = graphs.timing_graph(graphs.padded_size(batch), 1)  # plain decode width
     for _ in range(3):
         graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        graph.replay()
-    end.record()
-    _sync()
-    return start.elapsed_time(end) / 20
+    return replay_ms(graph, 20)
 
 
 class StepParts:

@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
+from common import RESULTS_DIR, environment, fmt_spread, replay_ms, spread, write_results
 
 from jacana_engine.kernels.skinny_gemm import L2_MAX_PIECES, prefetch_rows_to_l2
 
@@ -163,13 +163,7 @@ def time_variant(probe: Probe, variant: str, replays: int) -> float:
     with torch.cuda.graph(graph):
         probe.step(variant)
     graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000 / replays / len(probe.weights)
+    return replay_ms(graph, replays) * 1000 / len(probe.weights)
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
+from common import RESULTS_DIR, environment, fmt_spread, replay_ms, spread, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE_SHAPES = {"tiny a": (64, 40), "tiny b": (200, 96)}
@@ -87,15 +87,7 @@ def _time_graph(fn, calls: int, replays: int, reps: int) -> list[float]:
             fn(i)
     graph.replay()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    per_call = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        per_call.append(start.elapsed_time(end) * 1e3 / (replays * calls))
+    per_call = [replay_ms(graph, replays) * 1e3 / calls for _ in range(reps)]
     del graph
     return per_call
 
