@@ -16,7 +16,8 @@
 #             ($EMBED_REPS reps, default 5: this host varies run to run), then without the
 #             peer, once per ';'-separated variant in $EMBED_VARIANTS
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
-# offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers
+# offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers,
+#             with kernel tables and each model's b1 step timeline (GPU busy/idle a step)
 # parity      the two engine-vs-transformers parity tests alone (~4 min)
 # l2          Qwen3-8B b1 with 0, 4, 8, 16 and 32 MiB of each one-row PDL GEMV's weight
 #             prefetched to L2 before its wait (l2_prefetch_bytes), every run on the same
@@ -125,7 +126,7 @@ gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durati
 offline_grid() {  # $1: seconds at most
   stamp "offline grid"
   timeout "$1" python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --reps 3 \
-    --profile --out "$OUT" 2>&1 | grep -v "^\[transformers\]" | tail -40
+    --profile --timeline --out "$OUT" 2>&1 | grep -v "^\[transformers\]" | tail -40
 }
 
 for phase in "$@"; do
