@@ -355,7 +355,7 @@ def prefetch_to_l2(model: nn.Module, nbytes: int) -> int:
                 1: dataclasses.replace(cfg, l2_prefetch_bytes=nbytes),
             }
             changed += 1
-    log.info("L2 prefetch of %d bytes a weight row before the wait: %d layers", nbytes, changed)
+    log.info("L2 prefetch of %d bytes a launch before the wait: %d layers", nbytes, changed)
     return changed
 
 
