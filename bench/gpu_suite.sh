@@ -24,6 +24,8 @@
 #             decode GEMM picks (one tuning cache) (~3 min)
 # picks       graph_picks_gpu.py: every one-row candidate config of each Qwen3-8B weight
 #             shape timed inside the batch-1 decode graph (coordinate descent; ~2 min)
+# split       the split-norm GPU tests (skinny_gemm), the random-Qwen3 parity test, then
+#             Qwen3-8B and 0.6B b1 without and with split_norm on one tuning cache (~5 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -186,6 +188,23 @@ for phase in "$@"; do
       stamp "in-graph search of the 8B's one-row decode GEMM picks (graph_picks_gpu.py)"
       timeout 300 python3 bench/graph_picks_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
         | grep -v "^\[transformers\]" | tail -16
+      ;;
+    split)
+      stamp "split-norm GPU tests and the random-Qwen3 parity test"
+      timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py \
+        -k split 2>&1 | tail -4
+      JACANA_GPU_REPORT="$OUT/gpu_parity.json" timeout 240 "${PYTEST[@]}" -m gpu \
+        "services/engine/tests/test_gpu_engine.py::test_random_qwen3_matches_transformers" \
+        >"$OUT/pytest_gpu_parity.log" 2>&1
+      tail -3 "$OUT/pytest_gpu_parity.log"
+      rm -f /tmp/jacana-split-tuning.json
+      for split in no-split-norm split-norm; do
+        stamp "b1 with --$split"
+        timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+          --workloads b1 --$split --reps 3 --tuning-cache /tmp/jacana-split-tuning.json \
+          --name "offline_b1_$split" --out "$OUT" 2>&1 \
+          | grep -E "^\| qwen3-[0-9.]+b \| b1 \| tpot|split over|graph GPU|^\| qwen3-[0-9.]+b \| [0-9]" | tail -8
+      done
       ;;
     timeline)
       stamp "8B b1 with its profiled step timeline"

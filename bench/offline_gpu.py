@@ -88,6 +88,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         enforce_eager=args.eager,
         decode_gemm=args.decode_gemm,
         fuse_norm_gemm=args.fuse_norm_gemm,
+        split_norm=args.split_norm,
         fuse_rope_attention=args.fuse_rope_attention,
         l2_prefetch_bytes=args.l2_prefetch_bytes,
         tuning_cache=args.tuning_cache,
@@ -426,6 +427,12 @@ def main() -> None:
     )
     parser.add_argument("--fuse-norm-gemm", action="store_true", help="EngineConfig.fuse_norm_gemm")
     parser.add_argument(
+        "--split-norm",
+        action=argparse.BooleanOptionalAction,
+        default=EngineConfig.split_norm,
+        help="EngineConfig.split_norm (its default, as there)",
+    )
+    parser.add_argument(
         "--fuse-rope-attention",
         action=argparse.BooleanOptionalAction,
         default=EngineConfig.fuse_rope_attention,
@@ -465,6 +472,7 @@ def main() -> None:
             "eager": args.eager,
             "decode_gemm": args.decode_gemm,
             "fuse_norm_gemm": args.fuse_norm_gemm,
+            "split_norm": args.split_norm,
             "fuse_rope_attention": args.fuse_rope_attention,
             "l2_prefetch_bytes": args.l2_prefetch_bytes,
             "pdl": not args.no_pdl,

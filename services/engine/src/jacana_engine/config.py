@@ -50,6 +50,12 @@ class EngineConfig:
         last program normalizes) or the start of the QKV/gate-up projection after it, and
         fold it where faster (opt-in: the start measured faster only at Qwen3-0.6B's sizes
         on an H200; the end is not yet measured).
+    split_norm: with ``decode_gemm="auto"``, each RMSNorm between two projections that
+        both run a row count on the skinny kernel (o -> gate/up, down -> the next QKV) runs
+        inside them: the producer's programs store the residual sum and their partial
+        sums of squares, the consumer normalizes its input as it loads it
+        (``RMSNorm.split_between_gemms``; two launches fewer per layer). Taken before
+        ``fuse_norm_gemm``'s folds where both apply.
     pdl: in decode graphs of at most 16 tokens, launch the Triton kernels (norms, RoPE +
         KV store, attention, activation) with programmatic dependent launch
         (``kernels/_pdl.py``; compute capability 9.0 and later, off elsewhere); with
@@ -103,6 +109,7 @@ class EngineConfig:
     linear_backend: str = "auto"
     decode_gemm: str = "auto"
     fuse_norm_gemm: bool = False
+    split_norm: bool = False
     pdl: bool = True
     fuse_rope_attention: bool = True
     l2_prefetch_bytes: int = 0

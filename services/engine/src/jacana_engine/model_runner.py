@@ -30,7 +30,12 @@ from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, 
 from jacana_engine.decode_overlap import LaunchedStep
 from jacana_engine.device_sampling import DeviceSampler
 from jacana_engine.kv_cache import sizing
-from jacana_engine.layers.decode_gemm import SKINNY_MAX_ROWS, prefetch_to_l2, tune_decode_gemms
+from jacana_engine.layers.decode_gemm import (
+    SKINNY_MAX_ROWS,
+    prefetch_to_l2,
+    split_norms,
+    tune_decode_gemms,
+)
 from jacana_engine.layers.tuning_cache import TuningCache
 from jacana_engine.loader import torch_dtype
 from jacana_engine.models.base import CausalLM, ModelConfig
@@ -282,6 +287,8 @@ class ModelRunner:
             )
             if config.l2_prefetch_bytes:
                 prefetch_to_l2(self.model, config.l2_prefetch_bytes)
+            if config.split_norm:
+                split_norms(self.model)
         graphs = self.decode_graphs(self._graph_sizes, widths)
         graphs.capture()
         return graphs

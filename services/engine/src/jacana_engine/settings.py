@@ -102,6 +102,13 @@ class EngineSettings(ServiceSettings):
         "the QKV/gate-up projection after it, and fold it where faster (the start measured "
         "faster only at Qwen3-0.6B's sizes on an H200; the end is not yet measured).",
     )
+    split_norm: bool = Field(
+        False,
+        description="With decode_gemm auto: each RMSNorm between two projections that "
+        "both run on the skinny kernel runs inside them (the first stores the residual sum "
+        "and partial sums of squares, the second normalizes as it loads): two launches "
+        "fewer per layer.",
+    )
     pdl: bool = Field(
         True,
         description="In decode graphs of at most 16 tokens, launch the Triton kernels "
@@ -276,6 +283,7 @@ class EngineSettings(ServiceSettings):
             linear_backend=self.linear_backend,
             decode_gemm=self.decode_gemm,
             fuse_norm_gemm=self.fuse_norm_gemm,
+            split_norm=self.split_norm,
             pdl=self.pdl,
             fuse_rope_attention=self.fuse_rope_attention,
             l2_prefetch_bytes=self.l2_prefetch_bytes,

@@ -705,6 +705,107 @@ def test_norm_epilogue_rejects_what_it_cannot_do(device):
         )
 
 
+def test_a_norm_split_over_two_gemms_equals_gemm_norm_gemm(device, seed, checks):
+    """``ResidualStats`` then ``NormPrologue(stats=...)``: the producer's sum bit-exact
+    against the GEMM then ``fused_add_rms_norm``, in place; its partial sums add up to
+    the row's sum of squares; the consumer's output within tolerance of the norm kernel
+    then the GEMM, and on CUDA mostly the same bits (statistics summed in another order)."""
+    from jacana_engine.kernels.skinny_gemm import ResidualStats, stats_columns
+
+    n2 = 24  # the consumer's width
+    for dtype, gated, m, k, n, configs in _tail_cases(device):
+        x = torch.randn(m, 2 * k if gated else k, device=device).to(dtype)
+        w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+        w2 = (torch.randn(n2, n, device=device) * n**-0.5).to(dtype)
+        nw = (1 + 0.1 * torch.randn(n, device=device)).to(dtype)
+        residual = torch.randn(m, n, device=device).to(dtype)
+        consumer_cfgs = candidate_configs(m, n2, n)[:2]
+        for cfg, cfg2 in zip(configs, itertools.cycle(consumer_cfgs)):
+            product = skinny_linear(x, w, config=cfg, gated=gated)
+            normed, summed = fused_add_rms_norm(product, residual, nw, 1e-6)
+            want = skinny_linear(normed, w2, config=cfg2)
+            h = residual.clone()
+            stats = torch.full((m, stats_columns(cfg, n)), float("nan"), device=device)
+            tail = ResidualStats(h, stats)
+            skinny_linear(x, w, config=cfg, gated=gated, then_stats=tail, out=h)
+            what = f"{dtype} gated={gated} m={m} {cfg} then {cfg2}"
+            assert torch.equal(h, summed), f"{what} seed={seed}"
+            squares = (summed.double() ** 2).sum(dim=1)
+            checks.close(stats.sum(dim=1), squares, rel_l2=1e-6, max_rel=1e-5, seed=seed, what=what)
+            got = skinny_linear(h, w2, config=cfg2, norm=NormPrologue(nw, 1e-6, stats=stats))
+            rel_l2, max_rel = TOL[dtype]
+            if dtype == torch.bfloat16 and device.type == "cpu":
+                rel_l2, max_rel = TOL_BF16_TRUNCATED
+            checks.close(got, want.float(), rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=what)
+            if device.type == "cuda":
+                checks.mostly_equal(got, want, max_fraction=0.05, seed=seed, what=what)
+
+
+def test_a_split_norm_rejects_what_it_cannot_run(device):
+    from jacana_engine.kernels.skinny_gemm import ResidualStats
+
+    x, w = torch.randn(2, 32, device=device), torch.randn(8, 32, device=device)
+    residual = torch.randn(2, 8, device=device)
+    cfg = pick_config(2, 8, 32)
+    with pytest.raises(ValueError, match="cannot hold"):  # fewer columns than programs
+        skinny_linear(x, w, config=cfg, then_stats=ResidualStats(residual, torch.empty(2, 0)))
+    with pytest.raises(ValueError, match="float32"):
+        stats = torch.empty(2, 4, dtype=torch.float64, device=device)
+        skinny_linear(x, w, config=cfg, then_stats=ResidualStats(residual, stats))
+    with pytest.raises(ValueError, match="exclude each other"):
+        stats = torch.empty(2, 4, device=device)
+        tail = ResidualStats(residual, stats)
+        skinny_linear(x, w, norm=NormPrologue(torch.ones(32, device=device), 1e-6), then_stats=tail)
+    with pytest.raises(ValueError, match="no residual"):
+        stats = torch.empty(2, 4, device=device)
+        both = NormPrologue(torch.ones(32, device=device), 1e-6, x, torch.empty_like(x), stats)
+        skinny_linear(x, w, norm=both)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_split_norm_runs_only_where_both_gemms_are_skinny(
+    device, seed, checks, gated, monkeypatch
+):
+    """``RMSNorm.between`` with ``split_between_gemms``: one row, skinny on both sides,
+    goes through the producer's statistics; two rows (the consumer on cuBLAS) through the
+    norm kernel; the same results either way, the residual updated in place."""
+    from jacana_engine.kernels.activation import silu_and_mul
+    from jacana_engine.layers.linear import Linear
+    from jacana_engine.layers.norm import RMSNorm
+    from jacana_engine.layers.triton_ops import TritonOps
+
+    k, n = 64, 40
+    norm = RMSNorm(n, 1e-6, TritonOps()).to(device).requires_grad_(False)
+    norm.weight.copy_(1 + 0.1 * torch.randn(n, device=device))
+    norm.split_between_gemms = True
+    producer = Linear(k, n, bias=False).to(device).requires_grad_(False)
+    consumer = Linear(n, 24, bias=True).to(device).requires_grad_(False)
+    producer.skinny_configs = {1: pick_config(1, n, k), 2: pick_config(2, n, k)}
+    consumer.skinny_configs = {1: pick_config(1, 24, n)}
+    split_rows = []
+    real = Linear.forward_with_stats
+
+    def spy(self, x, *args, **kwargs):
+        split_rows.append(x.shape[0])
+        return real(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(Linear, "forward_with_stats", spy)
+    for m in (1, 2):
+        x = torch.randn(m, 2 * k if gated else k, device=device)
+        residual = torch.randn(m, n, device=device)
+        summed = producer.backend_forward(silu_and_mul(x) if gated else x) + residual
+        expected = consumer.backend_forward(norm(summed.clone()))
+        got, new_residual = norm.between(producer, x, residual, consumer, gated=gated)
+        rel_l2, max_rel = TOL[torch.float32]
+        checks.close(new_residual, summed, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}")
+        checks.close(got, expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}")
+    assert split_rows == [1]
+    one = residual[:1].clone()
+    alone, summed = norm.between(producer, x[:1], one, None, gated=gated)
+    assert split_rows == [1]  # without a consumer there is nobody to finish the norm
+    checks.close(alone, norm(summed.clone()), rel_l2=rel_l2, max_rel=max_rel, seed=seed)
+
+
 @pytest.mark.parametrize("gated", [False, True])
 def test_a_linear_then_its_norm_folds_only_the_tuned_rows(device, seed, checks, gated):
     """``RMSNorm.between``: the producer's tuned row count runs the norm in its kernel's
@@ -891,6 +992,70 @@ def test_norm_epilogue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
         torch.cuda.synchronize()
         assert torch.equal(got, want) and torch.equal(static_res, eager_res), seed
     assert not arrival_counters(COUNTERS, device, 1).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "producer,consumer", [("8B o", "8B gate_up"), ("8B down", "8B qkv"), ("0.6B down", "0.6B qkv")]
+)
+def test_split_norm_at_qwen3_sizes_gpu(gpu, device, seed, checks, producer, consumer):
+    """A norm split over the o (or gated down) projection and the gate/up (or QKV) one
+    after it, every candidate config of the producer with PDL, 1-16 rows: the residual
+    sum bit-exact against the GEMM then the norm kernel, the consumer's output within
+    one ulp of the largest and mostly the same bits as the norm kernel then the same
+    consumer config; then the pair in a CUDA graph replayed with new inputs gives what
+    eager launches give."""
+    from jacana_engine.kernels.skinny_gemm import ResidualStats, stats_columns
+
+    k, n = QWEN3_SHAPES[producer]
+    n2 = QWEN3_SHAPES[consumer][1]
+    gated = producer.endswith("down")
+    w = (torch.randn(n, k, device=device) * k**-0.5).bfloat16()
+    w2 = (torch.randn(n2, n, device=device) * n**-0.5).bfloat16()
+    nw = (1 + 0.1 * torch.randn(n, device=device)).bfloat16()
+
+    def inputs(m):
+        x = torch.randn(m, 2 * k if gated else k, device=device).bfloat16()
+        return x, torch.randn(m, n, device=device).bfloat16()
+
+    def split(x, h, cfg, cfg2):  # h: the residual, overwritten with the sum
+        stats = torch.empty(x.shape[0], stats_columns(cfg, n), device=device)
+        skinny_linear(x, w, config=cfg, gated=gated, then_stats=ResidualStats(h, stats), out=h)
+        return skinny_linear(h, w2, config=cfg2, norm=NormPrologue(nw, 1e-6, stats=stats))
+
+    for m in (1, 2, 4, 8, 16):
+        x, residual = inputs(m)
+        consumer_cfgs = candidate_configs(m, n2, n, pdl=True)
+        for i, cfg in enumerate(candidate_configs(m, n, k, pdl=True)):
+            cfg2 = consumer_cfgs[i % len(consumer_cfgs)]
+            normed, summed = fused_add_rms_norm(
+                skinny_linear(x, w, config=cfg, gated=gated), residual, nw, 1e-6
+            )
+            want = skinny_linear(normed, w2, config=cfg2)
+            h = residual.clone()
+            got = split(x, h, cfg, cfg2)
+            what = f"{producer} m={m} {cfg} then {cfg2}"
+            assert torch.equal(h, summed), f"{what} seed={seed}"
+            checks.close(got, want.float(), rel_l2=3e-3, max_rel=ONE_ULP, seed=seed, what=what)
+            checks.mostly_equal(got, want, max_fraction=FOLDED_NORM_FLIPS, seed=seed, what=what)
+    cfg = dataclasses.replace(candidate_configs(1, n, k)[0], pdl=True)
+    cfg2 = dataclasses.replace(candidate_configs(1, n2, n)[0], pdl=True)
+    x, residual = inputs(1)
+    static_h = residual.clone()
+    split(x, static_h.clone(), cfg, cfg2)  # compile outside
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = split(x, static_h, cfg, cfg2)
+    for _ in range(3):
+        new_x, new_residual = inputs(1)
+        x.copy_(new_x)
+        static_h.copy_(new_residual)
+        graph.replay()
+        eager_h = new_residual.clone()
+        want = split(new_x, eager_h, cfg, cfg2)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want) and torch.equal(static_h, eager_h), seed
 
 
 def test_the_tuners_picks_are_described_per_shape():

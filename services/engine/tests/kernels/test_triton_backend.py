@@ -188,17 +188,19 @@ def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
         tokens = [int(lg[-1].argmax()) for lg in step["torch"]]
 
 
-@pytest.mark.parametrize("fold_into", ["start", "end"])
+@pytest.mark.parametrize("fold_into", ["start", "end", "split"])
 def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
-    device, seed, paged_driver, fold_into
+    device, seed, paged_driver, fold_into, monkeypatch
 ):
     """The same tiny Qwen3 twice on the Triton path, one copy with every norm folded into
     a skinny kernel, for 1- and 2-row steps (as the tuner would set them): into the start
     of the QKV and gate/up projections after it, or into the end of the o and down
-    projections before it (all but the first layer's input norm, which follows the
+    projections before it, or split over both (every projection on the skinny kernel;
+    ``split_norms``) (all but the first layer's input norm, which follows the
     embeddings), with SiLU-and-mul folded into the down projection's loads either way.
     The prefill (10 rows) runs unfolded in both; the decode steps' logits agree."""
     from jacana_engine.kernels.skinny_gemm import pick_config
+    from jacana_engine.layers.decode_gemm import split_norms
     from jacana_engine.layers.linear import Linear
     from jacana_engine.models.registry import build_model
 
@@ -218,15 +220,27 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
         if isinstance(module, Linear):
             n, k = module.weight.shape
             configs = {m: pick_config(m, n, k) for m in (1, 2)}
-            if k == cfg.intermediate_size:  # down_proj: SiLU-and-mul folded in
+            if k == cfg.intermediate_size or fold_into == "split":  # down: SiLU-and-mul in
                 module.skinny_configs = configs
-            if fold_into == "start" and module.follows_norm:
+            if fold_into == "split" and module.follows_norm:
+                folded += 1
+            elif fold_into == "start" and module.follows_norm:
                 module.norm_configs = configs
                 folded += 1
             elif fold_into == "end" and module.precedes_norm:
                 module.norm_tail_configs = configs
                 folded += 1
     assert folded == 2 * cfg.num_hidden_layers
+    splits = []
+    if fold_into == "split":
+        split_norms(models[1])
+        real = Linear.forward_with_stats
+
+        def spy(self, x, *args, **kwargs):
+            splits.append(x.shape[0])
+            return real(self, x, *args, **kwargs)
+
+        monkeypatch.setattr(Linear, "forward_with_stats", spy)
     prompts = [[1, 5, 9, 13, 2, 7], [3, 4, 40, 2]]
     drivers = [paged_driver(m, block_size=BLOCK, num_blocks=16) for m in models]
     logits = [d.step(list(enumerate(prompts))) for d in drivers]
@@ -236,6 +250,8 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
         for got, want in zip(step[1], step[0], strict=True):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         tokens = [int(lg[-1].argmax()) for lg in step[0]] + tokens[rows:]
+    if fold_into == "split":  # every norm of a step but the first and the last
+        assert splits == [r for r in (2, 1, 2) for _ in range(2 * cfg.num_hidden_layers - 1)]
 
 
 def _tiny_llama() -> ModelConfig:

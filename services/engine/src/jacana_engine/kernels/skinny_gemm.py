@@ -23,9 +23,13 @@ pick_config's on every Qwen3 shape, mostly a narrower or deeper one).
 What x is, per launch: the input as is; or a gated MLP's gate_up, activated as it
 loads (``gated``: SiLU-and-mul folded in, the down projection's case); or the input of an
 RMSNorm (with its residual add), normalized as it loads (``norm``: the norm folded into
-the QKV or gate/up projection after it). What the output is: the product; or, with
-``then_norm``, the RMSNorm of the product plus a residual, the last program to finish
-normalizing the rows (the norm folded into the o or down projection before it).
+the QKV or gate/up projection after it), its statistics summed by every program or, with
+``NormPrologue.stats``, read from the partial sums the GEMM before it stored. What the
+output is: the product; or, with ``then_norm``, the RMSNorm of the product plus a
+residual, the last program to finish normalizing the rows (the norm folded into the o or
+down projection before it); or, with ``then_stats``, the product plus a residual and
+each program's sum of squares of its columns of it (``ResidualStats``: the norm split
+between two GEMMs, no program reading a whole row and none waiting for the others).
 ``SkinnyConfig.pdl`` launches with programmatic dependent launch.
 
 Deterministic: each output element is reduced over K by one program in a fixed order,
@@ -265,7 +269,8 @@ def _skinny_gemm_kernel(
     tail_res_ptr,  # TAIL: [M, N] residual added to the product
     tail_w_ptr,  # TAIL: [N] the norm's weight
     tail_res_out_ptr,  # TAIL: [M, N] product + residual (may be tail_res_ptr)
-    counter_ptr,  # TAIL: int32 arrival counter, zero between launches
+    counter_ptr,  # TAIL == 1: int32 arrival counter, zero between launches
+    stats_ptr,  # NORM == 3: [M, num_stats] partial sums of squares read; TAIL == 2: written
     M,
     N,
     K,
@@ -276,6 +281,8 @@ def _skinny_gemm_kernel(
     stride_rom,
     stride_trm,
     stride_trom,
+    stride_sm,
+    num_stats,  # NORM == 3: columns of stats to sum (the producer's programs)
     eps,
     tail_eps,
     BLOCK_M: tl.constexpr,
@@ -284,12 +291,15 @@ def _skinny_gemm_kernel(
     USE_DOT: tl.constexpr,
     PRECISION: tl.constexpr,
     GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
-    NORM: tl.constexpr,  # 0: x as is; 1: rms_norm(x); 2: rms_norm(x + residual)
+    NORM: tl.constexpr,  # 0: x as is; 1: rms_norm(x); 2: rms_norm(x + residual);
+    # 3: rms_norm(x), its sum of squares that of stats' row
     PEEL: tl.constexpr,  # load the first PEEL (0-2) weight tiles before anything else
     PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after those tiles
     W_EVICTION: tl.constexpr,  # eviction_policy of the weight loads
-    TAIL: tl.constexpr,  # out = rms_norm(product + residual), by the last program
-    BLOCK_TAIL: tl.constexpr,  # TAIL: next power of 2 of N
+    # 1: out = rms_norm(product + residual), by the last program; 2: out = product +
+    # residual (tail_res_out_ptr unused), each program's sum of squares of it into stats
+    TAIL: tl.constexpr,
+    BLOCK_TAIL: tl.constexpr,  # TAIL == 1: next power of 2 of N; NORM == 3: of num_stats
     L2_BYTES: tl.constexpr = 0,  # PDL: bytes of each weight row after the PEEL tiles to L2
     L2_PIECES: tl.constexpr = 1,  # in this many bulk prefetches a row
 ):
@@ -314,7 +324,14 @@ def _skinny_gemm_kernel(
         tl.extra.cuda.gdc_wait()
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)  # stays unused without a norm
-    if NORM > 0:
+    if NORM == 3:
+        # the producer's partial sums, added in one fixed order (the same in every program)
+        p = tl.arange(0, BLOCK_TAIL)
+        s_mask = m_mask[:, None] & (p < num_stats)[None, :]
+        s_rows = stats_ptr + rows.to(tl.int64)[:, None] * stride_sm
+        partial = tl.load(s_rows + p[None, :], mask=s_mask, other=0.0)  # [BLOCK_M, BLOCK_TAIL]
+        rstd = tl.rsqrt(tl.sum(partial, axis=1) / K + eps)
+    if (NORM == 1) or (NORM == 2):
         # Every program reads its rows whole once for the statistics (from L2 after the
         # first; K * M elements against its BLOCK_N * K of weight), as RMSNorm would.
         sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -352,7 +369,17 @@ def _skinny_gemm_kernel(
         acc = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
     product = acc.to(out_ptr.dtype.element_ty)  # [BLOCK_M, BLOCK_N], rounded as stored
     tile_mask = m_mask[:, None] & n_mask[None, :]
-    if TAIL:
+    if TAIL == 2:
+        # HF's residual add, stored in place, and this program's share of the statistics
+        r_tile = tail_res_ptr + rows.to(tl.int64)[:, None] * stride_trm + cols[None, :]
+        r = tl.load(r_tile, mask=tile_mask, other=0.0).to(tl.float32)
+        h = (product.to(tl.float32) + r).to(dtype)
+        out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
+        tl.store(out, h, mask=tile_mask)
+        hf = tl.where(tile_mask, h.to(tl.float32), 0.0)
+        s_out = stats_ptr + rows.to(tl.int64) * stride_sm + tl.program_id(0)
+        tl.store(s_out, tl.sum(hf * hf, axis=1), mask=m_mask)
+    elif TAIL == 1:
         # HF's residual add: the stored product plus the residual, rounded
         r_tile = tail_res_ptr + rows.to(tl.int64)[:, None] * stride_trm + cols[None, :]
         r = tl.load(r_tile, mask=tile_mask, other=0.0).to(tl.float32)
@@ -421,16 +448,38 @@ class NormEpilogue:
 
 
 @dataclass(frozen=True)
+class ResidualStats:
+    """The first half of an RMSNorm split between two GEMMs (``skinny_linear(then_stats=
+    ...)``): the output is the product, rounded, plus ``residual`` (rounded as HF's
+    residual add; ``out`` may be ``residual`` itself), and each program stores its float32
+    sum of squares of its columns of that sum into ``stats`` [M, programs]
+    (``stats_columns``). The next GEMM finishes the norm as it loads its input
+    (``NormPrologue(stats=...)``): nobody reads a whole row, nobody waits for the last
+    program."""
+
+    residual: torch.Tensor  # [M, N]
+    stats: torch.Tensor  # [M, stats_columns(config, N)] float32
+
+
+@dataclass(frozen=True)
 class NormPrologue:
     """An RMSNorm run on x inside the GEMM (``skinny_linear(norm=...)``), rounded as
     ``kernels.rmsnorm`` rounds it: with ``residual``, ``x + residual`` (rounded) is
     normalized and stored into ``residual_out`` (a buffer of its own: the programs still
-    read ``residual`` while one of them writes)."""
+    read ``residual`` while one of them writes). With ``stats`` (no residual then), x is
+    a ``ResidualStats`` output and its sum of squares the sum of ``stats``' row, so no
+    program reads x twice."""
 
     weight: torch.Tensor  # [K] the norm's weight
     eps: float
     residual: torch.Tensor | None = None  # [M, K]
     residual_out: torch.Tensor | None = None  # [M, K], not residual's storage
+    stats: torch.Tensor | None = None  # [M, P] float32 partial sums of squares of x's rows
+
+
+def stats_columns(config: SkinnyConfig, n: int) -> int:
+    """Columns of a ``ResidualStats.stats`` for an output of width n: one per program."""
+    return triton.cdiv(n, config.block_n)
 
 
 def skinny_linear(
@@ -442,6 +491,7 @@ def skinny_linear(
     gated: bool = False,  # x is a gated MLP's gate_up: multiply by silu(gate) * up
     norm: NormPrologue | None = None,  # multiply by rms_norm(x [+ residual]) instead
     then_norm: NormEpilogue | None = None,  # return rms_norm(product + residual) instead
+    then_stats: ResidualStats | None = None,  # return product + residual, and its statistics
 ) -> torch.Tensor:  # [M, N] in x's dtype
     """``x @ weight.T`` accumulated in float32, rounded once to x's dtype; with ``gated``,
     ``silu_and_mul(x) @ weight.T``, the activation computed as the weight streams in and
@@ -449,7 +499,9 @@ def skinny_linear(
     followed by this one, one launch fewer); with ``norm``, ``rms_norm(x) @ weight.T``
     (:class:`NormPrologue`; the statistics are summed in another order than
     ``kernels.rmsnorm``'s, so a normalized element may round to its neighbour); with
-    ``then_norm``, the RMSNorm of the product plus a residual (:class:`NormEpilogue`). Raises
+    ``then_norm``, the RMSNorm of the product plus a residual (:class:`NormEpilogue`); with
+    ``then_stats``, the product plus a residual and its statistics (:class:`ResidualStats`,
+    whose partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads). Raises
     ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
     Never syncs with the host, so it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:
@@ -471,22 +523,30 @@ def skinny_linear(
         raise ValueError(f"out {tuple(out.shape)} {out.dtype} != ({m}, {n}) {x.dtype}")
     check_last_dim_contiguous("out", out)
     residual, residual_out, norm_weight = x, x, x  # placeholders when there is no norm
+    stats = out  # placeholder without statistics
     if norm is not None:
         if gated:
             raise ValueError("a norm prologue and a gated x exclude each other")
         norm_weight, residual, residual_out = _checked_norm(norm, x)
+        stats = out if norm.stats is None else norm.stats
     tail_res, tail_w, tail_res_out, counter = out, out, out, out  # placeholders
+    if (then_norm is not None) + (then_stats is not None) + (norm is not None) > 1:
+        raise ValueError("norm, then_norm and then_stats exclude each other")
     if then_norm is not None:
-        if norm is not None:
-            raise ValueError("a norm prologue and a norm epilogue exclude each other")
         tail_w, tail_res, tail_res_out = _checked_tail(then_norm, out)
+    if then_stats is not None:
+        tail_res, stats = then_stats.residual, then_stats.stats
+        _check_norm_pair(tail_w, tail_res, None, out, "N", weightless=True)
     if m == 0 or n == 0:
         return out
-    if then_norm is not None:
-        counter = arrival_counters(COUNTERS, x.device, 1)
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
+    if then_stats is not None:
+        _check_stats(stats, m, stats_columns(cfg, n))
+    if then_norm is not None:
+        counter = arrival_counters(COUNTERS, x.device, 1)
+    num_stats = norm.stats.shape[1] if norm is not None and norm.stats is not None else 1
     launch = pdl_launch(cfg.pdl, x.device)
     l2_row_bytes, l2_pieces = l2_prefetch_plan(cfg, weight) if launch["PDL"] else (0, 1)
     _skinny_gemm_kernel[cfg.grid(n)](
@@ -500,6 +560,7 @@ def skinny_linear(
         tail_w,
         tail_res_out,
         counter,
+        stats,
         m,
         n,
         k,
@@ -510,6 +571,8 @@ def skinny_linear(
         residual_out.stride(0),
         tail_res.stride(0),
         tail_res_out.stride(0),
+        stats.stride(0),
+        num_stats,
         norm.eps if norm is not None else 0.0,
         then_norm.eps if then_norm is not None else 0.0,
         BLOCK_M=cfg.block_m,
@@ -518,11 +581,11 @@ def skinny_linear(
         USE_DOT=cfg.use_dot,
         PRECISION=dot_precision(x.dtype),
         GATED=gated,
-        NORM=0 if norm is None else 1 if norm.residual is None else 2,
+        NORM=_norm_mode(norm),
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0,  # elsewhere than on CUDA only the order
         W_EVICTION=cfg.weight_eviction,
-        TAIL=then_norm is not None,
-        BLOCK_TAIL=next_power_of_2(n) if then_norm is not None else 1,
+        TAIL=1 if then_norm is not None else 2 if then_stats is not None else 0,
+        BLOCK_TAIL=next_power_of_2(n if then_norm is not None else num_stats),
         L2_BYTES=l2_row_bytes,
         L2_PIECES=l2_pieces,
         num_warps=cfg.num_warps,
@@ -554,6 +617,24 @@ def l2_prefetch_plan(cfg: SkinnyConfig, weight: torch.Tensor) -> tuple[int, int]
     return (row_bytes, pieces) if aligned and (first * elem) % 16 == 0 else (0, 1)
 
 
+def _norm_mode(norm: NormPrologue | None) -> int:
+    """The kernel's NORM for a prologue: 0 none, 1 x alone, 2 x + residual, 3 from stats."""
+    if norm is None:
+        return 0
+    if norm.stats is not None:
+        return 3
+    return 1 if norm.residual is None else 2
+
+
+def _check_stats(stats: torch.Tensor, m: int, columns: int) -> None:
+    """Raise ``ValueError`` unless ``stats`` is a float32 [m, >= columns] with unit stride."""
+    if stats.dtype != torch.float32 or stats.dim() != 2:
+        raise ValueError(f"stats must be a 2-D float32 tensor, got {stats.dtype} {stats.dim()}-D")
+    if stats.shape[0] != m or stats.shape[1] < columns:
+        raise ValueError(f"stats {tuple(stats.shape)} cannot hold ({m}, {columns})")
+    check_last_dim_contiguous("stats", stats)
+
+
 def _checked_tail(
     then_norm: NormEpilogue, out: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -570,6 +651,10 @@ def _checked_norm(
     if (norm.residual is None) != (norm.residual_out is None):
         raise ValueError("residual and residual_out come together")
     _check_norm_pair(norm.weight, norm.residual, norm.residual_out, x, "x's K")
+    if norm.stats is not None:
+        if norm.residual is not None:
+            raise ValueError("a norm from stats takes x already summed: no residual")
+        _check_stats(norm.stats, x.shape[0], 1)
     if norm.residual is None:
         return norm.weight, x, x
     if norm.residual_out.data_ptr() == norm.residual.data_ptr():
@@ -583,12 +668,15 @@ def _check_norm_pair(
     residual_out: torch.Tensor | None,
     rows: torch.Tensor,  # [M, D]: the rows normalized (x, or the output)
     what: str,  # what D is called in messages
+    *,
+    weightless: bool = False,  # no norm weight to check (``weight`` is a placeholder)
 ) -> None:
     """Raise ``ValueError`` unless a folded norm's tensors fit ``rows``."""
     d = rows.shape[1]
-    if weight.shape != (d,) or weight.device != rows.device:
+    if not weightless and (weight.shape != (d,) or weight.device != rows.device):
         raise ValueError(f"norm weight {tuple(weight.shape)} does not match {what}={d}")
-    check_last_dim_contiguous("norm weight", weight)
+    if not weightless:
+        check_last_dim_contiguous("norm weight", weight)
     for name, t in (("residual", residual), ("residual_out", residual_out)):
         if t is None:
             continue

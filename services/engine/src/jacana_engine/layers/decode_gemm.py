@@ -359,6 +359,19 @@ def prefetch_to_l2(model: nn.Module, nbytes: int) -> int:
     return changed
 
 
+def split_norms(model: nn.Module) -> int:
+    """Let every RMSNorm of ``model`` split itself over the skinny kernels of the
+    projections around it where both run a row count there
+    (``RMSNorm.split_between_gemms``); returns how many norms may."""
+    from jacana_engine.layers.norm import RMSNorm
+
+    norms = [module for module in model.modules() if isinstance(module, RMSNorm)]
+    for norm in norms:
+        norm.split_between_gemms = True
+    log.info("RMSNorms split over the skinny GEMMs around them: %d", len(norms))
+    return len(norms)
+
+
 def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str]]]:
     """What the tuner chose, per weight shape ("NxK", " gated" for a gated input): the row
     counts that run on the skinny kernel (``skinny``), fold the norm before the layer into

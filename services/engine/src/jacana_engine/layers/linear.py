@@ -71,15 +71,41 @@ class Linear(nn.Linear):
         norm_weight: torch.Tensor,  # [in]
         eps: float,
         config: SkinnyConfig,
+        *,
+        stats: torch.Tensor | None = None,  # [T, P] float32 from ``forward_with_stats``
     ) -> tuple[torch.Tensor, torch.Tensor]:  # ([T, out], the new residual [T, in])
         """``self(rms_norm(x + residual))`` and ``x + residual`` in one skinny-kernel launch
-        (``kernels.skinny_gemm.NormPrologue``); without a residual the new one is x."""
+        (``kernels.skinny_gemm.NormPrologue``); without a residual the new one is x. With
+        ``stats`` (and no residual) x is the producer's sum and the norm's statistics are
+        its partial sums, so the kernel reads x once."""
         from jacana_engine.kernels.skinny_gemm import NormPrologue
 
         residual_out = None if residual is None else torch.empty_like(residual)
-        prologue = NormPrologue(norm_weight, eps, residual, residual_out)
+        prologue = NormPrologue(norm_weight, eps, residual, residual_out, stats)
         y = self._on_skinny(x, config, norm=prologue)
         return y, (x if residual_out is None else residual_out)
+
+    def forward_with_stats(
+        self,
+        x: torch.Tensor,  # [T, in] ([T, 2 * in], gate then up, with ``gated``)
+        residual: torch.Tensor,  # [T, out]; overwritten with self(x) + residual
+        config: SkinnyConfig,
+        *,
+        gated: bool = False,
+    ) -> torch.Tensor:  # [T, P] float32: each program's sum of squares of its columns
+        """``self(x) + residual``, stored into ``residual``, and the partial statistics of
+        the RMSNorm that follows, in one skinny-kernel launch
+        (``kernels.skinny_gemm.ResidualStats``); the next layer finishes the norm with
+        ``normed_forward(stats=...)``. Layers with a bias have no such launch."""
+        from jacana_engine.kernels.skinny_gemm import ResidualStats, stats_columns
+
+        if self.bias is not None:
+            raise ValueError("a layer with a bias cannot fold the norm after it")
+        columns = stats_columns(config, self.out_features)
+        stats = torch.empty(x.shape[0], columns, dtype=torch.float32, device=x.device)
+        tail = ResidualStats(residual, stats)
+        self._on_skinny(x, config, gated=gated, then_stats=tail, out=residual)
+        return stats
 
     def forward_then_norm(
         self,
@@ -118,8 +144,8 @@ class Linear(nn.Linear):
     def _on_skinny(
         self, x: torch.Tensor, config: SkinnyConfig | None, **kernel_args: Any
     ) -> torch.Tensor:  # [T, out]
-        """``skinny_linear`` of x (its ``gated``, ``norm`` or ``then_norm`` in
-        ``kernel_args``) with this layer's weight, plus its bias."""
+        """``skinny_linear`` of x (its ``gated``, ``norm``, ``then_norm``, ``then_stats`` or
+        ``out`` in ``kernel_args``) with this layer's weight, plus its bias."""
         from jacana_engine.kernels.skinny_gemm import skinny_linear
 
         y = skinny_linear(x.contiguous(), self.weight, config=config, **kernel_args)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from jacana_engine.layers.linear import Linear
 from jacana_engine.layers.ops import LayerOps, TorchOps
+
+if TYPE_CHECKING:  # the kernel module imports Triton; the norm must not need it
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
 
 
 class RMSNorm(nn.Module):
@@ -16,6 +21,10 @@ class RMSNorm(nn.Module):
     dtype *before* the multiplication by ``weight`` (HF Llama/Qwen order), so bf16 results
     round exactly like the reference. ``ops`` picks the implementation once, at build time.
     """
+
+    # ``between`` splits this norm over the skinny kernels of its producer and consumer
+    # where both run a row count there (set on CUDA from ``EngineConfig.split_norm``)
+    split_between_gemms = False
 
     def __init__(self, dim: int, eps: float, ops: LayerOps | None = None) -> None:
         super().__init__()
@@ -57,9 +66,20 @@ class RMSNorm(nn.Module):
         gated: bool = False,  # x is a gated MLP's gate_up (producer.gated_forward)
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(consumer(norm(producer(x) + residual)), producer(x) + residual)``; without a
-        consumer the normed rows themselves. Where the producer runs x's row count with the
-        norm folded into the end of its kernel (``Linear.norm_tail_configs``) the norm
-        costs no launch of its own; else the consumer may fold it in (``then``)."""
+        consumer the normed rows themselves. With ``split_between_gemms``, where producer
+        and consumer both run x's row count on the skinny kernel, the producer's programs
+        store the residual sum with their partial sums of squares and the consumer
+        normalizes as it loads (``Linear.forward_with_stats``): no launch, no whole-row
+        read, no last program. Else, where the producer runs x's row count with the norm
+        folded into the end of its kernel (``Linear.norm_tail_configs``), the norm costs no
+        launch of its own; else the consumer may fold it in (``then``)."""
+        split = self._split_configs(producer, consumer, x.shape[0])
+        if split is not None:
+            stats = producer.forward_with_stats(x, residual, split[0], gated=gated)
+            y, _ = consumer.normed_forward(
+                residual, None, self.weight, self.eps, split[1], stats=stats
+            )
+            return y, residual
         config = producer.norm_tail_configs.get(x.shape[0])
         if config is not None:
             normed, residual = producer.forward_then_norm(
@@ -70,3 +90,14 @@ class RMSNorm(nn.Module):
         if consumer is None:
             return self.add_forward(y, residual)
         return self.then(consumer, y, residual)
+
+    def _split_configs(
+        self, producer: Linear, consumer: Linear | None, rows: int
+    ) -> tuple[SkinnyConfig, SkinnyConfig] | None:
+        """(producer's, consumer's) skinny configs for ``rows`` where ``between`` splits
+        the norm over them, else None."""
+        if not self.split_between_gemms or consumer is None or producer.bias is not None:
+            return None
+        first = producer.skinny_configs.get(rows)
+        second = consumer.skinny_configs.get(rows)
+        return None if first is None or second is None else (first, second)
