@@ -43,15 +43,9 @@ def fmt_ratio(ratio: float, per_rep: dict[str, Any]) -> str:
 def replay_ms(graph, replays: int) -> float:
     """Milliseconds of GPU time per replay of a captured CUDA graph: ``replays`` replays
     between two CUDA events (the device's clock, not the host's)."""
-    import torch
+    from jacana_engine.gpu_timing import replay_seconds
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / replays
+    return 1e3 * replay_seconds(graph, replays)
 
 
 def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:

@@ -9,7 +9,9 @@ weight shape in the batch-1 decode graph, in the order the graph runs them, ever
 one-row candidate (and cuBLAS) is set on all layers of that shape, a batch-1 graph is
 captured afresh and replayed over a real context length. Coordinate descent: the best
 of a shape is kept while the next shape is searched. The lm_head runs after the graph
-and is left as tuned.
+and is left as tuned. The engine runs this search at start-up (``tune_in_graph``,
+``layers/graph_picks.py``; its engine here has it off, so the search starts from the
+chain's picks); this tool reports every timing of it.
 
 Writes ``graph_picks_gpu.{json,md}``: per shape the tuner's pick, the in-graph best and
 every candidate's graph time (median of ``--reps``).
@@ -20,79 +22,11 @@ Usage: python bench/graph_picks_gpu.py [--model qwen3-8b] [--context 320] [--out
 from __future__ import annotations
 
 import argparse
-import statistics
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from common import RESULTS_DIR, environment, replay_ms, write_results
-
-CUBLAS = None  # the choice "no skinny config at one row": the layer runs on cuBLAS
-
-
-def shape_groups(model: torch.nn.Module, exclude: tuple[torch.nn.Module, ...] = ()):
-    """The model's ``Linear`` layers grouped by weight shape (and gated input), in the
-    order the forward meets them: {label: [layers]}, labels as ``describe_decode_gemms``
-    writes them. ``exclude``: layers left out (the lm_head, outside the graph)."""
-    from jacana_engine.layers.linear import Linear
-
-    groups: dict[str, list[Linear]] = {}
-    for module in model.modules():
-        if isinstance(module, Linear) and not any(module is e for e in exclude):
-            n, k = module.weight.shape
-            groups.setdefault(f"{n}x{k}{' gated' if module.gated_input else ''}", []).append(module)
-    return groups
-
-
-def descend(
-    choices: Mapping[str, list[Any]],
-    start: Mapping[str, Any],
-    time_of: Callable[[dict[str, Any]], float],
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Coordinate descent: for each group in ``choices``' order, time every choice with
-    the other groups at their current best (``start`` at first) and keep the fastest.
-    Returns (the best assignment, one row per timing: group, choice, seconds)."""
-    best = dict(start)
-    rows = []
-    for group, options in choices.items():
-        timed = []
-        for option in options:
-            seconds = time_of({**best, group: option})
-            timed.append((seconds, option))
-            rows.append({"group": group, "choice": option, "seconds": seconds})
-        best[group] = min(timed, key=lambda t: t[0])[1]
-    return best, rows
-
-
-def _label(choice) -> str:
-    from jacana_engine.layers.decode_gemm import config_label
-
-    return "cuBLAS" if choice is CUBLAS else config_label(choice)
-
-
-def _apply(groups: Mapping[str, list], assignment: Mapping[str, Any]) -> None:
-    for group, layers in groups.items():
-        choice = assignment[group]
-        for layer in layers:
-            configs = {m: c for m, c in layer.skinny_configs.items() if m != 1}
-            if choice is not CUBLAS:
-                configs[1] = choice
-            layer.skinny_configs = configs
-
-
-def _graph_seconds(runner, context: int, reps: int, replays: int) -> float:
-    """Median over ``reps`` of one batch-1 decode graph replay's GPU time, the graph
-    captured afresh (it keeps the launch configs it saw)."""
-    graphs = runner.decode_graphs([1])
-    graphs.capture()
-    graph = graphs.timing_graph(1, context)
-    for _ in range(3):
-        graph.replay()
-    times = [replay_ms(graph, replays) / 1e3 for _ in range(reps)]
-    del graph, graphs
-    torch.cuda.empty_cache()
-    return statistics.median(times)
+from common import RESULTS_DIR, environment, write_results
 
 
 def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
@@ -100,7 +34,7 @@ def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, 
 
     from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine
-    from jacana_engine.kernels.skinny_gemm import candidate_configs
+    from jacana_engine.layers.graph_picks import choice_label, search_one_row, shape_groups
 
     engine = LLMEngine(
         EngineConfig(
@@ -111,41 +45,33 @@ def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, 
             kv_cache_memory_bytes=2 << 30,
             max_model_len=2048,
             max_num_seqs=1,  # graphs and tuning at one row only
+            tune_in_graph=False,  # the search below starts from the chain's picks
             seed=1,
         ),
         tokenizer=None,
     )
     model, runner = engine.model, engine.runner
-    groups = shape_groups(model, exclude=tuple(m for m in (model.lm_head,) if m is not None))
-    tuned = {g: layers[0].skinny_configs.get(1, CUBLAS) for g, layers in groups.items()}
-    choices = {}
-    for group, layers in groups.items():
-        n, k = layers[0].weight.shape
-        options = [c for c in candidate_configs(1, n, k, pdl=runner.dependent_launch) if c.pdl]
-        choices[group] = [CUBLAS, *(options or candidate_configs(1, n, k))]
-
-    def time_of(assignment: dict[str, Any]) -> float:
-        _apply(groups, assignment)
-        try:
-            return _graph_seconds(runner, context, reps, replays)
-        except Exception as exc:  # a candidate that fails to compile or launch here
-            print(f"skipped {assignment}: {type(exc).__name__}: {exc}")
-            return float("inf")
-
-    tuned_seconds = time_of(tuned)
-    best, rows = descend(choices, tuned, time_of)
-    best_seconds = time_of(best)
+    groups = shape_groups(model, exclude=(model.lm_head,))
+    found = search_one_row(
+        groups,
+        lambda: runner.one_row_graph_seconds(context, replays, reps),
+        pdl=runner.dependent_launch,
+    )
     return {
         "model": model_name,
         "context": context,
         "dependent_launch": runner.dependent_launch,
-        "graph_ms_tuned": 1e3 * tuned_seconds,
-        "graph_ms_best": 1e3 * best_seconds,
-        "tuned": {g: _label(c) for g, c in tuned.items()},
-        "best": {g: _label(c) for g, c in best.items()},
+        "graph_ms_tuned": 1e3 * found.start_seconds,
+        "graph_ms_best": 1e3 * found.best_seconds,
+        "tuned": {g: choice_label(c) for g, c in found.start.items()},
+        "best": {g: choice_label(c) for g, c in found.best.items()},
         "timings": [
-            {"group": r["group"], "choice": _label(r["choice"]), "graph_ms": 1e3 * r["seconds"]}
-            for r in rows
+            {
+                "group": r["group"],
+                "choice": choice_label(r["choice"]),
+                "graph_ms": 1e3 * r["seconds"],
+            }
+            for r in found.rows
         ],
     }
 

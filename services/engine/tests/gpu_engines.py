@@ -28,8 +28,10 @@ TINY_LLAMA = {
 
 def small_cuda_engine(model: str, *, tokenizer: Any = "default", **config: Any) -> LLMEngine:
     """An engine on ``model`` in bfloat16 on CUDA with a 1 GiB KV pool, 1024-token
-    sequences and 16 at a time; ``config`` overrides or adds ``EngineConfig`` fields,
-    ``tokenizer=None`` runs on token ids alone."""
+    sequences and 16 at a time, its one-row decode GEMMs left at the chain tuner's picks
+    (``tune_in_graph`` off: ~45 graph captures a start; the parity tests turn it on);
+    ``config`` overrides or adds ``EngineConfig`` fields, ``tokenizer=None`` runs on
+    token ids alone."""
     settings = dict(
         model=model,
         dtype="bfloat16",
@@ -37,6 +39,7 @@ def small_cuda_engine(model: str, *, tokenizer: Any = "default", **config: Any) 
         kv_cache_memory_bytes=1 << 30,
         max_model_len=1024,
         max_num_seqs=16,
+        tune_in_graph=False,
     )
     engine_config = EngineConfig(**{**settings, **config})
     if tokenizer == "default":

@@ -16,11 +16,12 @@ def test_env_reaches_the_engine_config(monkeypatch):
     monkeypatch.setenv("JACANA_ENGINE_FUSE_ROPE_ATTENTION", "false")
     monkeypatch.setenv("JACANA_ENGINE_L2_PREFETCH_BYTES", "4096")
     monkeypatch.setenv("JACANA_ENGINE_SPLIT_NORM", "true")
+    monkeypatch.setenv("JACANA_ENGINE_TUNE_IN_GRAPH", "false")
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (4, "torch")
     assert (config.fuse_norm_gemm, config.pdl, config.fuse_rope_attention) == (True, False, False)
     assert config.l2_prefetch_bytes == 4096
-    assert config.split_norm is True
+    assert (config.split_norm, config.tune_in_graph) == (True, False)
 
 
 def test_defaults_stream_per_token_time_the_decode_gemms_launch_dependently_fold_rope():
@@ -28,7 +29,7 @@ def test_defaults_stream_per_token_time_the_decode_gemms_launch_dependently_fold
     assert (config.stream_interval, config.decode_gemm) == (1, "auto")
     assert (config.fuse_norm_gemm, config.pdl, config.fuse_rope_attention) == (False, True, True)
     assert config.l2_prefetch_bytes == 0
-    assert config.split_norm is False
+    assert (config.split_norm, config.tune_in_graph) == (False, True)
     assert config.tuning_cache == "~/.cache/jacana/decode_gemm_tuning.json"
 
 

@@ -1,7 +1,8 @@
 """GPU engine vs HF transformers on the same weights, in bfloat16: CUDA graphs on and off
 with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"); graphs with the
 engine's default on Hopper, the timed skinny decode GEMM launched with programmatic
-dependent launch (``decode_gemm="auto"``, ``pdl=True``: mode "graphs-skinny-pdl"; eager
+dependent launch, its one-row picks timed in the graph (``decode_gemm="auto"``,
+``pdl=True``, ``tune_in_graph=True``: mode "graphs-skinny-pdl"; eager
 steps never use it; without PDL the kernels give the same bits, which
 ``test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu`` checks). These fold RoPE and the
 KV store into decode attention, the default (``fuse_rope_attention``); cuBLAS graphs with
@@ -352,7 +353,12 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
         "eager": _engine(str(peaked_qwen3), "safetensors", eager=True),
         # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
         "graphs-skinny-pdl": _engine(
-            str(peaked_qwen3), "safetensors", eager=False, decode_gemm="auto", pdl=True
+            str(peaked_qwen3),
+            "safetensors",
+            eager=False,
+            decode_gemm="auto",
+            pdl=True,
+            tune_in_graph=True,
         ),
         "graphs-rope-kernel": _engine(
             str(peaked_qwen3), "safetensors", eager=False, fuse_rope_attention=False
@@ -386,7 +392,9 @@ def test_smollm2_matches_transformers():
         "graphs": _engine(str(gguf), "gguf", eager=False),
         "eager": _engine(str(gguf), "gguf", eager=True),
         # the skinny decode GEMM where start-up timing picks it (JACANA_ENGINE_DECODE_GEMM)
-        "graphs-skinny-pdl": _engine(str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True),
+        "graphs-skinny-pdl": _engine(
+            str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True, tune_in_graph=True
+        ),
         "graphs-rope-kernel": _engine(str(gguf), "gguf", eager=False, fuse_rope_attention=False),
         "graphs-skinny-pdl-split-norm": _engine(
             str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True, split_norm=True

@@ -54,8 +54,14 @@ class EngineConfig:
         both run a row count on the skinny kernel (o -> gate/up, down -> the next QKV) runs
         inside them: the producer's programs store the residual sum and their partial
         sums of squares, the consumer normalizes its input as it loads it
-        (``RMSNorm.split_between_gemms``; two launches fewer per layer). Taken before
+        (``RMSNorm.split_between_gemms``; two launches fewer per layer; opt-in: on an
+        H200 it made the Qwen3-8B and 0.6B batch-1 graphs 1-3% slower). Taken before
         ``fuse_norm_gemm``'s folds where both apply.
+    tune_in_graph: with ``decode_gemm="auto"`` and a batch-1 decode graph, time each
+        weight shape's one-row choices (cuBLAS and the skinny candidates) inside that
+        graph, shape after shape (``layers/graph_picks.py``), instead of keeping the picks
+        of the tuner's same-shape chains (on an H200 a Qwen3-8B batch-1 graph 3.90 ->
+        3.86 ms); ~45 graph captures at the first start, kept in ``tuning_cache``.
     pdl: in decode graphs of at most 16 tokens, launch the Triton kernels (norms, RoPE +
         KV store, attention, activation) with programmatic dependent launch
         (``kernels/_pdl.py``; compute capability 9.0 and later, off elsewhere); with
@@ -72,7 +78,8 @@ class EngineConfig:
         of its weight in all, an equal share of each row (``SkinnyConfig``,
         ``skinny_gemm.l2_prefetch_plan``), so HBM streams weights while the kernel before
         it runs; 0: off (opt-in; a fixed 2 or 8 KB a row made a Qwen3-8B batch-1 step
-        0.3 and 0.6 ms slower on an H200, a launch's total is not yet measured).
+        0.3 and 0.6 ms slower on an H200, and so did a launch's total of 4 to 32 MiB,
+        by 0.13 to 0.53 ms).
     tuning_cache: a JSON file where the ``decode_gemm="auto"`` choices are kept per GPU,
         software and shape, so a restart skips the timing (``layers/tuning_cache.py``);
         None times at every start.
@@ -110,6 +117,7 @@ class EngineConfig:
     decode_gemm: str = "auto"
     fuse_norm_gemm: bool = False
     split_norm: bool = False
+    tune_in_graph: bool = True
     pdl: bool = True
     fuse_rope_attention: bool = True
     l2_prefetch_bytes: int = 0

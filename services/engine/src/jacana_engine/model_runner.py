@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import statistics
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
 from jacana_engine.decode_overlap import LaunchedStep
 from jacana_engine.device_sampling import DeviceSampler
+from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.kv_cache import sizing
 from jacana_engine.layers.decode_gemm import (
     SKINNY_MAX_ROWS,
@@ -36,6 +38,7 @@ from jacana_engine.layers.decode_gemm import (
     split_norms,
     tune_decode_gemms,
 )
+from jacana_engine.layers.graph_picks import tune_one_row_in_graph
 from jacana_engine.layers.tuning_cache import TuningCache
 from jacana_engine.loader import torch_dtype
 from jacana_engine.models.base import CausalLM, ModelConfig
@@ -51,6 +54,8 @@ log = logging.getLogger(__name__)
 # one-row decode graph from 4.21 to 3.94 ms, while the 64-row graph, whose GEMMs are
 # cuBLAS's, went from 5.83 to 5.98 ms.
 PDL_MAX_TOKENS = SKINNY_MAX_ROWS
+# KV tokens each sequence of a start-up timing graph attends (a mid-length decode step)
+TUNING_CONTEXT = 320
 
 PROMPT_LOGPROB_ROWS = 256  # prompt positions per logits slice: [256, V] float32 at a time
 
@@ -278,17 +283,26 @@ class ModelRunner:
         self.dependent_launch = config.pdl and self._gpu_takes_dependent_launch()
         if config.decode_gemm == "auto":  # before capture: the graphs keep the chosen kernels
             rows = {size * width for size in self._graph_sizes for width in widths}
+            cache = TuningCache(config.tuning_cache) if config.tuning_cache else None
             tune_decode_gemms(
                 self.model,
                 sorted(r for r in rows if r <= SKINNY_MAX_ROWS),
                 fuse_norm=config.fuse_norm_gemm,
                 pdl=self.dependent_launch,
-                cache=TuningCache(config.tuning_cache) if config.tuning_cache else None,
+                cache=cache,
             )
             if config.l2_prefetch_bytes:
                 prefetch_to_l2(self.model, config.l2_prefetch_bytes)
             if config.split_norm:
                 split_norms(self.model)
+            if config.tune_in_graph and 1 in self._graph_sizes:
+                tune_one_row_in_graph(
+                    self.model,
+                    self.one_row_graph_seconds,
+                    pdl=self.dependent_launch,
+                    exclude=(getattr(self.model, "lm_head", None),),
+                    cache=cache,
+                )
         graphs = self.decode_graphs(self._graph_sizes, widths)
         graphs.capture()
         return graphs
@@ -335,6 +349,21 @@ class ModelRunner:
             return self._run_model(input_ids, positions, meta)
         finally:
             self.model.use_dependent_launch(False)
+
+    def one_row_graph_seconds(
+        self, context: int = TUNING_CONTEXT, replays: int = 20, reps: int = 3
+    ) -> float:
+        """GPU seconds of one replay of a batch-1 decode graph captured now (it keeps the
+        launch configs the layers hold now), over a ``context``-token context (at most
+        ``max_model_len``; median of ``reps`` runs of ``replays``)."""
+        graphs = self.decode_graphs([1])
+        graphs.capture()
+        graph = graphs.timing_graph(1, min(context, self.max_model_len))
+        for _ in range(3):
+            graph.replay()
+        times = [replay_seconds(graph, replays) for _ in range(reps)]
+        del graph, graphs
+        return statistics.median(times)
 
     def _decode_splits(self, padded_batch: int) -> int:
         from jacana_engine.kernels.decode_attention import choose_num_splits

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.layers.linear import Linear
 
 if TYPE_CHECKING:
@@ -305,15 +306,7 @@ def _time(layers: list[Linear], run: Callable[[Linear], Any]) -> float:
         for layer in layers:
             run(layer)
     graph.replay()
-    times = []
-    for _ in range(_TRIALS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    return statistics.median(times)
+    return statistics.median(replay_seconds(graph) for _ in range(_TRIALS))
 
 
 def _remembered(

@@ -45,13 +45,13 @@ def device_fingerprint(device: torch.device) -> list[str]:
 
 @functools.cache
 def code_fingerprint() -> str:
-    """A digest of the skinny kernel's and the tuner's source, which decide what is timed
+    """A digest of the skinny kernel's and the tuners' source, which decide what is timed
     and how."""
     from jacana_engine.kernels import skinny_gemm
-    from jacana_engine.layers import decode_gemm
+    from jacana_engine.layers import decode_gemm, graph_picks
 
     digest = hashlib.sha256()
-    for module in (skinny_gemm, decode_gemm):
+    for module in (skinny_gemm, decode_gemm, graph_picks):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -1,0 +1,192 @@
+"""One-row decode GEMM picks timed inside the batch-1 decode graph.
+
+``decode_gemm.tune_decode_gemms`` times each weight shape's candidate launch configs as a
+chain of that shape's GEMVs, one a layer: there each GEMV follows another GEMV. In a
+decode step each follows a small kernel (an RMSNorm, decode attention) or another
+shape's GEMV, and a dependent launch's early tiles fill that kernel's latency
+differently. On an H200 the chain picked a Qwen3-8B batch-1 graph of 3.90 ms where the
+graph itself preferred configs worth 3.86 (``bench/results/graph_picks_gpu.md``).
+
+:func:`tune_one_row_in_graph` therefore times what a step takes: for each weight shape,
+in the order the forward meets them, every one-row candidate (and cuBLAS) is set on all
+layers of that shape and a batch-1 graph is captured afresh and timed (the caller's
+``graph_seconds``). Coordinate descent: a shape's best is kept while the next is
+searched. Batch 1 only: it is the latency-bound case, and larger batches keep the
+chain's picks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from jacana_engine.layers.linear import Linear
+
+if TYPE_CHECKING:
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+    from jacana_engine.layers.tuning_cache import TuningCache
+
+log = logging.getLogger(__name__)
+
+CUBLAS = None  # the choice "no skinny config at one row": the layer runs on cuBLAS
+
+
+def shape_groups(model: nn.Module, exclude: tuple[nn.Module, ...] = ()) -> dict[str, list[Linear]]:
+    """The model's ``Linear`` layers grouped by weight shape (and gated input), in the
+    order the forward meets them: {label: [layers]}, labels as ``describe_decode_gemms``
+    writes them. ``exclude``: layers left out (the lm_head, outside the graph)."""
+    groups: dict[str, list[Linear]] = {}
+    for module in model.modules():
+        if isinstance(module, Linear) and not any(module is e for e in exclude):
+            n, k = module.weight.shape
+            groups.setdefault(f"{n}x{k}{' gated' if module.gated_input else ''}", []).append(module)
+    return groups
+
+
+def descend(
+    choices: Mapping[str, list[Any]],
+    start: Mapping[str, Any],
+    time_of: Callable[[dict[str, Any]], float],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Coordinate descent: for each group in ``choices``' order, time every choice with
+    the other groups at their current best (``start`` at first) and keep the fastest.
+    Returns (the best assignment, one row per timing: group, choice, seconds)."""
+    best = dict(start)
+    rows = []
+    for group, options in choices.items():
+        timed = []
+        for option in options:
+            seconds = time_of({**best, group: option})
+            timed.append((seconds, option))
+            rows.append({"group": group, "choice": option, "seconds": seconds})
+        best[group] = min(timed, key=lambda t: t[0])[1]
+    return best, rows
+
+
+def apply_one_row(groups: Mapping[str, list[Linear]], assignment: Mapping[str, Any]) -> None:
+    """Set each group's one-row choice (a config, or ``CUBLAS``) on all its layers; other
+    row counts keep theirs."""
+    for group, layers in groups.items():
+        choice = assignment[group]
+        for layer in layers:
+            configs = {m: c for m, c in layer.skinny_configs.items() if m != 1}
+            if choice is not CUBLAS:
+                configs[1] = choice
+            layer.skinny_configs = configs
+
+
+def one_row_choices(groups: Mapping[str, list[Linear]], pdl: bool) -> dict[str, list[Any]]:
+    """Per group what the search tries: cuBLAS, then the kernel's one-row candidates
+    (only the dependent launches where ``pdl``: a plain launch breaks the chain)."""
+    from jacana_engine.kernels.skinny_gemm import candidate_configs
+
+    choices = {}
+    for group, layers in groups.items():
+        n, k = layers[0].weight.shape
+        every = candidate_configs(1, n, k, pdl=pdl)
+        choices[group] = [CUBLAS, *([c for c in every if c.pdl] or every)]
+    return choices
+
+
+@dataclass
+class InGraphSearch:
+    """What :func:`search_one_row` found: the chain's picks (``start``) and the best
+    assignment, each with its graph time, and every timing of the descent."""
+
+    start: dict[str, Any]
+    best: dict[str, Any]
+    start_seconds: float
+    best_seconds: float
+    rows: list[dict[str, Any]]
+
+
+def search_one_row(
+    groups: Mapping[str, list[Linear]], graph_seconds: Callable[[], float], *, pdl: bool
+) -> InGraphSearch:
+    """Coordinate descent over ``groups``' one-row choices, from the picks the layers
+    hold, timing each assignment with ``graph_seconds()`` (which captures a fresh batch-1
+    graph as the layers stand); a choice that fails to capture or run is skipped. The
+    layers are left with the last assignment timed (the best)."""
+    start = {g: layers[0].skinny_configs.get(1, CUBLAS) for g, layers in groups.items()}
+
+    def time_of(assignment: dict[str, Any]) -> float:
+        apply_one_row(groups, assignment)
+        try:
+            return graph_seconds()
+        except Exception as exc:  # a candidate that fails to compile, capture or launch
+            log.warning("in-graph choice skipped: %s: %s", type(exc).__name__, exc)
+            return float("inf")
+
+    start_seconds = time_of(start)
+    best, rows = descend(one_row_choices(groups, pdl), start, time_of)
+    return InGraphSearch(start, best, start_seconds, time_of(best), rows)
+
+
+def tune_one_row_in_graph(
+    model: nn.Module,
+    graph_seconds: Callable[[], float],
+    *,
+    pdl: bool,
+    exclude: tuple[nn.Module, ...] = (),
+    cache: TuningCache | None = None,
+) -> dict[str, Any]:
+    """Search every shape's one-row choice in the graph (module docstring) and leave the
+    best set on the layers, or the chain's picks where the best timed slower on its
+    second run (noise); returns the choice per group. With a ``cache`` the answer is
+    kept per group, keyed by the whole graph's shapes, and read back next time."""
+    groups = shape_groups(model, exclude)
+    if not groups:
+        return {}
+    keys = _cache_keys(groups, pdl, cache)
+    remembered = [cache.get(key) for key in keys.values()] if cache is not None else [None]
+    if all(choice is not None for choice in remembered):
+        best = {g: choice.get(1, CUBLAS) for g, choice in zip(groups, remembered, strict=True)}
+        apply_one_row(groups, best)
+        log.info("one-row decode GEMMs from the tuning cache: %s", _labels(best))
+        return best
+    found = search_one_row(groups, graph_seconds, pdl=pdl)
+    best, seconds = found.best, found.best_seconds
+    if seconds > found.start_seconds:
+        best, seconds = found.start, found.start_seconds
+    apply_one_row(groups, best)
+    log.info(
+        "one-row decode GEMMs timed in the batch-1 graph: %.3f ms with the chain's picks, "
+        "%.3f ms with %s",
+        1e3 * found.start_seconds,
+        1e3 * seconds,
+        _labels(best),
+    )
+    if cache is not None:
+        for group, key in keys.items():
+            cache.put(key, {} if best[group] is CUBLAS else {1: best[group]})
+    return best
+
+
+def _cache_keys(
+    groups: Mapping[str, list[Linear]], pdl: bool, cache: TuningCache | None
+) -> dict[str, str]:
+    """A tuning-cache key per group: its weight, and the graph around it (every group's
+    label and layer count, in order)."""
+    if cache is None:
+        return {}
+    graph = json.dumps([[g, len(layers)] for g, layers in groups.items()])
+    return {
+        g: cache.key("in-graph", layers[0].weight, [1], pdl=pdl, graph=graph)
+        for g, layers in groups.items()
+    }
+
+
+def _labels(assignment: Mapping[str, Any]) -> str:
+    return ", ".join(f"{g} {choice_label(c)}" for g, c in assignment.items())
+
+
+def choice_label(choice: SkinnyConfig | None) -> str:
+    """A choice's name in records: ``cuBLAS`` or the config's label."""
+    from jacana_engine.layers.decode_gemm import config_label
+
+    return "cuBLAS" if choice is CUBLAS else config_label(choice)

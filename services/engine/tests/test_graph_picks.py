@@ -1,0 +1,141 @@
+"""``layers/graph_picks.py`` on the CPU: the grouping of a model's layers by weight
+shape, coordinate descent over a known cost, and the start-up search around it (a graph
+time computed from the configs the layers hold stands in for the GPU's clock)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from jacana_engine.layers import graph_picks as picks
+from jacana_engine.layers.linear import Linear
+from jacana_engine.layers.tuning_cache import TuningCache
+
+
+def test_layers_group_by_shape_in_forward_order_without_the_excluded():
+    qkv, o, down, head = Linear(64, 96), Linear(32, 64), Linear(48, 64), Linear(64, 500)
+    down.gated_input = True
+    model = torch.nn.Sequential(qkv, o, down, Linear(64, 96), Linear(32, 64), head)
+    groups = picks.shape_groups(model, exclude=(head,))
+    assert list(groups) == ["96x64", "64x32", "64x48 gated"]
+    assert groups["96x64"][0] is qkv and len(groups["96x64"]) == 2
+    assert len(groups["64x32"]) == 2 and groups["64x48 gated"] == [down]
+
+
+def test_descent_keeps_each_groups_best_given_the_ones_before():
+    # cost: a per-group table, plus an interaction: "b" is cheap only once "a" is 2
+    table = {"a": {1: 5.0, 2: 3.0, 3: 4.0}, "b": {1: 2.0, 2: 6.0}}
+
+    def cost(assignment):
+        interaction = -3.0 if (assignment["a"], assignment["b"]) == (2, 2) else 0.0
+        return table["a"][assignment["a"]] + table["b"][assignment["b"]] + interaction
+
+    calls = []
+
+    def time_of(assignment):
+        calls.append(dict(assignment))
+        return cost(assignment)
+
+    best, rows = picks.descend({"a": [1, 2, 3], "b": [1, 2]}, {"a": 1, "b": 2}, time_of)
+    # a searched with b at its start (2): a=2 wins (3 + 6 - 3 = 6); then b with a=2:
+    # b=1 gives 5, b=2 gives 6
+    assert best == {"a": 2, "b": 1}
+    assert [(r["group"], r["choice"], r["seconds"]) for r in rows] == [
+        ("a", 1, 11.0), ("a", 2, 6.0), ("a", 3, 10.0), ("b", 1, 5.0), ("b", 2, 6.0),
+    ]  # fmt: skip
+    assert calls[3] == {"a": 2, "b": 1}
+
+
+def _model() -> torch.nn.Sequential:
+    """Two layers of each of two shapes, a one-row pick already set on each (the chain's)."""
+    from jacana_engine.kernels.skinny_gemm import candidate_configs
+
+    model = torch.nn.Sequential(
+        Linear(1024, 96), Linear(2048, 64), Linear(1024, 96), Linear(2048, 64)
+    )
+    for layer in model:
+        n, k = layer.weight.shape
+        layer.skinny_configs = {1: candidate_configs(1, n, k)[0], 2: candidate_configs(2, n, k)[0]}
+    return model
+
+
+def _graph_time(model, cost_of) -> callable:
+    """A graph time: the sum over the layers of ``cost_of(layer, its one-row choice)``,
+    counting its calls."""
+
+    def seconds() -> float:
+        seconds.calls += 1
+        return sum(cost_of(layer, layer.skinny_configs.get(1)) for layer in model)
+
+    seconds.calls = 0
+    return seconds
+
+
+def _candidates(layer) -> list:
+    """The skinny configs the search tries on ``layer`` at one row."""
+    return picks.one_row_choices({"g": [layer]}, pdl=False)["g"][1:]
+
+
+def _last_candidate_wins(layer, cfg) -> float:
+    """cuBLAS costs 10, a skinny config 5, the last candidate of the layer's shape 4."""
+    if cfg is None:
+        return 10.0
+    return 4.0 if cfg == _candidates(layer)[-1] else 5.0
+
+
+def test_the_search_keeps_the_fastest_in_graph_choice_and_other_rows(tmp_path):
+    model = _model()
+    two_rows = {id(layer): layer.skinny_configs[2] for layer in model}
+    seconds = _graph_time(model, _last_candidate_wins)
+    cache = TuningCache(tmp_path / "tuning.json")
+    best = picks.tune_one_row_in_graph(model, seconds, pdl=False, cache=cache)
+    for layer in model:
+        assert layer.skinny_configs[1] == _candidates(layer)[-1]
+        assert layer.skinny_configs[1] != _candidates(layer)[0]  # not the chain's pick
+        assert layer.skinny_configs[2] is two_rows[id(layer)]  # other row counts untouched
+    assert set(best) == {"96x1024", "64x2048"}
+    calls = seconds.calls
+    assert calls == 2 + sum(
+        len(c) for c in picks.one_row_choices(picks.shape_groups(model), False).values()
+    )
+    # a second start on the same cache reads the answer back without timing anything
+    again = _model()
+    seconds_again = _graph_time(again, _last_candidate_wins)
+    assert picks.tune_one_row_in_graph(again, seconds_again, pdl=False, cache=cache) == best
+    assert seconds_again.calls == 0
+    assert [layer.skinny_configs[1] for layer in again] == [
+        layer.skinny_configs[1] for layer in model
+    ]
+
+
+def test_cublas_wins_where_it_is_fastest_and_a_failing_choice_is_skipped():
+    model = _model()
+
+    def cost(layer, cfg):
+        if cfg == _candidates(layer)[-1]:
+            raise RuntimeError("out of resources")  # as a launch that cannot run
+        return 1.0 if cfg is None else 2.0
+
+    best = picks.tune_one_row_in_graph(model, _graph_time(model, cost), pdl=False)
+    assert all(choice is picks.CUBLAS for choice in best.values())
+    assert all(1 not in layer.skinny_configs and 2 in layer.skinny_configs for layer in model)
+
+
+def test_the_chains_picks_stay_when_the_best_times_slower_than_they_did(monkeypatch):
+    """Two choices within noise: the descent may crown one that its own second timing
+    finds slower than the chain's picks; those then stay."""
+    model = _model()
+    start = [layer.skinny_configs[1] for layer in model]
+    real_search = picks.search_one_row
+
+    def noisy_search(groups, graph_seconds, *, pdl):
+        found = real_search(groups, graph_seconds, pdl=pdl)
+        found.best_seconds = found.start_seconds + 1.0
+        return found
+
+    monkeypatch.setattr(picks, "search_one_row", noisy_search)
+    best = picks.tune_one_row_in_graph(model, _graph_time(model, _last_candidate_wins), pdl=False)
+    assert [layer.skinny_configs[1] for layer in model] == start
+    assert list(best.values()) == start[:2]
