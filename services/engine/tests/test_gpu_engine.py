@@ -6,9 +6,8 @@ dependent launch, its one-row picks timed in the graph (``decode_gemm="auto"``,
 steps never use it; without PDL the kernels give the same bits, which
 ``test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu`` checks). These fold RoPE and the
 KV store into decode attention, the default (``fuse_rope_attention``); cuBLAS graphs with
-the rope kernel instead are mode "graphs-rope-kernel"; skinny graphs with each RMSNorm
-split over the GEMMs around it (``split_norm``) "graphs-skinny-pdl-split-norm". SmolLM2
-also runs eagerly on the torch attention backend (float32 SDPA over the gathered cache: mode
+the rope kernel instead are mode "graphs-rope-kernel". SmolLM2 also runs eagerly on the
+torch attention backend (float32 SDPA over the gathered cache: mode
 "eager-torch-attention"), which tells a departure caused by the Triton attention
 kernels' roundings from one that is not.
 
@@ -363,14 +362,6 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
         "graphs-rope-kernel": _engine(
             str(peaked_qwen3), "safetensors", eager=False, fuse_rope_attention=False
         ),
-        "graphs-skinny-pdl-split-norm": _engine(
-            str(peaked_qwen3),
-            "safetensors",
-            eager=False,
-            decode_gemm="auto",
-            pdl=True,
-            split_norm=True,
-        ),
     }
     _check_and_report("random-qwen3", hf, ref, prompts, engines, run_to_run)
 
@@ -396,9 +387,6 @@ def test_smollm2_matches_transformers():
             str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True, tune_in_graph=True
         ),
         "graphs-rope-kernel": _engine(str(gguf), "gguf", eager=False, fuse_rope_attention=False),
-        "graphs-skinny-pdl-split-norm": _engine(
-            str(gguf), "gguf", eager=False, decode_gemm="auto", pdl=True, split_norm=True
-        ),
         "eager-torch-attention": _engine(str(gguf), "gguf", eager=True, attention_backend="torch"),
     }
     _check_and_report("smollm2-135m", hf, ref, prompts, engines, run_to_run)

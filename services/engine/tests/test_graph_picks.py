@@ -139,3 +139,14 @@ def test_the_chains_picks_stay_when_the_best_times_slower_than_they_did(monkeypa
     best = picks.tune_one_row_in_graph(model, _graph_time(model, _last_candidate_wins), pdl=False)
     assert [layer.skinny_configs[1] for layer in model] == start
     assert list(best.values()) == start[:2]
+
+
+def test_nothing_changes_when_no_graph_can_be_timed():
+    model = _model()
+    start = [layer.skinny_configs[1] for layer in model]
+
+    def broken() -> float:
+        raise RuntimeError("capture failed")
+
+    picks.tune_one_row_in_graph(model, broken, pdl=False)
+    assert [layer.skinny_configs[1] for layer in model] == start

@@ -48,8 +48,8 @@ class EngineConfig:
     fuse_norm_gemm: with ``decode_gemm="auto"``, also time each RMSNorm folded into the
         skinny kernel next to it, into the end of the o/down projection before it (the
         last program normalizes) or the start of the QKV/gate-up projection after it, and
-        fold it where faster (opt-in: the start measured faster only at Qwen3-0.6B's sizes
-        on an H200; the end is not yet measured).
+        fold it where faster (opt-in: on an H200 the tuner keeps the separate kernels at
+        every Qwen3-8B row count; the start folds at Qwen3-0.6B's one and two rows).
     split_norm: with ``decode_gemm="auto"``, each RMSNorm between two projections that
         both run a row count on the skinny kernel (o -> gate/up, down -> the next QKV) runs
         inside them: the producer's programs store the residual sum and their partial

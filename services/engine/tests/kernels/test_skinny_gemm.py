@@ -939,6 +939,7 @@ def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow  # an opt-in fold, ~80 s: gpu_suite.sh's skinny phase runs it, check does not
 @pytest.mark.parametrize("name", ["0.6B o", "0.6B down", "8B o", "8B down"])
 def test_norm_epilogue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
     """The norm folded into the end of the o or (gated) down projection, every candidate
@@ -995,6 +996,7 @@ def test_norm_epilogue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow  # an opt-in fold, ~80 s: gpu_suite.sh's skinny and split phases run it
 @pytest.mark.parametrize(
     "producer,consumer", [("8B o", "8B gate_up"), ("8B down", "8B qkv"), ("0.6B down", "0.6B qkv")]
 )

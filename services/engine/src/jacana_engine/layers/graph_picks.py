@@ -136,9 +136,10 @@ def tune_one_row_in_graph(
     cache: TuningCache | None = None,
 ) -> dict[str, Any]:
     """Search every shape's one-row choice in the graph (module docstring) and leave the
-    best set on the layers, or the chain's picks where the best timed slower on its
-    second run (noise); returns the choice per group. With a ``cache`` the answer is
-    kept per group, keyed by the whole graph's shapes, and read back next time."""
+    best set on the layers, or the chain's picks unless the best's second timing beats
+    theirs (noise, or no graph that could run); returns the choice per group. With a
+    ``cache`` the answer is kept per group, keyed by the whole graph's shapes, and read
+    back next time."""
     groups = shape_groups(model, exclude)
     if not groups:
         return {}
@@ -151,7 +152,7 @@ def tune_one_row_in_graph(
         return best
     found = search_one_row(groups, graph_seconds, pdl=pdl)
     best, seconds = found.best, found.best_seconds
-    if seconds > found.start_seconds:
+    if not seconds < found.start_seconds:  # a tie, noise, or no graph that ran at all
         best, seconds = found.start, found.start_seconds
     apply_one_row(groups, best)
     log.info(
