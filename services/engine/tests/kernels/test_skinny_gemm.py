@@ -974,25 +974,34 @@ def test_norm_epilogue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
             checks.mostly_equal(got, want, max_fraction=FOLDED_NORM_FLIPS, seed=seed, what=what)
     assert not arrival_counters(COUNTERS, device, 1).any()
     cfg = dataclasses.replace(candidate_configs(1, n, k)[0], pdl=True)
+
+    def run(x, residual):
+        tail = NormEpilogue(nw, 1e-6, residual, residual)
+        return skinny_linear(x, w, config=cfg, gated=gated, then_norm=tail)
+
+    _check_graph_replays_as_eager(run, inputs, seed)
+    assert not arrival_counters(COUNTERS, device, 1).any()
+
+
+def _check_graph_replays_as_eager(run, inputs, seed) -> None:
+    """``run(x, residual)`` (its output; the residual updated in place) captured in a CUDA
+    graph on ``inputs(1)``, then replayed three times with new inputs copied in: the
+    output and the residual equal an eager run's on the same inputs, bit for bit."""
     x, residual = inputs(1)
-    static_res = residual.clone()
-    tail = NormEpilogue(nw, 1e-6, static_res, static_res)
-    skinny_linear(x, w, config=cfg, gated=gated, then_norm=tail)  # compile outside
+    run(x, residual.clone())  # compile outside
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        got = skinny_linear(x, w, config=cfg, gated=gated, then_norm=tail)
+        got = run(x, residual)
     for _ in range(3):
         new_x, new_residual = inputs(1)
         x.copy_(new_x)
-        static_res.copy_(new_residual)
+        residual.copy_(new_residual)
         graph.replay()
-        eager_res = new_residual.clone()
-        eager_tail = NormEpilogue(nw, 1e-6, eager_res, eager_res)
-        want = skinny_linear(new_x, w, config=cfg, gated=gated, then_norm=eager_tail)
+        eager_residual = new_residual.clone()
+        want = run(new_x, eager_residual)
         torch.cuda.synchronize()
-        assert torch.equal(got, want) and torch.equal(static_res, eager_res), seed
-    assert not arrival_counters(COUNTERS, device, 1).any()
+        assert torch.equal(got, want) and torch.equal(residual, eager_residual), seed
 
 
 @pytest.mark.gpu
@@ -1042,22 +1051,7 @@ def test_split_norm_at_qwen3_sizes_gpu(gpu, device, seed, checks, producer, cons
             checks.mostly_equal(got, want, max_fraction=FOLDED_NORM_FLIPS, seed=seed, what=what)
     cfg = dataclasses.replace(candidate_configs(1, n, k)[0], pdl=True)
     cfg2 = dataclasses.replace(candidate_configs(1, n2, n)[0], pdl=True)
-    x, residual = inputs(1)
-    static_h = residual.clone()
-    split(x, static_h.clone(), cfg, cfg2)  # compile outside
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        got = split(x, static_h, cfg, cfg2)
-    for _ in range(3):
-        new_x, new_residual = inputs(1)
-        x.copy_(new_x)
-        static_h.copy_(new_residual)
-        graph.replay()
-        eager_h = new_residual.clone()
-        want = split(new_x, eager_h, cfg, cfg2)
-        torch.cuda.synchronize()
-        assert torch.equal(got, want) and torch.equal(static_h, eager_h), seed
+    _check_graph_replays_as_eager(lambda x, h: split(x, h, cfg, cfg2), inputs, seed)
 
 
 def test_the_tuners_picks_are_described_per_shape():
