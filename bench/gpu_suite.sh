@@ -27,6 +27,9 @@
 #             decode GEMM picks (one tuning cache) (~3 min)
 # picks       graph_picks_gpu.py: every one-row candidate config of each Qwen3-8B weight
 #             shape timed inside the batch-1 decode graph (coordinate descent; ~2 min)
+# ablation    graph_ablation_gpu.py: the 8B's batch-1 decode graph captured without its norms,
+#             its attention, each weight shape's GEMVs, or all but the GEMVs: what each kind
+#             of launch costs in the chain (~1.5 min)
 # split       the split-norm GPU tests (skinny_gemm), then Qwen3-8B and 0.6B b1 without
 #             and with split_norm on one tuning cache (~3 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
@@ -198,6 +201,11 @@ for phase in "$@"; do
       stamp "in-graph search of the 8B's one-row decode GEMM picks (graph_picks_gpu.py)"
       timeout 300 python3 bench/graph_picks_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
         | grep -v "^\[transformers\]" | tail -16
+      ;;
+    ablation)
+      stamp "what each kind of launch costs in the 8B's batch-1 decode graph (graph_ablation_gpu.py)"
+      timeout 240 python3 bench/graph_ablation_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
+        | grep -v "^\[transformers\]" | tail -14
       ;;
     split)
       stamp "split-norm GPU tests"

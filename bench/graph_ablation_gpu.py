@@ -1,0 +1,213 @@
+"""Where a batch-1 decode step's time goes, by leaving kernels out of the graph (CUDA GPU).
+
+A profiler cannot split a decode graph launched with programmatic dependent launch: each
+kernel's span includes its wait for the one before, so a 2 µs RMSNorm shows 13 µs. This
+tool measures what each kind of kernel costs *in the chain* instead: it captures the
+batch-1 decode graph afresh with one kind of launch replaced by nothing (its output an
+uninitialized buffer of the right shape: timing only, the values are garbage) and
+reports how much faster the graph replays. Kinds: the RMSNorms (with their residual
+adds), decode attention (with its folded RoPE and KV store), each weight shape's GEMVs,
+and every launch but the GEMVs (what the layers' GEMVs take back to back).
+
+Writes ``graph_ablation_gpu.{json,md}``: per ablation the graph time, its saving over the
+whole graph, per step and per layer.
+
+Usage: python bench/graph_ablation_gpu.py [--model qwen3-8b] [--context 320] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import RESULTS_DIR, environment, write_results
+
+
+@contextlib.contextmanager
+def _patched(owner: type, name: str, replacement: Callable) -> Iterator[None]:
+    """``owner.name`` replaced by ``replacement`` while the block runs."""
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextlib.contextmanager
+def without_norms() -> Iterator[None]:
+    """Every decoder RMSNorm (and its residual add) launches nothing: the rows pass
+    through, the residual stays as it was."""
+    from jacana_engine.layers.norm import RMSNorm
+
+    def then(self, linear, x, residual):
+        return linear(x), x if residual is None else residual
+
+    def between(self, producer, x, residual, consumer, *, gated=False):
+        y = producer.gated_forward(x, self.ops.silu_and_mul) if gated else producer(x)
+        return (y if consumer is None else consumer(y)), residual
+
+    with (
+        _patched(RMSNorm, "forward", lambda self, x: x),
+        _patched(RMSNorm, "then", then),
+        _patched(RMSNorm, "between", between),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def without_attention() -> Iterator[None]:
+    """Decode attention (with whatever RoPE and KV store the backend folds into it)
+    launches nothing: o_proj reads an uninitialized buffer."""
+    from jacana_engine.models.attention import DecoderAttention
+
+    def attend_heads(self, qkv, rope_tables, kv_cache, meta):
+        return qkv.new_empty(qkv.shape[0], self.n_heads * self.head_dim)
+
+    with _patched(DecoderAttention, "attend_heads", attend_heads):
+        yield
+
+
+@contextlib.contextmanager
+def without_gemvs(label: str | None = None) -> Iterator[None]:
+    """The GEMVs of one weight shape (``graph_picks.shape_groups`` labels; every shape
+    when None) launch nothing: their outputs are uninitialized buffers."""
+    from jacana_engine.layers.linear import Linear
+
+    def skipped(layer: Linear) -> bool:
+        n, k = layer.weight.shape
+        name = f"{n}x{k}{' gated' if layer.gated_input else ''}"
+        return label is None or name == label
+
+    forward, gated_forward = Linear.forward, Linear.gated_forward
+
+    def plain(self, x):
+        if skipped(self):
+            return x.new_empty(x.shape[0], self.out_features)
+        return forward(self, x)
+
+    def gated(self, gate_up, silu_and_mul):
+        if skipped(self):
+            return gate_up.new_empty(gate_up.shape[0], self.out_features)
+        return gated_forward(self, gate_up, silu_and_mul)
+
+    with _patched(Linear, "forward", plain), _patched(Linear, "gated_forward", gated):
+        yield
+
+
+@contextlib.contextmanager
+def only_gemvs() -> Iterator[None]:
+    """Nothing but the GEMVs launches (no norm, no attention)."""
+    with without_norms(), without_attention():
+        yield
+
+
+def ablations(shape_labels: list[str]) -> dict[str, Callable[[], Any]]:
+    """Each ablation's name and its context manager factory, the full graph first."""
+    found: dict[str, Callable[[], Any]] = {
+        "full graph": contextlib.nullcontext,
+        "without norms": without_norms,
+        "without attention": without_attention,
+    }
+    for label in shape_labels:
+        found[f"without {label} GEMVs"] = lambda label=label: without_gemvs(label)
+    found["GEMVs alone"] = only_gemvs
+    return found
+
+
+def measure(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
+    from offline_gpu import config_dir
+
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+    from jacana_engine.layers.graph_picks import shape_groups
+
+    engine = LLMEngine(
+        EngineConfig(
+            model=str(config_dir(model_name) / "config.json"),
+            load_format="dummy",
+            dtype="bfloat16",
+            device="cuda",
+            kv_cache_memory_bytes=2 << 30,
+            max_model_len=2048,
+            max_num_seqs=1,  # one-row graphs only
+            seed=1,
+        ),
+        tokenizer=None,
+    )
+    model, runner = engine.model, engine.runner
+    groups = shape_groups(model, exclude=(model.lm_head,))
+    layers = model.config.num_hidden_layers
+    rows = []
+    for name, ablation in ablations(list(groups)).items():
+        with ablation():
+            seconds = runner.one_row_graph_seconds(context, replays, reps)
+        rows.append({"ablation": name, "graph_ms": 1e3 * seconds})
+    full = rows[0]["graph_ms"]
+    for row in rows:
+        row["saved_ms"] = full - row["graph_ms"]
+        row["saved_us_per_layer"] = 1e3 * row["saved_ms"] / layers
+    weight_bytes = sum(
+        layer.weight.numel() * layer.weight.element_size() for g in groups.values() for layer in g
+    )
+    return {
+        "model": model_name,
+        "context": context,
+        "layers": layers,
+        "decode_gemm_weight_gb": weight_bytes / 1e9,
+        "dependent_launch": runner.dependent_launch,
+        "rows": rows,
+    }
+
+
+def render(doc: dict[str, Any]) -> str:
+    gemvs = next(r for r in doc["rows"] if r["ablation"] == "GEMVs alone")
+    rate = doc["decode_gemm_weight_gb"] / gemvs["graph_ms"]  # GB/ms = TB/s
+    lines = [
+        f"# Where a batch-1 decode graph's time goes: {doc['model']}, "
+        f"{doc['context']}-token context",
+        "",
+        f"Environment: `{doc['environment']}`. Each row captures the graph afresh with one "
+        f"kind of launch left out; median of {doc['reps']} x {doc['replays']} replays. "
+        f"The layers' GEMVs alone stream {doc['decode_gemm_weight_gb']:.2f} GB at "
+        f"{rate:.2f} TB/s.",
+        "",
+        "| graph | ms | saved ms | saved µs a layer |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['ablation']} | {r['graph_ms']:.3f} | {r['saved_ms']:.3f} | "
+        f"{r['saved_us_per_layer']:.2f} |"
+        for r in doc["rows"]
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-8b")
+    parser.add_argument("--context", type=int, default=320, help="KV tokens a replay attends")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--name", default="graph_ablation_gpu")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU")
+    doc = {
+        "environment": environment(),
+        "reps": args.reps,
+        "replays": args.replays,
+        **measure(args.model, args.context, args.reps, args.replays),
+    }
+    table = render(doc)
+    write_results(args.out, args.name, doc, table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""``bench/graph_ablation_gpu.py``'s ablations on the CPU: inside each, a tiny Qwen3's
+step runs without the launches it names and with every other one, and every patch is
+undone on leaving."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].parent / "bench"))
+import graph_ablation_gpu as ablation
+
+from jacana_engine.layers.graph_picks import shape_groups
+from jacana_engine.layers.linear import Linear
+from jacana_engine.layers.norm import RMSNorm
+from jacana_engine.models.base import ModelConfig
+from jacana_engine.models.registry import build_model
+
+
+def _tiny_qwen3():
+    config = ModelConfig(
+        architecture="Qwen3ForCausalLM",
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        qk_norm=True,
+    )
+    model = build_model(config, device=torch.device("cpu"), dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """(model, launches): a tiny Qwen3 whose norms, attention and GEMMs (by weight shape
+    label) are counted as they run."""
+    model = _tiny_qwen3()
+    launches: Counter[str] = Counter()
+    backend = model.backend
+    for name in ("forward", "add_forward"):  # the decoder's norms (q/k norms are not called)
+        real = getattr(RMSNorm, name)
+        monkeypatch.setattr(
+            RMSNorm, name, lambda *a, real=real, **k: launches.update(["norm"]) or real(*a, **k)
+        )
+    real_attention = backend.forward
+    monkeypatch.setattr(
+        backend,
+        "forward",
+        lambda *a, **k: launches.update(["attention"]) or real_attention(*a, **k),
+    )
+    real_gemm = Linear.backend_forward
+
+    def gemm(self, x):
+        n, k = self.weight.shape
+        launches.update([f"{n}x{k}{' gated' if self.gated_input else ''}"])
+        return real_gemm(self, x)
+
+    monkeypatch.setattr(Linear, "backend_forward", gemm)
+    return model, launches
+
+
+def _step(model, paged_driver) -> torch.Tensor:
+    driver = paged_driver(model, block_size=4, num_blocks=16)
+    driver.step([(0, [1, 5, 9, 13])])
+    return driver.step([(0, [7])])[0]  # a decode step's logits
+
+
+def test_each_ablation_leaves_out_what_it_names_and_nothing_else(counted, paged_driver):
+    model, launches = counted
+    labels = list(shape_groups(model, exclude=(model.lm_head,)))
+    assert len(labels) == 4  # qkv, o, gate_up, down (gated)
+    _step(model, paged_driver)
+    full = Counter(launches)
+    assert full["norm"] > 0 and full["attention"] > 0 and all(full[g] > 0 for g in labels)
+    names = ablation.ablations(labels)
+    assert (next(iter(names)), list(names)[-1]) == ("full graph", "GEMVs alone")
+    expect_gone = {
+        "without norms": {"norm"},
+        "without attention": {"attention"},
+        "GEMVs alone": {"norm", "attention"},
+        **{f"without {g} GEMVs": {g} for g in labels},
+    }
+    for name, gone in expect_gone.items():
+        launches.clear()
+        with names[name]():
+            logits = _step(model, paged_driver)
+        assert logits.shape[-1] == model.config.vocab_size, name
+        left = {kind for kind, count in launches.items() if count > 0}
+        assert left == set(full) - gone, name
+    launches.clear()  # every patch undone
+    _step(model, paged_driver)
+    assert launches == full
