@@ -88,11 +88,12 @@ def compile_skinny(
         M=1, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, NORM=0,
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
-        W_EVICTION=cfg.weight_eviction, TAIL=False, BLOCK_TAIL=1,
+        W_EVICTION=cfg.weight_eviction, TAIL=0, BLOCK_TAIL=1,
         L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces,
     )  # fmt: skip
     floats = ("eps", "tail_eps")
-    signature = signature_for(fn, constexprs, pointers={"counter_ptr": "*i32"}, floats=floats)
+    pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32"}
+    signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
     divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))
     return compile_for(
         fn, signature, constexprs, divisible=divisible, target=target,
