@@ -355,10 +355,12 @@ class ModelRunner:
     ) -> float:
         """GPU seconds of one replay of a batch-1 decode graph captured now (it keeps the
         launch configs the layers hold now), over a ``context``-token context (at most
-        ``max_model_len``; median of ``reps`` runs of ``replays``)."""
+        ``max_model_len``, and at most the KV pool, whose first blocks it attends; median
+        of ``reps`` runs of ``replays``)."""
+        pool_tokens = self.num_blocks * self.block_size
         graphs = self.decode_graphs([1])
         graphs.capture()
-        graph = graphs.timing_graph(1, min(context, self.max_model_len))
+        graph = graphs.timing_graph(1, min(context, self.max_model_len, pool_tokens))
         for _ in range(3):
             graph.replay()
         times = [replay_seconds(graph, replays) for _ in range(reps)]
