@@ -17,14 +17,11 @@ Usage: python bench/graph_ablation_gpu.py [--model qwen3-8b] [--context 320] [--
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import torch
-from common import RESULTS_DIR, environment, write_results
+from graph_picks_gpu import one_row_engine, run_graph_tool
 
 
 @contextlib.contextmanager
@@ -120,25 +117,9 @@ def ablations(shape_labels: list[str]) -> dict[str, Callable[[], Any]]:
 
 
 def measure(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
-    from offline_gpu import config_dir
-
-    from jacana_engine.config import EngineConfig
-    from jacana_engine.engine import LLMEngine
     from jacana_engine.layers.graph_picks import shape_groups
 
-    engine = LLMEngine(
-        EngineConfig(
-            model=str(config_dir(model_name) / "config.json"),
-            load_format="dummy",
-            dtype="bfloat16",
-            device="cuda",
-            kv_cache_memory_bytes=2 << 30,
-            max_model_len=2048,
-            max_num_seqs=1,  # one-row graphs only
-            seed=1,
-        ),
-        tokenizer=None,
-    )
+    engine = one_row_engine(model_name)
     model, runner = engine.model, engine.runner
     groups = shape_groups(model, exclude=(model.lm_head,))
     layers = model.config.num_hidden_layers
@@ -188,25 +169,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen3-8b")
-    parser.add_argument("--context", type=int, default=320, help="KV tokens a replay attends")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--name", default="graph_ablation_gpu")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("needs a CUDA GPU")
-    doc = {
-        "environment": environment(),
-        "reps": args.reps,
-        "replays": args.replays,
-        **measure(args.model, args.context, args.reps, args.replays),
-    }
-    table = render(doc)
-    write_results(args.out, args.name, doc, table)
-    print(table)
+    run_graph_tool(__doc__.splitlines()[0], "graph_ablation_gpu", measure, render)
 
 
 if __name__ == "__main__":

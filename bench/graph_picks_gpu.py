@@ -22,6 +22,7 @@ Usage: python bench/graph_picks_gpu.py [--model qwen3-8b] [--context 320] [--out
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,27 +30,33 @@ import torch
 from common import RESULTS_DIR, environment, write_results
 
 
-def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
+def one_row_engine(model_name: str, **config: Any):
+    """An ``LLMEngine`` on ``model_name``'s config (``bench/configs``) with random bf16
+    weights on CUDA, its graphs and decode-GEMM tuning at one row only; ``config`` adds
+    ``EngineConfig`` fields."""
     from offline_gpu import config_dir
 
     from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine
+
+    settings = dict(
+        model=str(config_dir(model_name) / "config.json"),
+        load_format="dummy",
+        dtype="bfloat16",
+        device="cuda",
+        kv_cache_memory_bytes=2 << 30,
+        max_model_len=2048,
+        max_num_seqs=1,
+        seed=1,
+    )
+    return LLMEngine(EngineConfig(**{**settings, **config}), tokenizer=None)
+
+
+def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
     from jacana_engine.layers.graph_picks import choice_label, search_one_row, shape_groups
 
-    engine = LLMEngine(
-        EngineConfig(
-            model=str(config_dir(model_name) / "config.json"),
-            load_format="dummy",
-            dtype="bfloat16",
-            device="cuda",
-            kv_cache_memory_bytes=2 << 30,
-            max_model_len=2048,
-            max_num_seqs=1,  # graphs and tuning at one row only
-            tune_in_graph=False,  # the search below starts from the chain's picks
-            seed=1,
-        ),
-        tokenizer=None,
-    )
+    # the search below starts from the chain's picks
+    engine = one_row_engine(model_name, tune_in_graph=False)
     model, runner = engine.model, engine.runner
     groups = shape_groups(model, exclude=(model.lm_head,))
     found = search_one_row(
@@ -96,14 +103,22 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_graph_tool(
+    description: str,
+    name: str,
+    measure: Callable[[str, int, int, int], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> None:
+    """The command line of a one-row graph tool: ``--model --context --reps --replays
+    --out --name``; ``measure(model, context, reps, replays)`` gives the record,
+    ``render`` its table, written as ``NAME.{json,md}`` and printed."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", default="qwen3-8b")
     parser.add_argument("--context", type=int, default=320, help="KV tokens a replay attends")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--name", default="graph_picks_gpu")
+    parser.add_argument("--name", default=name)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -111,11 +126,15 @@ def main() -> None:
         "environment": environment(),
         "reps": args.reps,
         "replays": args.replays,
-        **search(args.model, args.context, args.reps, args.replays),
+        **measure(args.model, args.context, args.reps, args.replays),
     }
     table = render(doc)
     write_results(args.out, args.name, doc, table)
     print(table)
+
+
+def main() -> None:
+    run_graph_tool(__doc__.splitlines()[0], "graph_picks_gpu", search, render)
 
 
 if __name__ == "__main__":
