@@ -528,7 +528,8 @@ def skinny_linear(
         if gated:
             raise ValueError("a norm prologue and a gated x exclude each other")
         norm_weight, residual, residual_out = _checked_norm(norm, x)
-        stats = out if norm.stats is None else norm.stats
+        if norm.stats is not None:
+            stats = norm.stats
     tail_res, tail_w, tail_res_out, counter = out, out, out, out  # placeholders
     if (then_norm is not None) + (then_stats is not None) + (norm is not None) > 1:
         raise ValueError("norm, then_norm and then_stats exclude each other")
@@ -536,7 +537,7 @@ def skinny_linear(
         tail_w, tail_res, tail_res_out = _checked_tail(then_norm, out)
     if then_stats is not None:
         tail_res, stats = then_stats.residual, then_stats.stats
-        _check_norm_pair(tail_w, tail_res, None, out, "N", weightless=True)
+        _check_like_rows("residual", tail_res, out)
     if m == 0 or n == 0:
         return out
     cfg = config or pick_config(m, n, k)
@@ -668,20 +669,21 @@ def _check_norm_pair(
     residual_out: torch.Tensor | None,
     rows: torch.Tensor,  # [M, D]: the rows normalized (x, or the output)
     what: str,  # what D is called in messages
-    *,
-    weightless: bool = False,  # no norm weight to check (``weight`` is a placeholder)
 ) -> None:
     """Raise ``ValueError`` unless a folded norm's tensors fit ``rows``."""
     d = rows.shape[1]
-    if not weightless and (weight.shape != (d,) or weight.device != rows.device):
+    if weight.shape != (d,) or weight.device != rows.device:
         raise ValueError(f"norm weight {tuple(weight.shape)} does not match {what}={d}")
-    if not weightless:
-        check_last_dim_contiguous("norm weight", weight)
+    check_last_dim_contiguous("norm weight", weight)
     for name, t in (("residual", residual), ("residual_out", residual_out)):
-        if t is None:
-            continue
-        if t.shape != rows.shape or t.dtype != rows.dtype:
-            raise ValueError(
-                f"{name} {tuple(t.shape)} {t.dtype} != rows {tuple(rows.shape)} {rows.dtype}"
-            )
-        check_last_dim_contiguous(name, t)
+        if t is not None:
+            _check_like_rows(name, t, rows)
+
+
+def _check_like_rows(name: str, t: torch.Tensor, rows: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``t`` has ``rows``' shape and dtype and unit last stride."""
+    if t.shape != rows.shape or t.dtype != rows.dtype:
+        raise ValueError(
+            f"{name} {tuple(t.shape)} {t.dtype} != rows {tuple(rows.shape)} {rows.dtype}"
+        )
+    check_last_dim_contiguous(name, t)
