@@ -40,14 +40,6 @@ def fmt_ratio(ratio: float, per_rep: dict[str, Any]) -> str:
     return f"**{ratio:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f})"
 
 
-def replay_ms(graph, replays: int) -> float:
-    """Milliseconds of GPU time per replay of a captured CUDA graph: ``replays`` replays
-    between two CUDA events (the device's clock, not the host's)."""
-    from jacana_engine.gpu_timing import replay_seconds
-
-    return 1e3 * replay_seconds(graph, replays)
-
-
 def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     """``n`` prompts of ``length`` token ids drawn uniformly (never all zeros), each distinct,
     so no prompt shares a cached prefix with another."""

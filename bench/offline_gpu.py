@@ -42,7 +42,6 @@ from common import (
     environment,
     fmt_spread,
     random_prompts,
-    replay_ms,
     spread,
 )
 
@@ -168,10 +167,7 @@ def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
     graphs = engine.runner.graphs
     if graphs is None or graphs.padded_size(batch) is None:
         return None
-    graph = graphs.timing_graph(graphs.padded_size(batch), 1)  # plain decode width
-    for _ in range(3):
-        graph.replay()
-    return replay_ms(graph, 20)
+    return 1e3 * graphs.replay_seconds(graphs.padded_size(batch), 1, replays=20)
 
 
 class StepParts:

@@ -44,8 +44,9 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-from common import RESULTS_DIR, environment, fmt_spread, replay_ms, spread, write_results
+from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 
+from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.kernels.skinny_gemm import L2_MAX_PIECES, prefetch_rows_to_l2
 
 VARIANTS = (
@@ -163,7 +164,7 @@ def time_variant(probe: Probe, variant: str, replays: int) -> float:
     with torch.cuda.graph(graph):
         probe.step(variant)
     graph.replay()
-    return replay_ms(graph, replays) * 1000 / len(probe.weights)
+    return replay_seconds(graph, replays) * 1e6 / len(probe.weights)
 
 
 def main() -> None:

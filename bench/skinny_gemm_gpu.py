@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS_DIR, environment, fmt_spread, replay_ms, spread, write_results
+from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE_SHAPES = {"tiny a": (64, 40), "tiny b": (200, 96)}
@@ -78,6 +78,8 @@ def _time_graph(fn, calls: int, replays: int, reps: int) -> list[float]:
     """us per call of ``fn(i)`` for i in range(calls), captured in one CUDA graph."""
     import torch
 
+    from jacana_engine.gpu_timing import replay_seconds
+
     for i in range(calls):  # warm-up outside the capture
         fn(i)
     torch.cuda.synchronize()
@@ -87,7 +89,7 @@ def _time_graph(fn, calls: int, replays: int, reps: int) -> list[float]:
             fn(i)
     graph.replay()
     torch.cuda.synchronize()
-    per_call = [replay_ms(graph, replays) * 1e3 / calls for _ in range(reps)]
+    per_call = [replay_seconds(graph, replays) * 1e6 / calls for _ in range(reps)]
     del graph
     return per_call
 

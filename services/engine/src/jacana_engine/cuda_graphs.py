@@ -29,12 +29,14 @@ size; every step copies its inputs into the same buffers and replays.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
@@ -297,11 +299,12 @@ class DecodeGraphs:
 
     # -- replay ------------------------------------------------------------------------
 
-    def timing_graph(self, bs: int, seq_len: int) -> torch.cuda.CUDAGraph:
-        """The captured plain-decode graph of padded size ``bs``, its inputs staged as
-        ``bs`` sequences of ``seq_len`` KV tokens that write nothing
-        (``DecodeStaging.fill_context``): for benchmarks that replay it as it runs in a
-        step of that context length (its outputs are not meant to be read)."""
+    def replay_seconds(self, bs: int, seq_len: int, replays: int = 20, reps: int = 1) -> float:
+        """GPU seconds of one replay of the captured plain-decode graph of padded size
+        ``bs``, its inputs staged as ``bs`` sequences of ``seq_len`` KV tokens that write
+        nothing (``DecodeStaging.fill_context``), as it runs in a step of that context
+        length (its outputs are not meant to be read): after 3 warm-up replays, the
+        median of ``reps`` runs of ``replays`` (CUDA events)."""
         if (bs, 1) not in self._graphs:
             raise ValueError(f"no plain-decode graph of padded size {bs} was captured")
         if not 1 <= seq_len <= self.max_model_len:
@@ -311,7 +314,10 @@ class DecodeGraphs:
         self.staging.fill_context(bs, seq_len)
         self._dev64.copy_(self.staging.host64)
         self._dev32.copy_(self.staging.host32)
-        return self._graphs[(bs, 1)]
+        graph = self._graphs[(bs, 1)]
+        for _ in range(3):
+            graph.replay()
+        return statistics.median(replay_seconds(graph, replays) for _ in range(reps))
 
     def padded_size(self, batch: int) -> int | None:
         return padded_size(self.sizes, batch)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import statistics
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
@@ -30,7 +29,6 @@ from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
 from jacana_engine.decode_overlap import LaunchedStep
 from jacana_engine.device_sampling import DeviceSampler
-from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.kv_cache import sizing
 from jacana_engine.layers.decode_gemm import (
     SKINNY_MAX_ROWS,
@@ -360,12 +358,9 @@ class ModelRunner:
         pool_tokens = self.num_blocks * self.block_size
         graphs = self.decode_graphs([1])
         graphs.capture()
-        graph = graphs.timing_graph(1, min(context, self.max_model_len, pool_tokens))
-        for _ in range(3):
-            graph.replay()
-        times = [replay_seconds(graph, replays) for _ in range(reps)]
-        del graph, graphs
-        return statistics.median(times)
+        return graphs.replay_seconds(
+            1, min(context, self.max_model_len, pool_tokens), replays, reps
+        )
 
     def _decode_splits(self, padded_batch: int) -> int:
         from jacana_engine.kernels.decode_attention import choose_num_splits
