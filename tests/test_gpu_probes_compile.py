@@ -6,11 +6,9 @@ the variants without it none."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from hopper_codegen import json_outside_interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,11 +31,5 @@ print(json.dumps(counts))
 
 
 def test_the_pdl_probe_compiles_for_hopper_with_and_without_l2_prefetch():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(ROOT / "bench")],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    counts = json_outside_interpreter("-c", _SCRIPT, str(ROOT / "bench"))
     assert counts["0"] == 0 and counts["2048"] >= 1, counts
