@@ -20,8 +20,8 @@
 #             (extra arguments; default "--no-cuda-graphs;--tokenizer-processes 4")
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers,
 #             with kernel tables and each model's b1 step timeline (GPU busy/idle a step)
-# parity      the two engine-vs-transformers parity tests alone (~4 min; $PARITY_K: a -k
-#             expression, e.g. smollm2, for one of them)
+# parity      the two engine-vs-transformers parity tests alone, side by side (~4 min;
+#             $PARITY_TESTS: the ones to run, default "qwen3 smollm2")
 # l2          Qwen3-8B b1 with 0, 4, 8, 16 and 32 MiB of each one-row PDL GEMV's weight
 #             prefetched to L2 before its wait (l2_prefetch_bytes), every run on the same
 #             decode GEMM picks (one tuning cache) (~3 min)
@@ -105,10 +105,33 @@ end_leftovers() {  # kill what the groups started by in_own_group left running, 
     "$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' ')"
 }
 
+PARITY=services/engine/tests/test_gpu_engine.py
+
+parity_tests() {  # $1: seconds at most; then the parity tests to run (-k words), each in
+  # a process of its own with a report file of its own (a test rewrites its file whole),
+  # merged into $OUT/gpu_parity.json once all are done
+  local seconds=$1 model
+  shift
+  for model in "$@"; do
+    JACANA_GPU_REPORT="$OUT/gpu_parity_$model.json" in_own_group timeout -s INT "$seconds" \
+      "${PYTEST[@]}" -m "gpu and not slow" --durations=5 -k "$model" "$PARITY" \
+      >"$OUT/pytest_gpu_parity_$model.log" 2>&1 &
+  done
+  wait
+  python3 - "$OUT/gpu_parity.json" "${@/#/$OUT/gpu_parity_}" <<'MERGE'
+import json, os, sys  # one report of the parity tests that wrote theirs
+reports = [json.load(open(f + ".json")) for f in sys.argv[2:] if os.path.exists(f + ".json")]
+json.dump({k: v for report in reports for k, v in report.items()}, open(sys.argv[1], "w"), indent=2)
+MERGE
+  for model in "$@"; do
+    tail -8 "$OUT/pytest_gpu_parity_$model.log"
+  done
+}
+
 gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durations)
   stamp "GPU tests"
   local end=$(($(date +%s) + $1)) left
-  local parity=services/engine/tests/test_gpu_engine.py memory=services/engine/tests/test_kv_sizing.py
+  local memory=services/engine/tests/test_kv_sizing.py
   # The KV-sizing tests read the device's free memory, so they run alone first. Then the
   # two parity tests (mostly transformers' generate, bound by the host's Python; random
   # Qwen3 ~70 s, SmolLM2 ~230 s) each run in a process of their own beside the rest, whose
@@ -118,24 +141,13 @@ gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durati
   in_own_group timeout -s INT "$1" "${PYTEST[@]}" -m "gpu and not slow" "$memory" \
     >"$OUT/pytest_gpu_memory.log" 2>&1
   left=$((end - $(date +%s)))
-  local model
-  for model in qwen3 smollm2; do  # one report file each: the test rewrites its file whole
-    JACANA_GPU_REPORT="$OUT/gpu_parity_$model.json" in_own_group timeout -s INT "$left" \
-      "${PYTEST[@]}" -m "gpu and not slow" --durations=5 -k "$model" "$parity" \
-      >"$OUT/pytest_gpu_parity_$model.log" 2>&1 &
-  done
+  parity_tests "$left" qwen3 smollm2 >"$OUT/parity_tails.log" &
   in_own_group timeout -s INT "$left" "${PYTEST[@]}" -m "gpu and not slow" --durations=15 \
-    --ignore="$parity" --ignore="$memory" services/engine/tests services/embeddings/tests \
+    --ignore="$PARITY" --ignore="$memory" services/engine/tests services/embeddings/tests \
     >"$OUT/pytest_gpu.log" 2>&1
   wait
-  python3 - "$OUT/gpu_parity.json" "$OUT"/gpu_parity_{qwen3,smollm2}.json <<'MERGE'
-import json, os, sys  # one report of the parity tests that wrote theirs
-reports = [json.load(open(f)) for f in sys.argv[2:] if os.path.exists(f)]
-json.dump({k: v for report in reports for k, v in report.items()}, open(sys.argv[1], "w"), indent=2)
-MERGE
   tail -3 "$OUT/pytest_gpu_memory.log"
-  tail -6 "$OUT/pytest_gpu_parity_qwen3.log"
-  tail -8 "$OUT/pytest_gpu_parity_smollm2.log"
+  cat "$OUT/parity_tails.log"
   tail -30 "$OUT/pytest_gpu.log"
   end_leftovers
   stamp "GPU tests done"
@@ -182,10 +194,8 @@ for phase in "$@"; do
       ;;
     parity)
       stamp "engine vs transformers parity tests alone"
-      JACANA_GPU_REPORT="$OUT/gpu_parity.json" in_own_group timeout -s INT 400 \
-        "${PYTEST[@]}" -m "gpu and not slow" --durations=5 -k "${PARITY_K:-}" \
-        services/engine/tests/test_gpu_engine.py >"$OUT/pytest_gpu_parity.log" 2>&1
-      tail -12 "$OUT/pytest_gpu_parity.log"
+      # shellcheck disable=SC2086  # the list is several words
+      parity_tests 400 ${PARITY_TESTS:-qwen3 smollm2}
       end_leftovers
       ;;
     l2)
