@@ -355,13 +355,14 @@ def prefetch_to_l2(model: nn.Module, nbytes: int) -> int:
 def split_norms(model: nn.Module) -> int:
     """Let every RMSNorm of ``model`` split itself over the skinny kernels of the
     projections around it where both run a row count there
-    (``RMSNorm.split_between_gemms``); returns how many norms may."""
+    (``RMSNorm.split_between_gemms``); returns how many were marked (q/k norms among
+    them, which never run ``between`` and so never split)."""
     from jacana_engine.layers.norm import RMSNorm
 
     norms = [module for module in model.modules() if isinstance(module, RMSNorm)]
     for norm in norms:
         norm.split_between_gemms = True
-    log.info("RMSNorms split over the skinny GEMMs around them: %d", len(norms))
+    log.info("RMSNorms marked to split over the skinny GEMMs around them: %d", len(norms))
     return len(norms)
 
 
