@@ -104,3 +104,46 @@ def test_each_ablation_leaves_out_what_it_names_and_nothing_else(counted, paged_
     launches.clear()  # every patch undone
     _step(model, paged_driver)
     assert launches == full
+
+
+def test_each_variant_changes_its_setting_and_restores_it():
+    import dataclasses
+
+    from jacana_engine.kernels import decode_attention
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+    from jacana_engine.model_runner import ModelRunner
+
+    model = _tiny_qwen3()
+    groups = shape_groups(model, exclude=(model.lm_head,))
+    # stand-in one-row picks with the 8B's labels: one launched dependently, one not
+    o_layers, qkv_layers = groups["32x64"], groups["128x32"]
+    plain = SkinnyConfig(block_m=1, block_n=8, block_k=32, use_dot=False)
+    for layer in o_layers:
+        layer.skinny_configs = {1: dataclasses.replace(plain, pdl=True)}
+    for layer in qkv_layers:
+        layer.skinny_configs = {1: plain}
+    before = {label: [layer.skinny_configs for layer in g] for label, g in groups.items()}
+    splits, block_n, warps = (
+        ModelRunner._decode_splits,
+        decode_attention._BLOCK_N,
+        decode_attention._NUM_WARPS,
+    )
+    renamed = {"4096x4096": o_layers, "6144x4096": qkv_layers}
+    found = ablation.variants(renamed)
+    assert "24576x4096 GEMVs prefetching 8 MiB to L2" not in found  # no such group here
+    with found["attention in 2 splits"]():
+        assert ModelRunner._decode_splits(None, 1) == 2
+    with found["attention tiles of 16 tokens"]():
+        assert decode_attention._BLOCK_N == 16
+    with found["attention in 8 warps"]():
+        assert decode_attention._NUM_WARPS == 8
+    with found["4096x4096 GEMVs prefetching 16 MiB to L2"]():
+        assert all(layer.skinny_configs[1].l2_prefetch_bytes == 16 << 20 for layer in o_layers)
+    with found["6144x4096 GEMVs prefetching 8 MiB to L2"]():  # without PDL: left alone
+        assert all(layer.skinny_configs[1].l2_prefetch_bytes == 0 for layer in qkv_layers)
+    assert (ModelRunner._decode_splits, decode_attention._BLOCK_N, decode_attention._NUM_WARPS) == (
+        splits,
+        block_n,
+        warps,
+    )
+    assert {label: [layer.skinny_configs for layer in g] for label, g in groups.items()} == before

@@ -121,6 +121,26 @@ def test_fused_merge_matches_reference_and_two_kernel_merge(
         checks.ulps(fused, two_kernel, ulps=MERGE_ULPS[dtype], seed=seed, what=what)
 
 
+@pytest.mark.parametrize("block_n,num_warps", [(16, 2), (32, 8)])
+def test_other_tiles_and_warps_match_reference(
+    device, seed, checks, paged_batch, monkeypatch, block_n, num_warps
+):
+    # the module constants a benchmark varies (bench/graph_ablation_gpu.py): tiles that
+    # split a KV block's worth of tokens finer, and other warp counts
+    monkeypatch.setattr(decode_attention, "_BLOCK_N", block_n)
+    monkeypatch.setattr(decode_attention, "_NUM_WARPS", num_warps)
+    seq_lens = [1, block_n + 1, random.randint(60, 130)]
+    for num_splits in (1, 3):
+        case = DecodeCase(
+            paged_batch, seq_lens, padding=1, n_heads=8, n_kv=2, head_dim=64,
+            dtype=torch.float32, device=device,
+        )  # fmt: skip
+        what = f"tiles {block_n} warps {num_warps} splits {num_splits} lens {seq_lens}"
+        out = case.run(num_splits)
+        checks.close(out, case.reference(), rel_l2=1e-5, max_rel=1e-4, seed=seed, what=what)
+        assert (out[case.real :] == 0).all(), what
+
+
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_empty_sequences_give_zeros(device, seed, paged_batch, num_splits):
     """Rows of length 0 only (every split of every program empty), fused and not."""

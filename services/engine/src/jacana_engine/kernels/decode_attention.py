@@ -47,6 +47,7 @@ COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kerne
 _BLOCK_N = 64  # KV tokens per tile
 _MIN_BLOCK_G = 16  # tl.dot needs >= 16 rows: small GQA groups are padded
 _MAX_SPLITS = 64
+_NUM_WARPS = 4  # warps a program of the decode kernel (and of its unfused merge)
 # fp32 partial elements a merge step holds (group heads x splits x head_dim): 128 per
 # thread at 4 warps. Fewer splits a step measured slower on an H200 (batch 1, 4096 tokens).
 _MERGE_TILE = 16384
@@ -547,7 +548,7 @@ def paged_decode_attention(
         PRECISION=dot_precision(q.dtype),
         **merge_meta,
         **rope_meta,
-        num_warps=4,
+        num_warps=_NUM_WARPS,
         num_stages=2,
         **pdl_launch(pdl, q.device),
     )
@@ -564,7 +565,7 @@ def paged_decode_attention(
             GROUP=group,
             NUM_SPLITS=num_splits,
             **merge_meta,
-            num_warps=4,
+            num_warps=_NUM_WARPS,
             **pdl_launch(pdl, q.device),
         )
     return out
