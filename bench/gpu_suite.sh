@@ -29,7 +29,10 @@
 #             shape timed inside the batch-1 decode graph (coordinate descent; ~2 min)
 # ablation    graph_ablation_gpu.py: the 8B's batch-1 decode graph captured without its norms,
 #             its attention, each weight shape's GEMVs, or all but the GEMVs: what each kind
-#             of launch costs in the chain (~1.5 min)
+#             of launch costs in the chain; then with one launch setting changed at a time
+#             (decode attention's splits, tiles, warps; one shape's L2 prefetch) (~1.5 min)
+# attention   the decode attention's GPU tests (with the dependent-launch and overlap ones)
+#             beside the random-Qwen3 parity test, then b1 of both models (~3 min)
 # split       the split-norm GPU tests (skinny_gemm), then Qwen3-8B and 0.6B b1 without
 #             and with split_norm on one tuning cache (~3 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
@@ -219,6 +222,22 @@ for phase in "$@"; do
       stamp "what each kind of launch costs in the 8B's batch-1 decode graph (graph_ablation_gpu.py)"
       timeout 240 python3 bench/graph_ablation_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
         | grep -v "^\[transformers\]" | tail -14
+      ;;
+    attention)
+      stamp "decode attention: its GPU tests and the random Qwen3's parity, side by side"
+      parity_tests 200 qwen3 >"$OUT/parity_tails.log" &
+      timeout 200 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_decode_attention_merge.py \
+        services/engine/tests/kernels/test_decode_rotation.py \
+        services/engine/tests/kernels/test_attention.py \
+        services/engine/tests/test_dependent_launch.py \
+        services/engine/tests/test_decode_overlap.py 2>&1 | tail -4
+      wait
+      cat "$OUT/parity_tails.log"
+      end_leftovers
+      stamp "b1 of both models"
+      timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 --reps 3 --name offline_b1 --out "$OUT" 2>&1 \
+        | grep -E "^\| qwen3-[0-9.]+b \| (b1|[0-9])" | tail -8
       ;;
     split)
       stamp "split-norm GPU tests"

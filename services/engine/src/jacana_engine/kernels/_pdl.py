@@ -24,8 +24,23 @@ import triton.language as tl
 def wait_for_previous_kernel(PDL: tl.constexpr):
     """With PDL: let the next kernel launch now, then wait for the previous one. Call it
     before any load or store of data other kernels touch; a no-op without PDL."""
+    let_next_kernel_launch(PDL)
+    wait_only_for_previous_kernel(PDL)
+
+
+@triton.jit
+def let_next_kernel_launch(PDL: tl.constexpr):
+    """With PDL: the first half of ``wait_for_previous_kernel``, for a kernel that reads
+    what no kernel of its chain writes (host-staged step inputs, earlier steps' KV) in
+    between; a no-op without PDL."""
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def wait_only_for_previous_kernel(PDL: tl.constexpr):
+    """With PDL: the second half of ``wait_for_previous_kernel``; a no-op without PDL."""
+    if PDL:
         tl.extra.cuda.gdc_wait()
 
 

@@ -19,6 +19,14 @@ device buffers (``kernels/_arrivals.py``, never freed: captured graphs hold thei
 address); launches that share a device must be stream-ordered, not concurrent.
 ``fused_merge=False`` runs the same merge in a second kernel instead.
 
+With programmatic dependent launch a program lets the next kernel launch at once, then
+reads what no kernel of the step's chain writes (the host-staged lengths, block table,
+positions and slots, and the first KV tile of its split without the step's own token)
+while the kernel before it still runs, and only then waits for it. The token's own row
+(stored by this launch's rotation, or by the kernel before) is read after the wait.
+On an H200 (Qwen3-8B, batch 1, 320 tokens, in the decode graph) this took the
+attention's cost in the chain from 7.8 to 5.8 us a layer; the results are the same bits.
+
 Partials are float32 scratch allocated per call; the caller owns the output and cache.
 """
 
@@ -39,7 +47,12 @@ from jacana_engine.kernels._common import (
     dot_precision,
     next_power_of_2,
 )
-from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
+from jacana_engine.kernels._pdl import (
+    let_next_kernel_launch,
+    pdl_launch,
+    wait_for_previous_kernel,
+    wait_only_for_previous_kernel,
+)
 from jacana_engine.kernels.rope import rope_heads, token_cos_sin, token_slot
 
 _LOG2E = 1.4426950408889634
@@ -120,25 +133,19 @@ def _merge_group(
 @triton.jit
 def _rotate_and_store(
     raw_q_ptr, raw_k_ptr, raw_v_ptr, q_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr,
-    q_norm_ptr, k_norm_ptr, positions_ptr, cos_sin_ptr, slot_ptr, seq, kv_head,
+    q_norm_ptr, k_norm_ptr, cos, sin, cache_heads, slot_row, seq, kv_head,
     stride_rqb, stride_rqh, stride_rkb, stride_rkh, stride_rvb, stride_rvh,
-    stride_qb, stride_qh, stride_kob, stride_koh, stride_cs,
-    stride_cache_block, stride_cache_offset, stride_cache_head, eps,
+    stride_qb, stride_qh, stride_kob, stride_koh, eps,
     GROUP: tl.constexpr, BLOCK_GQ: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
+    HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr, HAS_NORM: tl.constexpr,
 ):  # fmt: skip
     """The rope kernel's work for one sequence's token and one KV head's group: q/k norm
     and rotation of the GROUP q heads (into q_ptr) and of the k head (into k_out and the
-    cache), v into the cache; the same helpers, so the same bits."""
+    cache at ``slot_row``, this head's offset of the token's slot), v into the cache; the
+    same helpers, so the same bits. ``cos``/``sin`` (``token_cos_sin``) and
+    ``cache_heads`` (``token_slot``) come from host-staged inputs, read before the wait."""
     token = seq.to(tl.int64)
-    cos, sin = token_cos_sin(
-        positions_ptr, cos_sin_ptr, stride_cs, token, q_ptr.dtype.element_ty, HALF, BLOCK_HALF
-    )
-    cache_heads, slot_row = token_slot(
-        slot_ptr, token, 1, stride_cache_block, stride_cache_offset, BLOCK_SIZE
-    )
-    slot_row += kv_head * stride_cache_head
     first_q = kv_head * GROUP
     rope_heads(
         raw_q_ptr + first_q * stride_rqh, q_ptr + first_q * stride_qh, q_norm_ptr, q_ptr,
@@ -154,6 +161,41 @@ def _rotate_and_store(
     v_mask = d < cache_heads * HEAD_DIM  # nothing for a padding sequence
     v = tl.load(raw_v_ptr + token * stride_rvb + kv_head * stride_rvh + d, mask=v_mask)
     tl.store(v_cache_ptr + slot_row + d, v.to(v_cache_ptr.dtype.element_ty), mask=v_mask)
+
+
+@triton.jit
+def _kv_tile(
+    k_cache_ptr, v_cache_ptr, bt_row, tile, seq_len, head_off, stride_cache_block,
+    stride_cache_offset, upto, d, d_mask, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+):  # fmt: skip
+    """(k, v [BLOCK_N, BLOCK_D], offsets [BLOCK_N], positions [BLOCK_N]) of KV tile
+    ``tile`` of a sequence of ``seq_len`` tokens through its block-table row; rows at
+    positions >= ``upto`` load as zeros."""
+    n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] token positions
+    block = tl.load(bt_row + n // BLOCK_SIZE, mask=n < seq_len, other=0).to(tl.int64)
+    kv_off = block * stride_cache_block + (n % BLOCK_SIZE) * stride_cache_offset + head_off
+    kv_mask = (n < upto)[:, None] & d_mask[None, :]
+    k = tl.load(k_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    return k, v, kv_off, n
+
+
+@triton.jit
+def _attend_tile(q, k, v, n_mask, m_i, l_i, acc, scale_log2, PRECISION: tl.constexpr):
+    """One step of the online softmax over a KV tile: (m_i, l_i, acc) updated with the
+    keys ``k`` and values ``v`` [BLOCK_N, BLOCK_D] whose rows ``n_mask`` holds (>= 1)."""
+    # s: [BLOCK_G, BLOCK_N], in log2 units
+    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale_log2
+    s = tl.where(n_mask[None, :], s, float("-inf"))
+    # Every tile holds >= 1 valid key, so m_new is finite and alpha is well defined.
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(
+        p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
+    )
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -220,23 +262,12 @@ def _decode_partial_kernel(
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    wait_for_previous_kernel(PDL)
-    if ROPE:
-        # Every split of this (sequence, KV head) does the same: rotate the group's q
-        # heads into q_ptr's rows and store the head's rotated k and its v into the cache.
-        # Splits writing the same values to the same places race harmlessly; the barrier
-        # makes this program's own writes visible to all its threads before they read.
-        _rotate_and_store(
-            raw_q_ptr, raw_k_ptr, raw_v_ptr, q_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr,
-            q_norm_ptr, k_norm_ptr, positions_ptr, cos_sin_ptr, slot_ptr, seq, kv_head,
-            stride_rqb, stride_rqh, stride_rkb, stride_rkh, stride_rvb, stride_rvh,
-            stride_qb, stride_qh, stride_kob, stride_koh, stride_cs,
-            stride_cache_block, stride_cache_offset, stride_cache_head, rope_eps,
-            GROUP, BLOCK_GQ, BLOCK_D, BLOCK_SIZE, HALF, HEAD_DIM, BLOCK_HALF, BLOCK_PASS,
-            HAS_NORM,
-        )  # fmt: skip
-        tl.debug_barrier()
-
+    let_next_kernel_launch(PDL)
+    # Before the wait, what no kernel of this step's chain writes: the host-staged step
+    # inputs (lengths, block tables, positions, slots) and the KV of earlier tokens,
+    # whose first tile of this split loads while the kernel before still runs. The
+    # step's own token (position seq_len - 1) is stored after the wait (here with ROPE,
+    # else by the kernel before), so its row is read after it.
     seq_len = tl.load(seq_lens_ptr + seq)
     num_tiles = tl.cdiv(seq_len, BLOCK_N)
     tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
@@ -248,6 +279,38 @@ def _decode_partial_kernel(
     heads = kv_head * GROUP + g  # [BLOCK_G]
     g_mask = g < GROUP
     d_mask = d < head_dim
+    bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    head_off = kv_head * stride_cache_head
+    now = seq_len - 1  # this step's token
+    k_first, v_first, off_first, n_first = _kv_tile(
+        k_cache_ptr, v_cache_ptr, bt_row, tile_lo, seq_len, head_off, stride_cache_block,
+        stride_cache_offset, now, d, d_mask, BLOCK_N, BLOCK_SIZE,
+    )  # fmt: skip
+    if ROPE:
+        token = seq.to(tl.int64)
+        cos, sin = token_cos_sin(
+            positions_ptr, cos_sin_ptr, stride_cs, token, q_ptr.dtype.element_ty, HALF,
+            BLOCK_HALF,
+        )  # fmt: skip
+        cache_heads, slot_row = token_slot(
+            slot_ptr, token, 1, stride_cache_block, stride_cache_offset, BLOCK_SIZE
+        )
+        wait_only_for_previous_kernel(PDL)
+        # Every split of this (sequence, KV head) does the same: rotate the group's q
+        # heads into q_ptr's rows and store the head's rotated k and its v into the cache.
+        # Splits writing the same values to the same places race harmlessly; the barrier
+        # makes this program's own writes visible to all its threads before they read.
+        _rotate_and_store(
+            raw_q_ptr, raw_k_ptr, raw_v_ptr, q_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr,
+            q_norm_ptr, k_norm_ptr, cos, sin, cache_heads, slot_row + head_off, seq, kv_head,
+            stride_rqb, stride_rqh, stride_rkb, stride_rkh, stride_rvb, stride_rvh,
+            stride_qb, stride_qh, stride_kob, stride_koh, rope_eps,
+            GROUP, BLOCK_GQ, BLOCK_D, HALF, HEAD_DIM, BLOCK_HALF, BLOCK_PASS, HAS_NORM,
+        )  # fmt: skip
+        tl.debug_barrier()
+    else:
+        wait_only_for_previous_kernel(PDL)
+
     # q: [BLOCK_G, BLOCK_D]; padded rows are zeros (their results are never stored)
     q = tl.load(
         q_ptr + seq.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + d[None, :],
@@ -258,29 +321,22 @@ def _decode_partial_kernel(
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
-    head_off = kv_head * stride_cache_head
-    for tile in range(tile_lo, tile_hi):
-        n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] token positions
-        n_mask = n < seq_len
-        block = tl.load(bt_row + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        kv_off = block * stride_cache_block + (n % BLOCK_SIZE) * stride_cache_offset + head_off
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        # k, v: [BLOCK_N, BLOCK_D]
-        k = tl.load(k_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        # s: [BLOCK_G, BLOCK_N], in log2 units
-        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale_log2
-        s = tl.where(n_mask[None, :], s, float("-inf"))
-        # Every tile holds >= 1 valid key, so m_new is finite and alpha is well defined.
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(
-            p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
-        )
-        m_i = m_new
+    if tile_lo < tile_hi:
+        # the first tile, with this step's token's row (if there) read now
+        is_now = (n_first == now)[:, None] & d_mask[None, :]  # [BLOCK_N, BLOCK_D]
+        at_now = off_first[:, None] + d[None, :]
+        k_now = tl.load(k_cache_ptr + at_now, mask=is_now, other=0.0)
+        v_now = tl.load(v_cache_ptr + at_now, mask=is_now, other=0.0)
+        m_i, l_i, acc = _attend_tile(
+            q, tl.where(is_now, k_now, k_first), tl.where(is_now, v_now, v_first),
+            n_first < seq_len, m_i, l_i, acc, scale_log2, PRECISION,
+        )  # fmt: skip
+    for tile in range(tile_lo + 1, tile_hi):
+        k, v, _, n = _kv_tile(
+            k_cache_ptr, v_cache_ptr, bt_row, tile, seq_len, head_off, stride_cache_block,
+            stride_cache_offset, seq_len, d, d_mask, BLOCK_N, BLOCK_SIZE,
+        )  # fmt: skip
+        m_i, l_i, acc = _attend_tile(q, k, v, n < seq_len, m_i, l_i, acc, scale_log2, PRECISION)
 
     if NUM_SPLITS == 1:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # seq_len 0: no keys, zeros
