@@ -21,9 +21,10 @@ address); launches that share a device must be stream-ordered, not concurrent.
 
 With programmatic dependent launch a program lets the next kernel launch at once, then
 reads what no kernel of the step's chain writes (the host-staged lengths, block table,
-positions and slots, and the first KV tile of its split without the step's own token)
-while the kernel before it still runs, and only then waits for it. The token's own row
-(stored by this launch's rotation, or by the kernel before) is read after the wait.
+positions and slots, and the first KV tile of its split without the step's own token:
+``early_tile``) while the kernel before it still runs, and only then waits for it.
+The token's own row (stored by this launch's rotation, or by the kernel before) is read
+after the wait.
 On an H200 (Qwen3-8B, batch 1, 320 tokens, in the decode graph) this took the
 attention's cost in the chain from 7.8 to 5.8 us a layer; the results are the same bits.
 
@@ -47,6 +48,7 @@ from jacana_engine.kernels._common import (
     dot_precision,
     next_power_of_2,
 )
+from jacana_engine.kernels._online_softmax import online_softmax_step
 from jacana_engine.kernels._pdl import (
     let_next_kernel_launch,
     pdl_launch,
@@ -187,15 +189,8 @@ def _attend_tile(q, k, v, n_mask, m_i, l_i, acc, scale_log2, PRECISION: tl.const
     # s: [BLOCK_G, BLOCK_N], in log2 units
     s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale_log2
     s = tl.where(n_mask[None, :], s, float("-inf"))
-    # Every tile holds >= 1 valid key, so m_new is finite and alpha is well defined.
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(
-        p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
-    )
-    return m_new, l_i, acc
+    # Every tile holds >= 1 valid key, so the running max is finite.
+    return online_softmax_step(s, v, m_i, l_i, acc, PRECISION)
 
 
 @triton.jit
@@ -258,16 +253,17 @@ def _decode_partial_kernel(
     BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr,
     HAS_NORM: tl.constexpr,
+    EARLY_TILE: tl.constexpr,  # load the split's first KV tile before the wait (see above)
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     let_next_kernel_launch(PDL)
     # Before the wait, what no kernel of this step's chain writes: the host-staged step
-    # inputs (lengths, block tables, positions, slots) and the KV of earlier tokens,
-    # whose first tile of this split loads while the kernel before still runs. The
-    # step's own token (position seq_len - 1) is stored after the wait (here with ROPE,
-    # else by the kernel before), so its row is read after it.
+    # inputs (lengths, block tables, positions, slots) and (EARLY_TILE) the KV of earlier
+    # tokens, whose first tile of this split loads while the kernel before still runs.
+    # The step's own token (position seq_len - 1) is stored after the wait (here with
+    # ROPE, else by the kernel before), so its row is read after it.
     seq_len = tl.load(seq_lens_ptr + seq)
     num_tiles = tl.cdiv(seq_len, BLOCK_N)
     tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
@@ -282,10 +278,11 @@ def _decode_partial_kernel(
     bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
     head_off = kv_head * stride_cache_head
     now = seq_len - 1  # this step's token
-    k_first, v_first, off_first, n_first = _kv_tile(
-        k_cache_ptr, v_cache_ptr, bt_row, tile_lo, seq_len, head_off, stride_cache_block,
-        stride_cache_offset, now, d, d_mask, BLOCK_N, BLOCK_SIZE,
-    )  # fmt: skip
+    if EARLY_TILE:
+        k_first, v_first, off_first, n_first = _kv_tile(
+            k_cache_ptr, v_cache_ptr, bt_row, tile_lo, seq_len, head_off, stride_cache_block,
+            stride_cache_offset, now, d, d_mask, BLOCK_N, BLOCK_SIZE,
+        )  # fmt: skip
     if ROPE:
         token = seq.to(tl.int64)
         cos, sin = token_cos_sin(
@@ -321,17 +318,20 @@ def _decode_partial_kernel(
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    if tile_lo < tile_hi:
-        # the first tile, with this step's token's row (if there) read now
-        is_now = (n_first == now)[:, None] & d_mask[None, :]  # [BLOCK_N, BLOCK_D]
-        at_now = off_first[:, None] + d[None, :]
-        k_now = tl.load(k_cache_ptr + at_now, mask=is_now, other=0.0)
-        v_now = tl.load(v_cache_ptr + at_now, mask=is_now, other=0.0)
-        m_i, l_i, acc = _attend_tile(
-            q, tl.where(is_now, k_now, k_first), tl.where(is_now, v_now, v_first),
-            n_first < seq_len, m_i, l_i, acc, scale_log2, PRECISION,
-        )  # fmt: skip
-    for tile in range(tile_lo + 1, tile_hi):
+    rest = tile_lo
+    if EARLY_TILE:
+        rest = tile_lo + 1
+        if tile_lo < tile_hi:
+            # the first tile, with this step's token's row (if there) read now
+            is_now = (n_first == now)[:, None] & d_mask[None, :]  # [BLOCK_N, BLOCK_D]
+            at_now = off_first[:, None] + d[None, :]
+            k_now = tl.load(k_cache_ptr + at_now, mask=is_now, other=0.0)
+            v_now = tl.load(v_cache_ptr + at_now, mask=is_now, other=0.0)
+            m_i, l_i, acc = _attend_tile(
+                q, tl.where(is_now, k_now, k_first), tl.where(is_now, v_now, v_first),
+                n_first < seq_len, m_i, l_i, acc, scale_log2, PRECISION,
+            )  # fmt: skip
+    for tile in range(rest, tile_hi):
         k, v, _, n = _kv_tile(
             k_cache_ptr, v_cache_ptr, bt_row, tile, seq_len, head_off, stride_cache_block,
             stride_cache_offset, seq_len, d, d_mask, BLOCK_N, BLOCK_SIZE,
@@ -515,6 +515,7 @@ def paged_decode_attention(
     fused_merge: bool = True,
     pdl: bool = False,  # launch with programmatic dependent launch (kernels/_pdl.py)
     rotation: DecodeRotation | None = None,  # q is raw: rotate it, store k/v, then attend
+    early_tile: bool | None = None,  # first KV tile before the wait; None: with PDL only
 ) -> torch.Tensor:  # [B, n_heads, head_dim] in q's dtype (or out's)
     """Attention of each sequence's single query over its whole paged KV (causality is
     implicit: the query is the last position). The token's own K/V must already be in
@@ -523,7 +524,12 @@ def paged_decode_attention(
     cache's capacity per sequence when omitted). With several splits, ``fused_merge``
     merges them in the same launch (see the module docstring), else in a second one.
     With ``rotation`` (:class:`DecodeRotation`) the same launch first does the rope
-    kernel's work (q/k norm, rotation, K/V store); q is then the raw q.
+    kernel's work (q/k norm, rotation, K/V store); q is then the raw q. ``early_tile``
+    loads each split's first KV tile before the wait for the kernel before (the same
+    bits either way); by default only a dependent launch does, which has a kernel to
+    overlap it with: the early tile's registers stay live across the rotation, which
+    costs spills (sm90: 42 local stores against 3 at one split), so plain launches
+    (batch > 16, eager) keep the loop as it was.
     A sequence of length 0 (padding) gets zeros. No host sync."""
     batch, n_heads, head_dim = q.shape
     n_kv = kv_cache.shape[3]
@@ -570,6 +576,8 @@ def paged_decode_attention(
         rope_tensors, rope_strides = _rope_tensors(rotation, raw_q, q.dtype)
     else:  # placeholders the kernel never reads
         rope_meta, rope_tensors, rope_strides = _NO_ROPE_META, (q,) * 9, (0,) * 9
+    launch = pdl_launch(pdl, q.device)
+    early = launch["PDL"] if early_tile is None else early_tile
     _decode_partial_kernel[(batch, n_kv, num_splits)](
         q,
         k_cache,
@@ -604,9 +612,10 @@ def paged_decode_attention(
         PRECISION=dot_precision(q.dtype),
         **merge_meta,
         **rope_meta,
+        EARLY_TILE=early,
         num_warps=_NUM_WARPS,
         num_stages=2,
-        **pdl_launch(pdl, q.device),
+        **launch,
     )
     if num_splits > 1 and not fused:
         _decode_reduce_kernel[(batch, n_kv)](

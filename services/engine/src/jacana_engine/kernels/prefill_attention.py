@@ -25,6 +25,7 @@ from jacana_engine.kernels._common import (
     dot_precision,
     next_power_of_2,
 )
+from jacana_engine.kernels._online_softmax import online_softmax_step
 
 _LOG2E = 1.4426950408889634
 # Tile shape and launch config: the fastest of six tried on an H200 at Qwen3-8B shapes in
@@ -87,14 +88,8 @@ def _attend_tile(
         # Key 0 is visible to every row and lies in the first tile, so m_i is finite
         # from then on; a row with no visible key in a later tile keeps alpha = 1, p = 0.
         s = tl.where((n[None, :] <= q_pos[:, None]) & n_mask[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(
-        p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
-    )
-    return acc, m_new, l_i
+    m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PRECISION)
+    return acc, m_i, l_i
 
 
 @triton.jit
