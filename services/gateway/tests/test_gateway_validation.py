@@ -318,3 +318,54 @@ async def test_any_odd_value_of_any_field_gets_a_shaped_4xx_or_reaches_the_engin
             assert set(error) == {"message", "type", "param", "code"}, (name, value)
             if resp.status_code == 400 and error["code"] != "invalid_body":
                 assert error["param"], (name, value, error)
+
+
+LONE = "\\udcff"  # a JSON escape of an unpaired surrogate: valid JSON, not Unicode text
+PAIRED = "\\ud83d\\ude00"  # one character (an emoji), escaped as a surrogate pair
+
+# (path, raw body with {s} where the escape goes, the param named)
+SURROGATE_PLACES = [
+    (
+        CHAT,
+        '{{"model": "test-model", "messages": [{{"role": "user", "content": "a{s}"}}]}}',
+        "messages[0].content",
+    ),
+    (
+        CHAT,
+        '{{"model": "test-model", "messages": [{{"role": "user", "content": '
+        '[{{"type": "text", "text": "{s}"}}]}}]}}',
+        "messages[0].content[0].text",
+    ),
+    (
+        CHAT,
+        '{{"model": "test-model", "messages": [{{"role": "user", "content": "hi"}}], '
+        '"stop": ["x", "{s}"]}}',
+        "stop[1]",
+    ),
+    (
+        CHAT,
+        '{{"model": "test-model", "messages": [{{"role": "user", "content": "hi"}}], '
+        '"metadata": {{"{s}": "v"}}}}',
+        "metadata",
+    ),
+    (
+        CHAT,
+        '{{"model": "test-model{s}", "messages": [{{"role": "user", "content": "hi"}}]}}',
+        "model",
+    ),
+    (COMPLETIONS, '{{"model": "test-model", "prompt": "{s}"}}', "prompt"),
+    (COMPLETIONS, '{{"model": "test-model", "prompt": ["ok", "{s}"]}}', "prompt[1]"),
+    ("/v1/embeddings", '{{"model": "test-model", "input": ["ok", "{s}"]}}', "input[1]"),
+]
+
+
+@pytest.mark.parametrize("path,template,param", SURROGATE_PLACES)
+async def test_an_unpaired_surrogate_is_a_400_naming_its_field(client, path, template, param):
+    raw = template.format(s=LONE).encode()
+    resp = await client.post(path, content=raw, headers={"content-type": "application/json"})
+    error = assert_error(resp, 400, param, "invalid_value")
+    assert "surrogate" in error["message"]
+    # the same place with a paired escape is text: it gets past validation
+    raw = template.format(s=PAIRED).encode()
+    resp = await client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert resp.status_code != 400 or resp.json()["error"]["param"] != param, resp.text

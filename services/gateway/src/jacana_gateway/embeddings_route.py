@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 import grpc
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic import StrictBool as Bool
 from pydantic import StrictInt as Int
 from pydantic import StrictStr as Str
@@ -47,6 +47,7 @@ from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
 from jacana_common.pb.jacana.engine.v1 import engine_pb2
 from jacana_gateway.disconnect import cancel_on_disconnect
 from jacana_gateway.replica_pool import ReplicaPool
+from jacana_gateway.unicode_check import reject_lone_surrogates
 
 EMBEDDINGS_SERVICE = "jacana.embeddings.v1.Embeddings"
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
@@ -102,6 +103,8 @@ class EmbeddingsRequest(BaseModel):
     """Body of POST /v1/embeddings."""
 
     model_config = ConfigDict(extra="forbid")
+
+    _text_only = model_validator(mode="before")(reject_lone_surrogates)
 
     model: Str = Field(..., min_length=1, description="An embedding model id.")
     input: Annotated[Any, WithJsonSchema(_INPUT_SCHEMA)] = Field(...)

@@ -24,17 +24,21 @@ Decisions:
   call. Logprobs: chat ``top_logprobs`` and completions ``logprobs`` go up to 20.
 - Message ``content`` is a string or a list of ``{"type": "text", "text": ...}`` parts;
   parts are joined with newlines. The ``developer`` role is sent to the engine as ``system``.
+- A string (or object key) anywhere in the body holding an unpaired UTF-16 surrogate
+  (a lone ``\\ud800`` escape) is a 400 naming its field (``unicode_check``).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic import StrictBool as Bool
 from pydantic import StrictFloat as Float
 from pydantic import StrictInt as Int
 from pydantic import StrictStr as Str
+
+from jacana_gateway.unicode_check import reject_lone_surrogates
 
 MAX_STOP_SEQUENCES = 16
 MAX_STOP_CHARS = 1024
@@ -128,6 +132,8 @@ class GenerationRequest(BaseModel):
     """What both endpoints accept: model, sampling, stopping, streaming, ignored extras."""
 
     model_config = _Strict
+
+    _text_only = model_validator(mode="before")(reject_lone_surrogates)
 
     model: Str = Field(..., min_length=1, description="A model id from /v1/models.")
     stream: Bool = Field(False, description="Stream server-sent events.")
