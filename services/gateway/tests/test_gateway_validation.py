@@ -369,3 +369,18 @@ async def test_an_unpaired_surrogate_is_a_400_naming_its_field(client, path, tem
     raw = template.format(s=PAIRED).encode()
     resp = await client.post(path, content=raw, headers={"content-type": "application/json"})
     assert resp.status_code != 400 or resp.json()["error"]["param"] != param, resp.text
+
+
+UNPARSABLE = [
+    (b"[" * 100_000 + b"]" * 100_000, "too deeply"),
+    (b'{"model": "test-model", "max_tokens": 1' + b"0" * 5000 + b"}", "number too long"),
+    (b'{"model": "test-model", "prompt": "\xff\xfe"}', "UTF-8"),
+]
+
+
+@pytest.mark.parametrize("raw,why", UNPARSABLE, ids=["deep", "long number", "not utf-8"])
+async def test_a_body_the_json_decoder_cannot_read_is_a_400_saying_why(client, raw, why):
+    for path in (CHAT, COMPLETIONS, "/v1/embeddings"):
+        resp = await client.post(path, content=raw, headers={"content-type": "application/json"})
+        error = assert_error(resp, 400, None, "invalid_json")
+        assert why in error["message"], (path, error)

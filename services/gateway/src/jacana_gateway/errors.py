@@ -3,7 +3,8 @@
 :func:`install_error_handlers` replaces FastAPI's defaults:
 - :class:`ApiError` -> its own status and body;
 - request validation (FastAPI's 422) -> 400 with ``param`` = the field path, written
-  ``messages[0].content`` (malformed JSON and non-object bodies -> 400 without param);
+  ``messages[0].content`` (malformed JSON, bodies that are not UTF-8, nest too deeply or
+  hold an integer too long to parse, and non-object bodies -> 400 without param);
 - routing errors -> 404 (unknown route) / 405 (method not allowed, with ``Allow``);
   a body above the size limit -> 413;
 - a client that disconnected -> an empty 499 nobody receives (for the access log);
@@ -100,10 +101,27 @@ async def _on_http(request: Request, exc: HTTPException) -> Response:
         message = f"Method {request.method} is not allowed for {request.url.path}."
     elif status == 413:
         message = str(exc.detail or "The request body is too large.")
+    elif status == 400 and (unparsed := _why_unparsed(exc.__cause__)):
+        return error_response(ApiError(400, unparsed, None, "invalid_json"))
     else:
         message = str(exc.detail)
     error = ApiError(status, message, None, _HTTP_CODES.get(status))
     return error_response(error, headers=getattr(exc, "headers", None))
+
+
+def _why_unparsed(cause: BaseException | None) -> str | None:
+    """What FastAPI's JSON decoding met when it answers "There was an error parsing the
+    body" (a 400 raised ``from`` the decoder's exception), in words; None for another
+    400."""
+    if isinstance(cause, UnicodeDecodeError):
+        return "The request body is not valid UTF-8 JSON."
+    if isinstance(cause, RecursionError):
+        return "The request body nests arrays or objects too deeply to parse."
+    if isinstance(cause, ValueError):
+        if "digits" in str(cause):  # an integer past Python's conversion limit
+            return "The request body holds a number too long to parse."
+        return "The request body is not valid JSON."
+    return None
 
 
 async def _on_disconnect(request: Request, exc: ClientDisconnected) -> Response:
