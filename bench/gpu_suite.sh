@@ -31,6 +31,8 @@
 #             its attention, each weight shape's GEMVs, or all but the GEMVs: what each kind
 #             of launch costs in the chain; then with one launch setting changed at a time
 #             (decode attention's splits, tiles, warps; one shape's L2 prefetch) (~1.5 min)
+# lmhead      lm_head_picks_gpu.py: every one-row lm_head choice of the 8B timed where it
+#             runs, after the batch-1 decode graph, with the argmax (~1.5 min)
 # attention   the decode attention's GPU tests (with the dependent-launch and overlap ones)
 #             beside the random-Qwen3 parity test, then b1 of both models (~3 min)
 # split       the split-norm GPU tests (skinny_gemm), then Qwen3-8B and 0.6B b1 without
@@ -222,6 +224,11 @@ for phase in "$@"; do
       stamp "what each kind of launch costs in the 8B's batch-1 decode graph (graph_ablation_gpu.py)"
       timeout 240 python3 bench/graph_ablation_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
         | grep -v "^\[transformers\]" | tail -14
+      ;;
+    lmhead)
+      stamp "the 8B lm_head's one-row picks timed after the decode graph (lm_head_picks_gpu.py)"
+      timeout 240 python3 bench/lm_head_picks_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
+        | grep -v "^\[transformers\]" | tail -24
       ;;
     attention)
       stamp "decode attention: its GPU tests and the random Qwen3's parity, side by side"

@@ -299,12 +299,20 @@ class DecodeGraphs:
 
     # -- replay ------------------------------------------------------------------------
 
-    def replay_seconds(self, bs: int, seq_len: int, replays: int = 20, reps: int = 1) -> float:
+    def replay_seconds(
+        self,
+        bs: int,
+        seq_len: int,
+        replays: int = 20,
+        reps: int = 1,
+        after: Callable[[], object] | None = None,
+    ) -> float:
         """GPU seconds of one replay of the captured plain-decode graph of padded size
         ``bs``, its inputs staged as ``bs`` sequences of ``seq_len`` KV tokens that write
         nothing (``DecodeStaging.fill_context``), as it runs in a step of that context
         length (its outputs are not meant to be read): after 3 warm-up replays, the
-        median of ``reps`` runs of ``replays`` (CUDA events)."""
+        median of ``reps`` runs of ``replays`` (CUDA events). With ``after``, each replay
+        is followed by ``after()`` (say the logits of :meth:`output`), timed with it."""
         if (bs, 1) not in self._graphs:
             raise ValueError(f"no plain-decode graph of padded size {bs} was captured")
         if not 1 <= seq_len <= self.max_model_len:
@@ -317,7 +325,14 @@ class DecodeGraphs:
         graph = self._graphs[(bs, 1)]
         for _ in range(3):
             graph.replay()
-        return statistics.median(replay_seconds(graph, replays) for _ in range(reps))
+            if after is not None:
+                after()
+        return statistics.median(replay_seconds(graph, replays, after) for _ in range(reps))
+
+    def output(self, bs: int, q: int = 1) -> torch.Tensor:
+        """The hidden states [bs * q, hidden] that the captured graph of padded size
+        ``bs`` and query width ``q`` writes at each replay."""
+        return self._outputs[(bs, q)]
 
     def padded_size(self, batch: int) -> int | None:
         return padded_size(self.sizes, batch)

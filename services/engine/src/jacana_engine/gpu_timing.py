@@ -1,17 +1,35 @@
-"""GPU time of captured CUDA graphs, read from the device's clock."""
+"""GPU time of captured CUDA graphs (and of launches after them), read from the device's
+clock."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
 
-def replay_seconds(graph: torch.cuda.CUDAGraph, replays: int = 1) -> float:
-    """Seconds of GPU time per replay of ``graph``: ``replays`` replays between two CUDA
-    events (the device's clock, not the host's); waits for them to finish."""
+def call_seconds(call: Callable[[], object], calls: int = 1) -> float:
+    """Seconds of GPU time per ``call()`` (which only queues GPU work): ``calls`` calls
+    between two CUDA events (the device's clock, not the host's); waits for them."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for _ in range(replays):
-        graph.replay()
+    for _ in range(calls):
+        call()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / 1e3 / replays
+    return start.elapsed_time(end) / 1e3 / calls
+
+
+def replay_seconds(
+    graph: torch.cuda.CUDAGraph, replays: int = 1, after: Callable[[], object] | None = None
+) -> float:
+    """Seconds of GPU time per replay of ``graph`` (:func:`call_seconds`); with ``after``,
+    per replay followed by ``after()`` (e.g. the launches a step makes after its graph)."""
+    if after is None:
+        return call_seconds(graph.replay, replays)
+
+    def step() -> None:
+        graph.replay()
+        after()
+
+    return call_seconds(step, replays)
