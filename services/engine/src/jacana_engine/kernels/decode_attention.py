@@ -24,7 +24,11 @@ reads what no kernel of the step's chain writes (the host-staged lengths, block 
 positions and slots, and the first KV tile of its split without the step's own token:
 ``early_tile``) while the kernel before it still runs, and only then waits for it.
 The token's own row (stored by this launch's rotation, or by the kernel before) is read
-after the wait.
+after the wait. Why the rest is safe to read early: a dependent chain may run ahead of
+itself (a kernel can start while several before it still wait), but it starts behind a
+plain launch (the step's embedding lookup), which began only once every earlier kernel,
+those of earlier steps included, had finished; within the chain no kernel but this one
+writes this layer's cache, and none writes the step's host-staged inputs.
 On an H200 (Qwen3-8B, batch 1, 320 tokens, in the decode graph) this took the
 attention's cost in the chain from 7.8 to 5.8 us a layer; the results are the same bits.
 
