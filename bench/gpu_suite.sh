@@ -158,6 +158,12 @@ gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durati
   stamp "GPU tests done"
 }
 
+graph_tool() {  # $1: a one-row graph tool of bench/ run on the 8B; $2: seconds at most;
+  # $3: lines of its output to show
+  timeout "$2" python3 "bench/$1" --model qwen3-8b --out "$OUT" 2>&1 \
+    | grep -v "^\[transformers\]" | tail -"$3"
+}
+
 offline_grid() {  # $1: seconds at most
   stamp "offline grid"
   timeout "$1" python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --reps 3 \
@@ -217,18 +223,15 @@ for phase in "$@"; do
       ;;
     picks)
       stamp "in-graph search of the 8B's one-row decode GEMM picks (graph_picks_gpu.py)"
-      timeout 300 python3 bench/graph_picks_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
-        | grep -v "^\[transformers\]" | tail -16
+      graph_tool graph_picks_gpu.py 300 16
       ;;
     ablation)
       stamp "what each kind of launch costs in the 8B's batch-1 decode graph (graph_ablation_gpu.py)"
-      timeout 240 python3 bench/graph_ablation_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
-        | grep -v "^\[transformers\]" | tail -14
+      graph_tool graph_ablation_gpu.py 240 30
       ;;
     lmhead)
       stamp "the 8B lm_head's one-row picks timed after the decode graph (lm_head_picks_gpu.py)"
-      timeout 240 python3 bench/lm_head_picks_gpu.py --model qwen3-8b --out "$OUT" 2>&1 \
-        | grep -v "^\[transformers\]" | tail -24
+      graph_tool lm_head_picks_gpu.py 240 24
       ;;
     attention)
       stamp "decode attention: its GPU tests and the random Qwen3's parity, side by side"
