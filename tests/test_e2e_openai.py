@@ -209,3 +209,54 @@ def test_engine_unreachable_is_503(engine):
         assert health.status_code == 503
     finally:
         gw.stop()
+
+
+# Odd but well-formed requests through the real gateway and engine: each ends in a 200 or
+# in an OpenAI-shaped 400 naming its param (here None when the body is refused whole).
+ODD_REQUESTS = [
+    (
+        "chat/completions",
+        '{{"model": "{m}", "messages": [{{"role": "user", "content": "\\udcff"}}]}}',
+        400,
+        "messages[0].content",
+    ),
+    ("completions", '{{"model": "{m}", "prompt": [1000000000], "max_tokens": 2}}', 400, "prompt"),
+    (
+        "chat/completions",
+        '{{"model": "{m}", "messages": [{{"role": "user", "content": "hi"}}], '
+        '"logit_bias": {{"999999999": 1}}, "max_tokens": 2}}',
+        400,
+        "logit_bias",
+    ),
+    (
+        "chat/completions",
+        '{{"model": "{m}", "messages": [{{"role": "user", "content": ""}}], "max_tokens": 2}}',
+        200,
+        None,
+    ),
+    (
+        "chat/completions",
+        '{{"model": "{m}", "messages": [{{"role": "user", "content": "a\\u0000b '
+        '\\ud83d\\ude00"}}], "stop": ["\\ud83d\\ude00"], "n": 3, "seed": 7, "max_tokens": 2}}',
+        200,
+        None,
+    ),
+    ("completions", '{{"model": "{m}", "prompt": "", "max_tokens": 2}}', 400, "prompt"),
+    ("completions", b'{"model": "m", "prompt": "\xff"}', 400, None),
+]
+
+
+@pytest.mark.parametrize("path,body,status,param", ODD_REQUESTS)
+def test_odd_requests_end_in_a_200_or_a_shaped_400(gateway, path, body, status, param):
+    raw = body if isinstance(body, bytes) else body.format(m=MODEL_ID).encode()
+    resp = httpx.post(
+        f"http://{gateway.address}/v1/{path}",
+        content=raw,
+        headers={"content-type": "application/json"},
+        timeout=120,
+    )
+    assert resp.status_code == status, resp.text
+    if status == 400:
+        error = resp.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}, error
+        assert error["param"] == param, error
