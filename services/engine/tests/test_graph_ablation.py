@@ -13,31 +13,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2].parent / "bench"))
 import graph_ablation_gpu as ablation
+from tiny_decoder import tiny_qwen3
 
 from jacana_engine.layers.graph_picks import shape_groups
 from jacana_engine.layers.linear import Linear
 from jacana_engine.layers.norm import RMSNorm
-from jacana_engine.models.base import ModelConfig
 from jacana_engine.models.registry import build_model
 
 
 def _tiny_qwen3():
-    config = ModelConfig(
-        architecture="Qwen3ForCausalLM",
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        qk_norm=True,
-    )
-    model = build_model(config, device=torch.device("cpu"), dtype=torch.float32)
+    model = build_model(tiny_qwen3(), device=torch.device("cpu"), dtype=torch.float32)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)

@@ -16,6 +16,8 @@ import torch
 
 pytest.importorskip("triton")
 
+from tiny_decoder import HEAD_DIM, N_HEADS, N_KV, tiny_config, tiny_qwen3
+
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import (
     get_attention_backend,
@@ -27,7 +29,7 @@ from jacana_engine.models.attention import DecoderAttention
 from jacana_engine.models.base import ModelConfig
 from jacana_engine.models.decoder import DecoderForCausalLM
 
-N_HEADS, N_KV, HEAD_DIM, BLOCK = 4, 2, 16, 4
+BLOCK = 4
 
 
 def _batch(device, rng: random.Random, chunks: list[tuple[int, int]], num_blocks: int):
@@ -135,29 +137,6 @@ def test_triton_ops_match_torch_ops(device, seed):
             torch.testing.assert_close(g, ww, rtol=1e-5, atol=1e-5)
 
 
-def _tiny_config(architecture: str, num_layers: int, **flags) -> ModelConfig:
-    """A two-head-group toy decoder of ``architecture`` (``flags``: its ModelConfig flags)."""
-    return ModelConfig(
-        architecture=architecture,
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=num_layers,
-        num_attention_heads=N_HEADS,
-        num_key_value_heads=N_KV,
-        head_dim=HEAD_DIM,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        **flags,
-    )
-
-
-def _tiny_qwen3() -> ModelConfig:
-    return _tiny_config("Qwen3ForCausalLM", 2, qk_norm=True)
-
-
 def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
     """A whole tiny Qwen3 (q/k norm, GQA) on the Triton backend and ops: same greedy
     tokens and close logits as on the torch ones, through prefill and decode steps."""
@@ -165,7 +144,7 @@ def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
 
     if device.type == "cuda":
         pytest.skip("the paged test driver builds host tensors (GPU parity: test_gpu_engine)")
-    cfg = _tiny_qwen3()
+    cfg = tiny_qwen3()
     models = {}
     for name in ("torch", "triton"):
         model = build_model(cfg, device=device, dtype=torch.float32, attention_backend=name)
@@ -206,7 +185,7 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
 
     if device.type == "cuda":
         pytest.skip("the paged test driver builds host tensors (GPU parity: test_gpu_engine)")
-    cfg = _tiny_qwen3()
+    cfg = tiny_qwen3()
     models = []
     for _ in range(2):
         model = build_model(cfg, device=device, dtype=torch.float32, attention_backend="triton")
@@ -255,10 +234,10 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
 
 
 def _tiny_llama() -> ModelConfig:
-    return _tiny_config("LlamaForCausalLM", 1, attention_bias=True)
+    return tiny_config("LlamaForCausalLM", 1, attention_bias=True)
 
 
-@pytest.mark.parametrize("config", [_tiny_qwen3, _tiny_llama], ids=["qwen3", "llama"])
+@pytest.mark.parametrize("config", [tiny_qwen3, _tiny_llama], ids=["qwen3", "llama"])
 @pytest.mark.parametrize(
     "chunks", [[(0, 6), (5, 1), (3, 4)], [(10, 1), (3, 1), (17, 1)]], ids=["mixed", "decode"]
 )
