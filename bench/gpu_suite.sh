@@ -31,10 +31,12 @@
 #             its attention, each weight shape's GEMVs, or all but the GEMVs: what each kind
 #             of launch costs in the chain; then with one launch setting changed at a time
 #             (decode attention's splits, tiles, warps; one shape's L2 prefetch) (~1.5 min)
-# lmhead      lm_head_picks_gpu.py: every one-row lm_head choice of the 8B timed where it
-#             runs, after the batch-1 decode graph, with the argmax (~1.5 min)
 # attention   the decode attention's GPU tests (with the dependent-launch and overlap ones)
 #             beside the random-Qwen3 parity test, then b1 of both models (~3 min)
+# head        the decode graphs' head (lm_head and greedy argmax captured in them): its GPU
+#             tests with the argmax kernel's, the dependent-launch and overlap ones, beside
+#             the random-Qwen3 parity test; then the #4 targets without the peer (8B b1,
+#             ttft1024, c64; 0.6B b1) (~7 min)
 # split       the split-norm GPU tests (skinny_gemm), then Qwen3-8B and 0.6B b1 without
 #             and with split_norm on one tuning cache (~3 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
@@ -52,7 +54,9 @@
 # skinny      skinny GEMM kernel: GPU tests at Qwen3 sizes, then skinny_gemm_gpu.py vs cuBLAS
 # pdl         pdl_probe_gpu.py: what programmatic dependent launch saves per norm -> GEMV
 #             pair at the 8B o_proj and down_proj shapes, with the GEMV prefetching its first
-#             tile, and its rows' next 2 KB to L2, before its wait (~1 min)
+#             tile, and its rows' next 2 KB to L2, before its wait; and a GEMV chain whose
+#             GEMVs wait on their predecessor's arrival counter instead of its grid's
+#             completion (~1 min)
 # dependent   programmatic dependent launch (pdl): its GPU tests with the skinny kernel's and
 #             the folded rotation's, the random-Qwen3 parity test, and a profile of the 8B
 #             at b1 (~2.5 min)
@@ -131,6 +135,17 @@ MERGE
   for model in "$@"; do
     tail -8 "$OUT/pytest_gpu_parity_$model.log"
   done
+}
+
+tests_beside_qwen3_parity() {  # $1: seconds at most; then the GPU test files to run, in one
+  # pytest beside the random Qwen3's parity test (its own process)
+  local seconds=$1
+  shift
+  parity_tests "$seconds" qwen3 >"$OUT/parity_tails.log" &
+  timeout "$seconds" "${PYTEST[@]}" -m gpu "$@" 2>&1 | tail -6
+  wait
+  cat "$OUT/parity_tails.log"
+  end_leftovers
 }
 
 gpu_tests() {  # $1: seconds at most (SIGINT, so pytest still reports its durations)
@@ -229,25 +244,28 @@ for phase in "$@"; do
       stamp "what each kind of launch costs in the 8B's batch-1 decode graph (graph_ablation_gpu.py)"
       graph_tool graph_ablation_gpu.py 240 30
       ;;
-    lmhead)
-      stamp "the 8B lm_head's one-row picks timed after the decode graph (lm_head_picks_gpu.py)"
-      graph_tool lm_head_picks_gpu.py 240 24
-      ;;
     attention)
       stamp "decode attention: its GPU tests and the random Qwen3's parity, side by side"
-      parity_tests 200 qwen3 >"$OUT/parity_tails.log" &
-      timeout 200 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_decode_attention_merge.py \
+      tests_beside_qwen3_parity 200 services/engine/tests/kernels/test_decode_attention_merge.py \
         services/engine/tests/kernels/test_decode_rotation.py \
         services/engine/tests/kernels/test_attention.py \
         services/engine/tests/test_dependent_launch.py \
-        services/engine/tests/test_decode_overlap.py 2>&1 | tail -4
-      wait
-      cat "$OUT/parity_tails.log"
-      end_leftovers
+        services/engine/tests/test_decode_overlap.py
       stamp "b1 of both models"
       timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --reps 3 --name offline_b1 --out "$OUT" 2>&1 \
         | grep -E "^\| qwen3-[0-9.]+b \| (b1|[0-9])" | tail -8
+      ;;
+    head)
+      stamp "the decode graphs' head: its GPU tests and the random Qwen3's parity, side by side"
+      tests_beside_qwen3_parity 200 services/engine/tests/kernels/test_argmax.py \
+        services/engine/tests/test_graph_head.py \
+        services/engine/tests/test_dependent_launch.py \
+        services/engine/tests/test_decode_overlap.py
+      stamp "the #4 targets without the peer"
+      timeout 260 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 \
+        | grep -E "^\| qwen3-[0-9.]+b \| |decode GEMM" | tail -24
       ;;
     split)
       stamp "split-norm GPU tests"

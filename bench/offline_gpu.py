@@ -163,7 +163,9 @@ def run_closed_loop(
 
 def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
     """GPU time of one decode-graph replay at ``batch`` (padded size), CUDA events; its
-    rows attend one KV token each, as padding rows do."""
+    rows attend one KV token each, as padding rows do. The start-up graphs end with the
+    lm_head and the greedy argmax (``DecodeGraphs(head=...)``): a decode step's whole
+    GPU work but its copies."""
     graphs = engine.runner.graphs
     if graphs is None or graphs.padded_size(batch) is None:
         return None
@@ -393,7 +395,7 @@ def render(doc: dict[str, Any]) -> str:
     lines += [
         "",
         "| model | start-up s | graph capture s | KV GiB | host RSS GiB | GPU peak GiB | "
-        "decode graph GPU ms (b1 / b64) |",
+        "decode graph GPU ms, lm_head and argmax in it (b1 / b64) |",
         "|---|---|---|---|---|---|---|",
     ]
     for model, m in doc["models"].items():

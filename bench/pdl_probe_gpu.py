@@ -24,7 +24,14 @@ variants:
   instead of one tile per program;
 - ``gemv only``: the GEMVs alone, back to back (the floor the small kernels add to);
 - ``gemv only, pdl+prefetch``: the same chain, each GEMV triggering the next at its start
-  and the next prefetching its first tile (GEMV after GEMV, as with norms folded in).
+  and the next prefetching its first tile (GEMV after GEMV, as with norms folded in);
+- ``gemv only, pdl+prefetch, flags``: as the one before, but a GEMV does not wait for its
+  predecessor's grid to complete (``griddepcontrol.wait``): its programs spin on an
+  arrival counter that each of the predecessor's programs bumps, with release order,
+  once its outputs are stored. This times how long the hardware's grid-completion
+  signal takes against an L2 counter's, at every one of a step's ~250 kernel boundaries.
+  No deadlock: a GEMV launches only once every program of the one before has started
+  (each triggers at its start), so those it spins on are resident.
 
 Each variant: one CUDA graph, replayed ``--replays`` times between CUDA events per rep;
 medians of ``--reps`` reps with min-max, in microseconds per pair. Every variant's last
@@ -56,6 +63,7 @@ VARIANTS = (
     "pdl+prefetch+l2",
     "gemv only",
     "gemv only, pdl+prefetch",
+    "gemv only, pdl+prefetch, flags",
 )
 
 
@@ -86,6 +94,10 @@ def _gemv_kernel(
     TRIGGER: tl.constexpr,  # let the next kernel launch at this one's start
     L2_BYTES: tl.constexpr = 0,  # with PREFETCH: bytes per row after the first tile to L2
     L2_PIECES: tl.constexpr = L2_MAX_PIECES,  # in this many bulk prefetches a row
+    wait_ptr=None,  # FLAGS: the predecessor's arrival counter (int32)
+    done_ptr=None,  # FLAGS: this GEMV's arrival counter, bumped once per program
+    wait_for=0,  # FLAGS: the predecessor's program count (0: no predecessor)
+    FLAGS: tl.constexpr = False,  # wait on wait_ptr instead of griddepcontrol.wait
 ):
     # x [1, K] @ w[N, K].T -> out [1, N]; each program owns BLOCK_N outputs
     if TRIGGER:
@@ -100,7 +112,10 @@ def _gemv_kernel(
         w = tl.load(w_rows + ks[None, :], mask=n_mask[:, None] & (ks < K)[None, :], other=0.0)
         if L2_BYTES > 0:  # the skinny GEMM's prefetch: each row's next bytes after a tile
             prefetch_rows_to_l2(w_ptr, cols, N, K, BLOCK_K, L2_BYTES, L2_PIECES)
-        tl.extra.cuda.gdc_wait()
+        if FLAGS:
+            _wait_for_arrivals(wait_ptr, wait_for)
+        else:
+            tl.extra.cuda.gdc_wait()
         x = tl.load(x_ptr + ks, mask=ks < K, other=0.0)
         acc += x.to(tl.float32)[None, :] * w.to(tl.float32)
         start = BLOCK_K
@@ -112,6 +127,18 @@ def _gemv_kernel(
         w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & (k < K)[None, :], other=0.0)
         acc += x.to(tl.float32)[None, :] * w.to(tl.float32)
     tl.store(out_ptr + cols, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=n_mask)
+    if FLAGS:  # every thread's stores before the (one-thread) release
+        tl.debug_barrier()
+        tl.atomic_add(done_ptr, 1, sem="release")
+
+
+@triton.jit
+def _wait_for_arrivals(counter_ptr, expected):
+    """Spin until the int32 at ``counter_ptr`` reaches ``expected`` (acquire order, so the
+    arrivals' stores are visible after it)."""
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    while seen < expected:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
 
 
 class Probe:
@@ -130,11 +157,16 @@ class Probe:
         self.x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
         self.normed = torch.empty_like(self.x)
         self.out = torch.empty(1, n, device=dev, dtype=torch.bfloat16)
+        self.arrivals = torch.zeros(layers, dtype=torch.int32, device=dev)  # one per GEMV
 
     def step(self, variant: str) -> None:
         pdl = "pdl" in variant
         gemv_only = variant.startswith("gemv only")
-        for w in self.weights:
+        flags = variant.endswith("flags")
+        programs = triton.cdiv(self.n, self.block_n)
+        if flags:  # a plain memset before the chain: the counters start each step at 0
+            self.arrivals.zero_()
+        for i, w in enumerate(self.weights):
             if not gemv_only:
                 _rms_row_kernel[(1,)](
                     self.x, self.norm_w, self.normed, self.k,
@@ -145,6 +177,8 @@ class Probe:
                 BLOCK_N=self.block_n, BLOCK_K=self.block_k,
                 WAIT=pdl, PREFETCH="pdl+prefetch" in variant, TRIGGER=pdl and gemv_only,
                 L2_BYTES=self.l2_bytes if variant.endswith("+l2") else 0,
+                wait_ptr=self.arrivals[max(i - 1, 0)], done_ptr=self.arrivals[i],
+                wait_for=programs if i > 0 else 0, FLAGS=flags,
                 num_warps=4, num_stages=3, launch_pdl=pdl,
             )  # fmt: skip
 

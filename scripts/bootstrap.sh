@@ -18,6 +18,7 @@ TORCH_VERSION="${JACANA_TORCH_VERSION:-2.13.0}"
 PIP_VERSION="26.3"
 STAMP="$VENV/.jacana-bootstrap"
 REQUIRED_DISTS=(libs/common services/engine services/gateway)
+NEEDED_GIB=8  # free disk a build needs (see the check before it)
 
 # Debian packages the suite needs, as "binary:package"; installed only when the binary is
 # missing (and we are root). Example: "redis-server:redis-server".
@@ -100,6 +101,14 @@ fi
 if [[ $force -eq 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$(fingerprint)" ]]; then
     log "up to date ($VENV)"
     exit 0
+fi
+
+# A new environment needs ~8 GiB (torch, Triton, the model packages and their joined
+# files); a full disk otherwise fails halfway through some pip install with a bare
+# "Errno 28".
+free_kib="$(df -Pk "$ROOT" | awk 'NR == 2 {print $4}')"
+if [[ ! -e "$VENV" && -n "$free_kib" ]] && ((free_kib < NEEDED_GIB * 1024 * 1024)); then
+    die "only $((free_kib / 1024)) MiB free on $(df -P "$ROOT" | awk 'NR == 2 {print $6}'); building $VENV needs about ${NEEDED_GIB} GiB"
 fi
 
 started=$SECONDS

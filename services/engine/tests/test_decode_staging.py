@@ -174,6 +174,26 @@ def test_buffers_are_views_the_device_copy_reads():
     assert staging.host64[0].item() == 7 and staging.host32[0].item() == 6
 
 
+def test_one_leading_byte_range_holds_everything_a_step_reads():
+    """A step is one host-to-device copy of ``step_bytes(padded)`` leading bytes of
+    ``host``: the int64 columns whole, the sequence lengths and the padded rows' tables;
+    the tables of rows beyond stay out of it."""
+    staging = DecodeStaging(MAX_BATCH, MAX_BLOCKS, BLOCK, pin=False)
+    bm = BlockManager(50, BLOCK)
+    seqs = [_new_seq(f"s{i}", 5 + 4 * i, bm) for i in range(3)]
+    staging.fill(_decode_step(seqs, bm), 1, 4)
+    for padded in (1, 4, MAX_BATCH):
+        used = staging.host[: staging.step_bytes(padded)]
+        i64 = used[: staging.host64.numel() * 8].view(torch.int64)
+        i32 = used[staging.host64.numel() * 8 :].view(torch.int32)
+        assert torch.equal(i64, staging.host64)
+        assert i32.numel() == MAX_BATCH + padded * MAX_BLOCKS
+        assert torch.equal(i32, staging.host32[: i32.numel()])
+    assert staging.step_bytes(MAX_BATCH) == staging.host.numel()
+    tables = staging.host32[MAX_BATCH:].view(MAX_BATCH, MAX_BLOCKS)
+    assert tables[2, : len(seqs[2].block_table)].tolist() == seqs[2].block_table
+
+
 def test_a_pending_token_stages_as_zero_at_its_own_position_and_slot():
     """Overlapped decoding: a chunk whose token is still being sampled is staged with
     token 0 (the device fills it in) at the right position, slot and KV length."""

@@ -72,6 +72,9 @@ class ToyLM:
         return hidden
 
     def compute_logits(self, hidden):
+        return self.logits_in_model_dtype(hidden)
+
+    def logits_in_model_dtype(self, hidden):
         return hidden.float() * 4.0  # [N, V]; soft enough that sampling is random
 
 

@@ -82,13 +82,16 @@ def padded_size(sizes: Sequence[int], batch: int) -> int | None:
 
 # forward(input_ids [T], positions [T], meta) -> hidden [T, hidden]
 ForwardFn = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor]
+# head(hidden [B, hidden]) -> (logits [B, vocab] in the model dtype, greedy tokens [B] int64)
+HeadFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 class DecodeStaging:
     """Host staging of a decode or verify step, filled straight from the sequences.
 
-    Layout (what the graphs' device buffers mirror), for ``N = max_batch * max_query``
-    token rows:
+    Layout (what the graphs' device buffer mirrors), for ``N = max_batch * max_query``
+    token rows, one pinned byte buffer ``host`` (so a step is one host-to-device copy,
+    ``step_bytes`` long) holding, end to end:
     - ``host64`` [4 * N] int64: input_ids | positions | slot_mapping | real_rows (the
       rows of real tokens, in chunk order: what the caller keeps of the output);
     - ``host32`` [max_batch * (1 + max_blocks)] int32: seq_lens | block_tables
@@ -112,8 +115,11 @@ class DecodeStaging:
         self.max_blocks = max_blocks
         self.block_size = block_size
         self.rows = max_batch * max_query  # N
-        self.host64 = torch.zeros(4 * self.rows, dtype=torch.int64, pin_memory=pin)
-        self.host32 = torch.zeros(max_batch * (1 + max_blocks), dtype=torch.int32, pin_memory=pin)
+        self._bytes64 = 4 * self.rows * 8
+        size = self._bytes64 + max_batch * (1 + max_blocks) * 4
+        self.host = torch.zeros(size, dtype=torch.uint8, pin_memory=pin)
+        self.host64 = self.host[: self._bytes64].view(torch.int64)  # [4 * N]
+        self.host32 = self.host[self._bytes64 :].view(torch.int32)  # [max_batch * (1 + max_blocks)]
         self._i64 = self.host64.numpy()
         self._i32 = self.host32.numpy()
         self._tables = self._i32[max_batch:].reshape(max_batch, max_blocks)
@@ -122,6 +128,11 @@ class DecodeStaging:
         self._row_seq: list[object] = [None] * max_batch
         self._row_epoch = [0] * max_batch
         self._row_written = [0] * max_batch
+
+    def step_bytes(self, padded: int) -> int:
+        """The leading bytes of ``host`` a step of ``padded`` sequences reads: all of
+        ``host64``, then the sequence lengths and the first ``padded`` table rows."""
+        return self._bytes64 + (self.max_batch + padded * self.max_blocks) * 4
 
     def fits(self, scheduled: Sequence[ScheduledSequence], q: int) -> bool:
         """The step fits the buffers at query width ``q`` (and every chunk's KV length
@@ -198,6 +209,10 @@ class DecodeGraphs:
     max_blocks: block-table width of the static buffer (``ceil(max_model_len / block_size)``).
     max_model_len: bound on any sequence's KV length (sizes the decode kernel's splits).
     num_splits: split-K factor of the decode kernel for a padded size.
+    head: when given, the plain-decode graphs (``q = 1``) also run it on the hidden
+        states they compute: the lm_head and the greedy argmax then replay inside the
+        graph, chained to the final norm (``head_outputs``), instead of as launches of
+        their own after it.
     """
 
     def __init__(
@@ -211,6 +226,7 @@ class DecodeGraphs:
         num_splits: Callable[[int], int],
         device: torch.device,
         query_widths: Sequence[int] = (1,),
+        head: HeadFn | None = None,
     ) -> None:
         self.sizes = sorted(sizes)
         self.query_widths = sorted(set(query_widths))
@@ -221,13 +237,15 @@ class DecodeGraphs:
         self.num_splits = num_splits
         self.device = device
         self._forward = forward
+        self._head = head
         n = self.max_batch
         self.staging = DecodeStaging(
             n, max_blocks, block_size, pin=True, max_query=self.query_widths[-1]
         )
-        # Device mirrors of the staging buffers (layout: DecodeStaging).
-        self._dev64 = self.staging.host64.to(device)
-        self._dev32 = self.staging.host32.to(device)
+        # Device mirror of the staging buffer (layout: DecodeStaging), and its two views.
+        self._dev = self.staging.host.to(device)
+        self._dev64 = self._dev[: self.staging.host64.numel() * 8].view(torch.int64)
+        self._dev32 = self._dev[self.staging.host64.numel() * 8 :].view(torch.int32)
         # query_start_loc per width: [n + 1] = 0, q, 2q, ...
         self._query_start = {
             q: torch.arange(0, n * q + 1, q, dtype=torch.int32, device=device)
@@ -235,7 +253,10 @@ class DecodeGraphs:
         }
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._outputs: dict[tuple[int, int], torch.Tensor] = {}
+        self._heads: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # padded size -> head's
+        self._last: tuple[int, int] | None = None  # (padded size, width) of the last run
         self._copied: torch.cuda.Event | None = None  # the last step's H2D copies
+        self._head_read: torch.cuda.Event | None = None  # see hold_head_outputs
         self.capture_seconds = 0.0
         self.replays = 0
         self.verify_replays = 0
@@ -274,18 +295,20 @@ class DecodeGraphs:
             for bs in reversed(self.sizes):
                 # Inputs as padding (every sequence attends q tokens, writes nothing).
                 self.staging.fill([], q, bs)
-                self._dev64.copy_(self.staging.host64)
-                self._dev32.copy_(self.staging.host32)
+                self._dev.copy_(self.staging.host)
                 ids, pos = self._token_view(0, bs * q), self._token_view(1, bs * q)
                 meta = self._meta(bs, q)
-                self._forward(ids, pos, meta)  # compiles kernels, builds lazy tables
+                head = self._head if q == 1 else None
+                self._step(ids, pos, meta, head)  # compiles kernels, builds lazy tables
                 torch.cuda.synchronize(self.device)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
-                    out = self._forward(ids, pos, meta)
+                    out, head_out = self._step(ids, pos, meta, head)
                 pool = graph.pool()
                 self._graphs[(bs, q)] = graph
                 self._outputs[(bs, q)] = out
+                if head_out is not None:
+                    self._heads[bs] = head_out
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - start
         log.info(
@@ -297,6 +320,11 @@ class DecodeGraphs:
         )
         return self.capture_seconds
 
+    def _step(self, ids, pos, meta, head):
+        """What a graph captures: the forward, then ``head`` on its output when given."""
+        out = self._forward(ids, pos, meta)
+        return out, (head(out) if head is not None else None)
+
     # -- replay ------------------------------------------------------------------------
 
     def replay_seconds(
@@ -305,34 +333,52 @@ class DecodeGraphs:
         seq_len: int,
         replays: int = 20,
         reps: int = 1,
-        after: Callable[[], object] | None = None,
     ) -> float:
         """GPU seconds of one replay of the captured plain-decode graph of padded size
         ``bs``, its inputs staged as ``bs`` sequences of ``seq_len`` KV tokens that write
         nothing (``DecodeStaging.fill_context``), as it runs in a step of that context
-        length (its outputs are not meant to be read): after 3 warm-up replays, the
-        median of ``reps`` runs of ``replays`` (CUDA events). With ``after``, each replay
-        is followed by ``after()`` (say the logits of :meth:`output`), timed with it."""
+        length (its outputs are not meant to be read; a graph with a head runs it too):
+        after 3 warm-up replays, the median of ``reps`` runs of ``replays`` (CUDA
+        events)."""
         if (bs, 1) not in self._graphs:
             raise ValueError(f"no plain-decode graph of padded size {bs} was captured")
         if not 1 <= seq_len <= self.max_model_len:
             raise ValueError(f"seq_len {seq_len} outside 1..{self.max_model_len}")
         if self._copied is not None:
             self._copied.synchronize()
+        self._wait_for_head_readers()
         self.staging.fill_context(bs, seq_len)
-        self._dev64.copy_(self.staging.host64)
-        self._dev32.copy_(self.staging.host32)
+        self._dev.copy_(self.staging.host)
         graph = self._graphs[(bs, 1)]
         for _ in range(3):
             graph.replay()
-            if after is not None:
-                after()
-        return statistics.median(replay_seconds(graph, replays, after) for _ in range(reps))
+        return statistics.median(replay_seconds(graph, replays) for _ in range(reps))
 
     def output(self, bs: int, q: int = 1) -> torch.Tensor:
         """The hidden states [bs * q, hidden] that the captured graph of padded size
         ``bs`` and query width ``q`` writes at each replay."""
         return self._outputs[(bs, q)]
+
+    def head_outputs(self, rows: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """What the head wrote in the last ``run``, for its first ``rows`` sequences:
+        (logits [rows, vocab] in the model dtype, greedy tokens [rows] int64), on the
+        device and valid until the next replay; None when that run was not a plain
+        decode step or the graphs have no head."""
+        if self._last is None or self._last[1] != 1 or self._last[0] not in self._heads:
+            return None
+        logits, tokens = self._heads[self._last[0]]
+        return logits[:rows], tokens[:rows]
+
+    def hold_head_outputs(self, read: torch.cuda.Event | None) -> None:
+        """The head's outputs of the last run are being read on another stream until
+        ``read`` (``decode_overlap.LaunchedStep.copied``): the next replay waits for it on
+        the device before it overwrites them."""
+        self._head_read = read
+
+    def _wait_for_head_readers(self) -> None:
+        if self._head_read is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._head_read)
+            self._head_read = None
 
     def padded_size(self, batch: int) -> int | None:
         return padded_size(self.sizes, batch)
@@ -368,16 +414,16 @@ class DecodeGraphs:
         if self._copied is not None:  # the staging buffers may still be in flight
             self._copied.synchronize()
         real = self.staging.fill(scheduled, q, bs)
-        n = self.max_batch
         rows = self.staging.rows
-        self._dev64.copy_(self.staging.host64, non_blocking=True)
-        used = n + bs * self.max_blocks
-        self._dev32[:used].copy_(self.staging.host32[:used], non_blocking=True)
+        used = self.staging.step_bytes(bs)  # one copy: a copy's fixed cost is ~5 µs
+        self._dev[:used].copy_(self.staging.host[:used], non_blocking=True)
         self._copied = torch.cuda.Event()
         self._copied.record()
         if token_patch is not None:
             token_patch(self._token_view(0, bs * q))
+        self._wait_for_head_readers()
         self._graphs[(bs, q)].replay()
+        self._last = (bs, q)
         self.replays += 1
         out = self._outputs[(bs, q)]
         if q == 1:

@@ -53,14 +53,27 @@ class LaunchedStep:
 
     @classmethod
     def start(cls, scheduled: list[ScheduledSequence], device_ids: torch.Tensor) -> LaunchedStep:
-        """Queue the copy of ``device_ids`` to the host behind the step's kernels."""
+        """Queue the copy of ``device_ids`` to the host behind the step's kernels, on a
+        stream of its own: the next step's input copies then follow the kernels at once
+        instead of queueing behind it (two copies' fixed costs, ~7 µs at batch 1). Whoever
+        writes ``device_ids`` again must wait for ``copied`` first (a decode graph's own
+        argmax output: ``DecodeGraphs.hold_head_outputs``); a tensor of the caching
+        allocator stays held by the step until ``token_ids`` has waited for the copy."""
         if device_ids.device.type != "cuda":
             return cls(scheduled, device_ids, device_ids, None)
         host = torch.empty(device_ids.shape, dtype=device_ids.dtype, pin_memory=True)
-        host.copy_(device_ids, non_blocking=True)
-        ready = torch.cuda.Event()
-        ready.record()
+        copier = _copy_stream(device_ids.device)
+        copier.wait_stream(torch.cuda.current_stream(device_ids.device))
+        with torch.cuda.stream(copier):
+            host.copy_(device_ids, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(copier)
         return cls(scheduled, device_ids, host, ready)
+
+    @property
+    def copied(self) -> torch.cuda.Event | None:
+        """Recorded when the tokens' copy to the host is done (None off CUDA)."""
+        return self._ready
 
     def token_ids(self) -> list[int]:
         """The sampled tokens in row order (blocks until the device has them)."""
@@ -82,6 +95,16 @@ class LaunchedStep:
         rows_t = _index_tensor(rows, ids.device, pinned)
         sources_t = _index_tensor(sources, ids.device, pinned)
         return lambda inputs: inputs.index_copy_(0, rows_t, ids.index_select(0, sources_t))
+
+
+_copy_streams: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """The side stream that copies sampled tokens to the host, one per device."""
+    if device not in _copy_streams:
+        _copy_streams[device] = torch.cuda.Stream(device)
+    return _copy_streams[device]
 
 
 def _index_tensor(values: list[int], device: torch.device, pinned: bool) -> torch.Tensor:

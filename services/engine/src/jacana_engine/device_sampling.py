@@ -57,8 +57,9 @@ class DeviceSampler:
     """``sample(logits, params, generators, steps) -> token ids [N]`` on the logits' device."""
 
     def __init__(self, vocab_size: int) -> None:
-        from jacana_engine.kernels import sampling, sampling_filters
+        from jacana_engine.kernels import argmax, sampling, sampling_filters
 
+        self._argmax = argmax.argmax_rows  # one launch, where torch's takes a block per row
         self._sample = sampling.sample
         self._plan = sampling_filters.plan_filters
         self.vocab_size = vocab_size
@@ -71,7 +72,7 @@ class DeviceSampler:
         steps: Sequence[int],  # per row: tokens the request has generated so far
     ) -> torch.Tensor:  # [N] int64
         if all(p.greedy for p in params):
-            return logits.argmax(dim=-1)
+            return self._argmax(logits)
         device = logits.device
         temperature = [p.temperature for p in params]
         top_k = [p.top_k for p in params]

@@ -1,5 +1,4 @@
-"""GPU time of captured CUDA graphs (and of launches after them), read from the device's
-clock."""
+"""GPU time of captured CUDA graphs, read from the device's clock."""
 
 from __future__ import annotations
 
@@ -20,16 +19,6 @@ def call_seconds(call: Callable[[], object], calls: int = 1) -> float:
     return start.elapsed_time(end) / 1e3 / calls
 
 
-def replay_seconds(
-    graph: torch.cuda.CUDAGraph, replays: int = 1, after: Callable[[], object] | None = None
-) -> float:
-    """Seconds of GPU time per replay of ``graph`` (:func:`call_seconds`); with ``after``,
-    per replay followed by ``after()`` (e.g. the launches a step makes after its graph)."""
-    if after is None:
-        return call_seconds(graph.replay, replays)
-
-    def step() -> None:
-        graph.replay()
-        after()
-
-    return call_seconds(step, replays)
+def replay_seconds(graph: torch.cuda.CUDAGraph, replays: int = 1) -> float:
+    """Seconds of GPU time per replay of ``graph`` (:func:`call_seconds`)."""
+    return call_seconds(graph.replay, replays)

@@ -29,6 +29,7 @@ from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
 from jacana_engine.decode_overlap import LaunchedStep
 from jacana_engine.device_sampling import DeviceSampler
+from jacana_engine.kernels.argmax import argmax_rows
 from jacana_engine.kv_cache import sizing
 from jacana_engine.layers.decode_gemm import (
     SKINNY_MAX_ROWS,
@@ -195,10 +196,12 @@ class ModelRunner:
         if not scheduled:
             return StepOutput([], [])
         width = self.graphs.query_width(scheduled) if self.graphs is not None else None
+        head = None  # (logits [B, vocab] model dtype, greedy tokens [B]) from the graph
         if width is not None:
             # Decode (and verify) steps: the graphs stage the step from the sequences
             # themselves (no Batch to build), replay, and hand back the real rows.
             hidden = self.graphs.run(scheduled, width)  # [T, hidden]
+            head = self.graphs.head_outputs(len(scheduled))
             query_start = [0]
             for s in scheduled:
                 query_start.append(query_start[-1] + s.num_new_tokens)
@@ -215,9 +218,10 @@ class ModelRunner:
         if len(sampling) == hidden.shape[0]:  # every token samples (decode): no gather
             last = hidden
         else:  # the row of each sampling chunk's last token
+            head = None  # the graph's logits are every row's
             rows = [query_start[i + 1] - 1 for i, s in enumerate(scheduled) if s.samples]
             last = hidden[torch.tensor(rows, device=self.device)]  # [N, hidden]
-        logits = self.model.compute_logits(last)  # [N, vocab] float32
+        logits = self._logits(head, last)  # [N, vocab] float32
         out = self._sample(logits, sampling)
         out.verified = verified
         return out
@@ -232,12 +236,19 @@ class ModelRunner:
         input from ``pending`` (the step still in flight) on the device."""
         patch = pending.patch_inputs(scheduled) if pending is not None else None
         width = self.graphs.query_width(scheduled) if self.graphs is not None else None
+        head = None
         if width == 1:
             hidden = self.graphs.run(scheduled, 1, token_patch=patch)  # [N, hidden]
+            head = self.graphs.head_outputs(len(scheduled))
         else:
             hidden = self._forward(build_batch(scheduled, self.block_size), token_patch=patch)
-        logits = self.model.compute_logits(hidden)  # [N, vocab] float32
         sampling = [s.seq for s in scheduled]
+        if head is not None and all(seq.sampling_params.greedy for seq in sampling):
+            # the graph's own argmax: no launch after the replay
+            step = LaunchedStep.start(scheduled, head[1])
+            self.graphs.hold_head_outputs(step.copied)
+            return step
+        logits = self._logits(head, hidden)  # [N, vocab] float32
         if self.device_sampler is not None:
             steps = [s.seq.num_output_tokens + s.pending_token for s in scheduled]
             ids = self._sample_on_device(logits, sampling, steps)
@@ -245,6 +256,11 @@ class ModelRunner:
             generators = [seq.generator for seq in sampling]
             ids = self.sampler.forward(logits, sampling, generators).token_ids
         return LaunchedStep.start(scheduled, ids)
+
+    def _logits(self, head, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, vocab] float32: the float32 copy of the logits the graph's head wrote (its
+        lm_head ran in the replay), else the lm_head run now on ``hidden`` [N, hidden]."""
+        return head[0].float() if head is not None else self.model.compute_logits(hidden)
 
     def _verify(
         self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], query_start: list[int]
@@ -296,19 +312,21 @@ class ModelRunner:
                     self.model,
                     self.one_row_graph_seconds,
                     pdl=self.dependent_launch,
-                    exclude=(getattr(self.model, "lm_head", None),),
                     cache=cache,
                 )
             if config.l2_prefetch_bytes:  # onto the final one-row picks
                 prefetch_to_l2(self.model, config.l2_prefetch_bytes)
-        graphs = self.decode_graphs(self._graph_sizes, widths)
+        graphs = self.decode_graphs(self._graph_sizes, widths, head=True)
         graphs.capture()
         return graphs
 
-    def decode_graphs(self, sizes: Seq[int], widths: Seq[int] = (1,)) -> DecodeGraphs:
+    def decode_graphs(
+        self, sizes: Seq[int], widths: Seq[int] = (1,), head: bool = False
+    ) -> DecodeGraphs:
         """A set of decode graphs over this runner's model and KV caches for padded batch
-        ``sizes`` and query ``widths``, not yet captured: the start-up set, or (for a
-        benchmark) one captured again after a layer's launch config changed."""
+        ``sizes`` and query ``widths``, not yet captured: the start-up set (``head``: the
+        plain-decode graphs end with the lm_head and the greedy argmax), or (for a
+        benchmark, or timing a launch config at start-up) the forward alone."""
         return DecodeGraphs(
             self._graph_forward,
             sizes=sizes,
@@ -318,6 +336,7 @@ class ModelRunner:
             max_model_len=self.max_model_len,
             num_splits=self._decode_splits,
             device=self.device,
+            head=self._graph_head if head else None,
         )
 
     def _gpu_takes_dependent_launch(self) -> bool:
@@ -348,15 +367,24 @@ class ModelRunner:
         finally:
             self.model.use_dependent_launch(False)
 
+    def _graph_head(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a plain-decode graph runs after the forward: the logits [B, vocab] in the
+        model dtype and their greedy argmax [B] (``kernels/argmax.py``, which reads them
+        as they are: no float32 copy), the argmax launched dependently where the
+        forward's kernels are, so it launches while the lm_head GEMV runs."""
+        logits = self.model.logits_in_model_dtype(hidden)
+        pdl = self.dependent_launch and hidden.shape[0] <= PDL_MAX_TOKENS
+        return logits, argmax_rows(logits, pdl=pdl)
+
     def one_row_graph_seconds(
         self, context: int = TUNING_CONTEXT, replays: int = 20, reps: int = 3
     ) -> float:
-        """GPU seconds of one replay of a batch-1 decode graph captured now (it keeps the
-        launch configs the layers hold now), over a ``context``-token context (at most
-        ``max_model_len``, and at most the KV pool, whose first blocks it attends; median
-        of ``reps`` runs of ``replays``)."""
+        """GPU seconds of one replay of a batch-1 decode graph captured now as serving
+        captures it (the lm_head and argmax in it) with the launch configs the layers hold
+        now, over a ``context``-token context (at most ``max_model_len``, and at most the
+        KV pool, whose first blocks it attends; median of ``reps`` runs of ``replays``)."""
         pool_tokens = self.num_blocks * self.block_size
-        graphs = self.decode_graphs([1])
+        graphs = self.decode_graphs([1], head=True)
         graphs.capture()
         return graphs.replay_seconds(
             1, min(context, self.max_model_len, pool_tokens), replays, reps

@@ -51,3 +51,13 @@ def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:
 def dot_precision(dtype: torch.dtype) -> str:
     """``tl.dot`` input precision: exact IEEE for float32 operands (no silent TF32)."""
     return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def token_ids_out(out: torch.Tensor | None, n: int, device: torch.device) -> torch.Tensor:
+    """``out`` checked to be [n] int64 (``ValueError`` otherwise), or a new such tensor on
+    ``device``: where a kernel writes one token id per row."""
+    if out is None:
+        return torch.empty(n, dtype=torch.int64, device=device)
+    if out.shape != (n,) or out.dtype != torch.int64:
+        raise ValueError(f"out must be [{n}] int64")
+    return out

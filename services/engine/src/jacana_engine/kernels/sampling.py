@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from jacana_engine.kernels._common import token_ids_out
 from jacana_engine.kernels.sampling_filters import FilterPlan, filter_thresholds
 
 _BLOCK_V = 1024  # vocabulary entries per chunk
@@ -141,10 +142,7 @@ def sample(
     ):
         if t.shape != (n,):
             raise ValueError(f"{name} must be [{n}], got {tuple(t.shape)}")
-    if out is None:
-        out = torch.empty(n, dtype=torch.int64, device=logits.device)
-    elif out.shape != (n,) or out.dtype != torch.int64:
-        raise ValueError(f"out must be [{n}] int64")
+    out = token_ids_out(out, n, logits.device)
     if n == 0:
         return out
     plan = plan or FilterPlan(active=True, sort_width=vocab)

@@ -59,5 +59,12 @@ class CausalLM(Protocol):
         ...
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [N, hidden_size] -> logits [N, vocab_size] in float32."""
+        """hidden [N, hidden_size] -> logits [N, vocab_size] in float32: the float32 copy of
+        ``logits_in_model_dtype``."""
+        ...
+
+    def logits_in_model_dtype(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, hidden_size] -> logits [N, vocab_size] as the lm_head GEMM writes
+        them (the model dtype): what a decode graph keeps, and greedy decoding's argmax
+        reads without a float32 copy."""
         ...

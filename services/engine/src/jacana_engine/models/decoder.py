@@ -158,11 +158,15 @@ class DecoderForCausalLM(nn.Module):
         return self.model.norm.between(producer, x, residual, None, gated=True)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        # hidden: [N, hidden] -> [N, vocab] float32. An untied lm_head runs as the Linear
-        # it is, on the decode-GEMM tuner's pick for N rows where it made one.
+        # hidden: [N, hidden] -> [N, vocab] float32
+        return self.logits_in_model_dtype(hidden).float()
+
+    def logits_in_model_dtype(self, hidden: torch.Tensor) -> torch.Tensor:
+        # hidden: [N, hidden] -> [N, vocab] in the model dtype. An untied lm_head runs as
+        # the Linear it is, on the decode-GEMM tuner's pick for N rows where it made one.
         if self.lm_head is not None:
-            return self.lm_head(hidden).float()
-        return self.logits_gemm.linear(hidden, self.model.embed_tokens.weight, None).float()
+            return self.lm_head(hidden)
+        return self.logits_gemm.linear(hidden, self.model.embed_tokens.weight, None)
 
     def reset_buffers(self) -> None:
         """Recompute non-persistent buffers after ``to_empty``/dtype casts."""

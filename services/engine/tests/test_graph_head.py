@@ -1,0 +1,49 @@
+"""The head of the plain-decode graphs (``DecodeGraphs(head=...)``): the lm_head and the
+greedy argmax replay inside the graph, and give what running them after it gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def test_the_graph_head_writes_the_logits_and_tokens_of_its_hidden_states(peaked_qwen3):
+    """After greedy decoding with graphs (overlapped, so the tokens came from the graph's
+    own argmax), the last replay's head outputs equal the lm_head run on that replay's
+    hidden states, bit for bit, and their argmax; the outputs equal an eager engine's."""
+    from gpu_engines import small_cuda_engine
+
+    from jacana_engine.sampling_params import SamplingParams
+
+    graphs_on, eager = (
+        small_cuda_engine(str(peaked_qwen3), tokenizer=None, enforce_eager=e) for e in (False, True)
+    )
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in (7, 30, 61)]
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    assert graphs_on.generate(prompts, params) == eager.generate(prompts, params)
+    assert graphs_on.overlapped_steps_total > 0
+    runner, graphs = graphs_on.runner, graphs_on.runner.graphs
+    padded = graphs.padded_size(len(prompts))
+    logits, tokens = graphs.head_outputs(padded)
+    with torch.inference_mode():
+        expected = runner.model.logits_in_model_dtype(graphs.output(padded))
+    assert logits.shape == (padded, runner.model.config.vocab_size)
+    assert torch.equal(logits, expected)
+    assert torch.equal(tokens, expected.float().argmax(dim=-1))
+
+
+def test_graphs_for_timing_have_no_head(peaked_qwen3):
+    """The graphs a benchmark or the start-up search captures run the forward alone."""
+    from gpu_engines import small_cuda_engine
+
+    engine = small_cuda_engine(str(peaked_qwen3), tokenizer=None)
+    graphs = engine.runner.decode_graphs([1])
+    graphs.capture()
+    graphs.replay_seconds(1, 16, replays=2)
+    assert graphs.head_outputs(1) is None
