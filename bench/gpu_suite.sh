@@ -34,9 +34,9 @@
 # attention   the decode attention's GPU tests (with the dependent-launch and overlap ones)
 #             beside the random-Qwen3 parity test, then b1 of both models (~3 min)
 # head        the decode graphs' head (lm_head and greedy argmax captured in them): its GPU
-#             tests with the argmax kernel's, the dependent-launch and overlap ones, beside
-#             the random-Qwen3 parity test; then the #4 targets without the peer (8B b1,
-#             ttft1024, c64; 0.6B b1) (~7 min)
+#             tests with the argmax kernel's, the skinny GEMM's (lookahead configs), the
+#             dependent-launch and overlap ones, beside the random-Qwen3 parity test; then
+#             the #4 targets without the peer (8B and 0.6B: b1, ttft1024, c64) (~9 min)
 # split       the split-norm GPU tests (skinny_gemm), then Qwen3-8B and 0.6B b1 without
 #             and with split_norm on one tuning cache (~3 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
@@ -142,7 +142,7 @@ tests_beside_qwen3_parity() {  # $1: seconds at most; then the GPU test files to
   local seconds=$1
   shift
   parity_tests "$seconds" qwen3 >"$OUT/parity_tails.log" &
-  timeout "$seconds" "${PYTEST[@]}" -m gpu "$@" 2>&1 | tail -6
+  timeout "$seconds" "${PYTEST[@]}" -m "gpu and not slow" "$@" 2>&1 | tail -6
   wait
   cat "$OUT/parity_tails.log"
   end_leftovers
@@ -259,11 +259,12 @@ for phase in "$@"; do
     head)
       stamp "the decode graphs' head: its GPU tests and the random Qwen3's parity, side by side"
       tests_beside_qwen3_parity 200 services/engine/tests/kernels/test_argmax.py \
+        services/engine/tests/kernels/test_skinny_gemm.py \
         services/engine/tests/test_graph_head.py \
         services/engine/tests/test_dependent_launch.py \
         services/engine/tests/test_decode_overlap.py
       stamp "the #4 targets without the peer"
-      timeout 260 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+      timeout 320 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 \
         | grep -E "^\| qwen3-[0-9.]+b \| |decode GEMM" | tail -24
       ;;

@@ -29,7 +29,7 @@ TINY_LLAMA = {
 def small_cuda_engine(model: str, *, tokenizer: Any = "default", **config: Any) -> LLMEngine:
     """An engine on ``model`` in bfloat16 on CUDA with a 1 GiB KV pool, 1024-token
     sequences and 16 at a time, its one-row decode GEMMs left at the chain tuner's picks
-    (``tune_in_graph`` off: ~45 graph captures a start; the parity tests turn it on);
+    (``tune_in_graph`` off: ~100 graph captures a start; the parity tests turn it on);
     ``config`` overrides or adds ``EngineConfig`` fields, ``tokenizer=None`` runs on
     token ids alone."""
     settings = dict(

@@ -47,8 +47,15 @@ TOL = {torch.float32: (1e-6, 1e-5), torch.bfloat16: (3e-3, ONE_ULP)}
 TOL_BF16_TRUNCATED = (6e-3, 8e-3)  # the CPU interpreter truncates float32 -> bfloat16
 SMALL = [(1, 64, 40), (3, 200, 96), (16, 200, 40), (5, 64, 96), (16, 64, 96)]
 # candidate_configs' tiles: N not a multiple of BLOCK_N, K not a multiple of BLOCK_K
-# (1100: 3 steps of 512, 2 of 1024, 1 masked one of 2048)
-CANDIDATE_SHAPES = [(1, 40, 64), (1, 1100, 72), (1, 600, 200), (5, 1100, 40), (16, 96, 64)]
+# (1100: 3 steps of 512, 2 of 1024, 1 masked one of 2048; 3000: whole rows of 4096 too)
+CANDIDATE_SHAPES = [
+    (1, 40, 64),
+    (1, 1100, 72),
+    (1, 600, 200),
+    (1, 3000, 24),
+    (5, 1100, 40),
+    (16, 96, 64),
+]
 
 
 def _check(out, x, w, seed, checks, what) -> None:
@@ -172,6 +179,9 @@ def test_pdl_and_eviction_configs_give_the_bits_of_the_plain_ones(device, seed):
             for twin in (
                 dataclasses.replace(cfg, pdl=True),
                 dataclasses.replace(cfg, pdl=True, prefetch_tiles=2),
+                dataclasses.replace(cfg, lookahead=True),
+                dataclasses.replace(cfg, pdl=True, lookahead=True),
+                dataclasses.replace(cfg, pdl=True, prefetch_tiles=2, lookahead=True),
                 dataclasses.replace(cfg, weight_eviction="evict_first"),
             ):
                 got = _plain_gated_and_normed(gate_up, w, nw, residual, twin)
@@ -179,12 +189,16 @@ def test_pdl_and_eviction_configs_give_the_bits_of_the_plain_ones(device, seed):
                     assert torch.equal(got[kind], want[kind]), f"{kind} {twin} seed={seed}"
 
 
-def test_candidates_with_pdl_come_twice_and_one_row_ones_deeper(device):
+def test_candidates_with_pdl_come_twice_and_one_row_ones_deeper_and_ahead(device):
     plain = candidate_configs(1, 4096, 4096)
     dependent = [dataclasses.replace(c, pdl=True) for c in plain]
     deeper = [dataclasses.replace(c, prefetch_tiles=2) for c in dependent if c.block_k < 2048]
-    assert candidate_configs(1, 4096, 4096, pdl=True) == plain + dependent + deeper
+    ahead = [dataclasses.replace(c, lookahead=True) for c in dependent if c.block_k < 4096]
+    assert candidate_configs(1, 4096, 4096, pdl=True) == plain + dependent + deeper + ahead
     assert not any(c.pdl for c in plain) and deeper  # K=4096 holds 2+ tiles of 512, 1024
+    # whole rows (one tile of K) have no loop to run ahead in
+    assert {(c.block_n, c.block_k) for c in plain} >= {(1, 4096), (2, 4096)}
+    assert ahead and not any(c.lookahead for c in dependent + deeper)
     plain = candidate_configs(4, 4096, 4096)
     assert candidate_configs(4, 4096, 4096, pdl=True) == plain + [
         dataclasses.replace(c, pdl=True) for c in plain
@@ -337,9 +351,11 @@ def test_candidate_configs_rule():
         configs = candidate_configs(m, n, k)
         assert configs[0] == pick_config(m, n, k), (m, n, k)
         assert len(set(configs)) == len(configs), (m, n, k, configs)
-        assert len(configs) <= (8 if m == 1 else 2), (m, n, k, configs)
+        assert len(configs) <= (10 if m == 1 else 2), (m, n, k, configs)
         for cfg in configs:
-            assert cfg.block_k <= max(32, next_power_of_2(k)) and cfg.block_n >= 2, (m, n, k, cfg)
+            whole_row = cfg.block_k == next_power_of_2(k) > 2048
+            assert cfg.block_k <= max(32, next_power_of_2(k)), (m, n, k, cfg)
+            assert cfg.block_n >= (1 if whole_row else 2), (m, n, k, cfg)
             assert cfg.block_m >= m and cfg.use_dot == configs[0].use_dot
     # the sweep's winners at one row are among the candidates
     k, n = QWEN3_SHAPES["0.6B o"]

@@ -89,7 +89,7 @@ def compile_skinny(
         USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, NORM=0,
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
         W_EVICTION=cfg.weight_eviction, TAIL=0, BLOCK_TAIL=1,
-        L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces,
+        L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
     )  # fmt: skip
     floats = ("eps", "tail_eps")
     pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32"}

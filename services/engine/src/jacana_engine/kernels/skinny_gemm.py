@@ -71,6 +71,9 @@ _SUM_PRODUCTS = 8192  # BLOCK_M * BLOCK_N * BLOCK_K on the sum path (64 fp32/thr
 _ONE_ROW_TILES = (_SUM_PRODUCTS // 2, _SUM_PRODUCTS)
 _ONE_ROW_BLOCK_KS = (512, 1024, 2048)
 _MIN_CANDIDATE_BLOCK_N = 2
+# ... and rows whole, one tile a program (BLOCK_N 1 or 2), up to this K (its power of 2):
+# with PDL a resident program then holds all of its weight before the wait
+_WHOLE_ROW_MAX_K = 4096
 # The shapes it is measured on (tests, bench/skinny_gemm_gpu.py): (K, N) of Qwen3's
 # decoder linear layers.
 QWEN3_SHAPES = {
@@ -112,6 +115,11 @@ class SkinnyConfig:
     # ``l2_prefetch_bytes`` sets it on the tuner's picks). A launch's total, not a row's:
     # a fixed share a row asked 50 MB of L2 for the 8B gate_up at 2 KB a row, and was slower
     l2_prefetch_bytes: int = 0
+    # the loop keeps the weight tile after the one it multiplies in flight, the first of
+    # them loaded right after the PDL wait, before x: an HBM round trip no longer waits
+    # for x's L2 round trip, nor a tile for the one before it (two tiles in flight a
+    # program). The same sums in the same order: the same bits.
+    lookahead: bool = False
 
     def grid(self, n: int) -> tuple[int]:
         return (triton.cdiv(n, self.block_n),)
@@ -141,13 +149,16 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
     """Launch configs worth timing for x [m, k] @ weight[n, k].T, ``pick_config``'s first,
     no duplicates, each with BLOCK_K <= max(32, next_power_of_2(k)).
 
-    One row (6-7 configs): every BLOCK_N x BLOCK_K tile of 4096 or 8192 elements with
-    BLOCK_K in {512, 1024, 2048} (capped by K; BLOCK_N >= 2 and <= N's power of two).
-    More rows on the sum path: one alternative, pick_config's tile half as wide and twice
-    as deep (same registers per thread). The dot path: pick_config's alone (its tile
-    already sits at the shared-memory budget and BLOCK_N floor). With ``pdl`` each comes
-    twice, without and with programmatic dependent launch, and at one row the dependent
-    ones once more with two weight tiles prefetched (where K holds more than two)."""
+    One row (6-9 configs): every BLOCK_N x BLOCK_K tile of 4096 or 8192 elements with
+    BLOCK_K in {512, 1024, 2048} (capped by K; BLOCK_N >= 2 and <= N's power of two), and
+    where K's power of two is above 2048 and at most ``_WHOLE_ROW_MAX_K``, whole rows of
+    it (BLOCK_N 1 and 2). More rows on the sum path: one alternative, pick_config's tile
+    half as wide and twice as deep (same registers per thread). The dot path:
+    pick_config's alone (its tile already sits at the shared-memory budget and BLOCK_N
+    floor). With ``pdl`` each comes twice, without and with programmatic dependent
+    launch, and at one row the dependent ones once more with two weight tiles prefetched
+    (where K holds more than two), and once more with ``lookahead`` (where K holds more
+    than the one tile prefetched)."""
     picked = pick_config(m, n, k)
     k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
     n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
@@ -157,6 +168,8 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
             for block_k in _ONE_ROW_BLOCK_KS:
                 block_k = min(block_k, k_cap)
                 tiles.append((max(_MIN_CANDIDATE_BLOCK_N, min(n_cap, area // block_k)), block_k))
+        if max(_ONE_ROW_BLOCK_KS) < k_cap <= _WHOLE_ROW_MAX_K:
+            tiles += [(1, k_cap), (min(2, n_cap), k_cap)]
     elif not picked.use_dot and picked.block_k * 2 <= k_cap:
         tiles.append((max(_MIN_CANDIDATE_BLOCK_N, picked.block_n // 2), picked.block_k * 2))
     configs = [picked]
@@ -171,7 +184,12 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
             for cfg in dependent
             if m == 1 and 2 * cfg.block_k < k
         ]
-        configs += dependent + deeper
+        ahead = [  # one row: the loop a tile ahead where it has one to load
+            dataclasses.replace(cfg, lookahead=True)
+            for cfg in dependent
+            if m == 1 and cfg.block_k < k
+        ]
+        configs += dependent + deeper + ahead
     return configs
 
 
@@ -302,6 +320,7 @@ def _skinny_gemm_kernel(
     BLOCK_TAIL: tl.constexpr,  # TAIL == 1: next power of 2 of N; NORM == 3: of num_stats
     L2_BYTES: tl.constexpr = 0,  # PDL: bytes of each weight row after the PEEL tiles to L2
     L2_PIECES: tl.constexpr = 1,  # in this many bulk prefetches a row
+    LOOKAHEAD: tl.constexpr = False,  # the loop loads a weight tile ahead (SkinnyConfig)
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -322,6 +341,8 @@ def _skinny_gemm_kernel(
         prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES, L2_PIECES)
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
+    if LOOKAHEAD:  # the loop's first tile: on its way from HBM while x comes from L2
+        w_next = _w_tile(w_rows, PEEL * BLOCK_K + ks, n_mask, K, W_EVICTION)
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)  # stays unused without a norm
     if NORM == 3:
@@ -362,8 +383,13 @@ def _skinny_gemm_kernel(
         start = 2 * BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         k = k0 + ks
-        x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
-        w = _w_tile(w_rows, k, n_mask, K, W_EVICTION)
+        if LOOKAHEAD:  # the next tile asked for before this one is used (none past K)
+            w = w_next
+            w_next = _w_tile(w_rows, k + BLOCK_K, n_mask, K, W_EVICTION)
+            x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
+        else:
+            x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
+            w = _w_tile(w_rows, k, n_mask, K, W_EVICTION)
         acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
     if not USE_DOT:
         acc = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
@@ -589,6 +615,7 @@ def skinny_linear(
         BLOCK_TAIL=next_power_of_2(n if then_norm is not None else num_stats),
         L2_BYTES=l2_row_bytes,
         L2_PIECES=l2_pieces,
+        LOOKAHEAD=cfg.lookahead,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch,

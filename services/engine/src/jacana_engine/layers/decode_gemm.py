@@ -77,10 +77,12 @@ def tune_decode_gemms(
     (``layers/tuning_cache.py``) a shape timed before on this GPU and software is read
     back instead.
 
-    Cost: per shape and row count, 1 + C CUDA graphs (cuBLAS and C candidates: 6-7 at one
-    row, 1-2 above) of one call per layer of that shape, each replayed 1 + 3 times; for
-    Qwen3-8B at rows 1-16 that is ~200 graphs, ~5 s of start-up on an H200 with Triton's
-    compile cache warm (each distinct config compiles once, cached on disk after)."""
+    Cost: per shape and row count, 1 + C CUDA graphs (cuBLAS and C candidates: 6-9 at one
+    row, three to four times that with ``pdl``; 1-2 above) of one call per layer of that
+    shape, each replayed 1 + 3 times; for Qwen3-8B at rows 1-16 that was ~200 graphs,
+    ~5 s of start-up on an H200 with Triton's compile cache warm, before the one-row
+    lookahead and whole-row candidates (each distinct config compiles once, cached on
+    disk after)."""
     rows = list(rows)
     groups: dict[tuple, list[Linear]] = defaultdict(list)
     for module in model.modules():
@@ -394,7 +396,9 @@ def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str
 
 
 def config_label(cfg: SkinnyConfig) -> str:
-    """A launch config's name in the tuner's log and records, e.g. ``8x512 pdl+2``."""
+    """A launch config's name in the tuner's log and records, e.g. ``8x512 pdl+2``,
+    ``2x2048 pdl ahead``."""
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
     l2 = f" l2:{cfg.l2_prefetch_bytes}" if cfg.l2_prefetch_bytes else ""
-    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}"
+    ahead = " ahead" if cfg.lookahead else ""
+    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}{ahead}"
