@@ -85,22 +85,26 @@ def test_folded_rotation_equals_the_rope_kernel_then_attention(
 
 @pytest.mark.parametrize("folded", [False, True], ids=["cache-written", "folded"])
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_the_early_first_tile_keeps_the_bits(device, seed, paged_batch, folded, num_splits):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_early_first_tile_keeps_the_bits(device, seed, paged_batch, folded, num_splits, dtype):
     """Each split's first KV tile loaded before the wait (what dependent launches do,
     ``early_tile``) against the plain loop: the same output and cache, bit for bit, with
     the step's token in a split's first tile and in a later one (140 tokens are 3 tiles
-    of 64; one split walks them all), and a padded row."""
+    of 64; one split walks them all), a padded row of no tokens, and one of three whose
+    token is stored nowhere (a graph's padding: it attends what its slot held)."""
     n_heads, n_kv, head_dim = 8, 2, 32
-    seq_lens = [5, 70, 140, 1]
+    seq_lens = [5, 70, 140, 1, 3]
     batch = paged_batch([1] * len(seq_lens), seq_lens, block_size=16, n_kv=n_kv,
-                        head_dim=head_dim, dtype=torch.float32, device=device)  # fmt: skip
+                        head_dim=head_dim, dtype=dtype, device=device)  # fmt: skip
     lens = batch.seq_lens_t.clone()
     slots = batch.slot_mapping.clone()
     lens[3], slots[3] = 0, -1
+    slots[4] = -1
     q, k, v = (
-        torch.randn(len(seq_lens), n, head_dim, device=device) for n in (n_heads, n_kv, n_kv)
+        torch.randn(len(seq_lens), n, head_dim, device=device).to(dtype)
+        for n in (n_heads, n_kv, n_kv)
     )
-    norms = tuple(1 + 0.1 * torch.randn(head_dim, device=device) for _ in range(2))
+    norms = tuple((1 + 0.1 * torch.randn(head_dim, device=device)).to(dtype) for _ in range(2))
     positions = (batch.seq_lens_t - 1).clamp(min=0).long()
     table = _cos_sin(head_dim, device)
     results = []
@@ -121,6 +125,7 @@ def test_the_early_first_tile_keeps_the_bits(device, seed, paged_batch, folded, 
     assert torch.equal(got_cache, want_cache), f"seed={seed}"
     assert torch.equal(got, want), f"seed={seed}"
     assert got[:3].abs().sum(-1).gt(0).all() and not got[3].any(), f"seed={seed}"
+    assert got[4].abs().sum(-1).gt(0).all(), f"seed={seed}"
 
 
 def test_a_rotation_must_fit_its_call(device):
