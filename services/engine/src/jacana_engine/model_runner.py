@@ -29,7 +29,6 @@ from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
 from jacana_engine.decode_overlap import LaunchedStep
 from jacana_engine.device_sampling import DeviceSampler
-from jacana_engine.kernels.argmax import argmax_rows
 from jacana_engine.kv_cache import sizing
 from jacana_engine.layers.decode_gemm import (
     SKINNY_MAX_ROWS,
@@ -372,6 +371,8 @@ class ModelRunner:
         model dtype and their greedy argmax [B] (``kernels/argmax.py``, which reads them
         as they are: no float32 copy), the argmax launched dependently where the
         forward's kernels are, so it launches while the lm_head GEMV runs."""
+        from jacana_engine.kernels.argmax import argmax_rows  # Triton: CUDA builds only
+
         logits = self.model.logits_in_model_dtype(hidden)
         pdl = self.dependent_launch and hidden.shape[0] <= PDL_MAX_TOKENS
         return logits, argmax_rows(logits, pdl=pdl)
