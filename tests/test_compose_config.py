@@ -1,4 +1,4 @@
-"""docker-compose.yml and the service Dockerfiles: valid, healthchecked, non-root.
+"""docker-compose.yml and the Dockerfile's service targets: valid, healthchecked, non-root.
 
 With a compose binary on the machine (`docker compose` or `docker-compose`) the file is
 validated by it and the checks run on its normalized output; without one they run on the
@@ -19,6 +19,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
 GPU_OVERLAY = ROOT / "infra" / "compose.gpu.yml"
 
 
@@ -74,14 +75,25 @@ def config() -> dict:
 SERVICES = ["drafter", "engine", "embeddings", "gateway"]
 
 
-def test_every_service_builds_from_its_dockerfile(config):
+def test_every_service_builds_its_own_target_of_the_dockerfile(config):
     services = config["services"]
     assert set(SERVICES) <= services.keys()
     for name in SERVICES:
         build = services[name]["build"]
-        assert build["dockerfile"] == f"services/{name}/Dockerfile"
         assert (ROOT / build["context"]).resolve() == ROOT
-        assert (ROOT / build["dockerfile"]).is_file()
+        assert (ROOT / build["dockerfile"]).resolve() == DOCKERFILE
+        assert build["target"] == name
+        assert name in stages(DOCKERFILE.read_text())
+
+
+def stages(text: str) -> dict[str, str]:
+    """The Dockerfile's named stages: {name: its text from ``FROM`` to the next one}."""
+    found = {}
+    for part in re.split(r"(?m)^(?=FROM )", text):
+        named = re.match(r"FROM \S+ AS (\S+)", part)
+        if named:
+            found[named.group(1)] = part
+    return found
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -148,12 +160,19 @@ def test_gpu_overlay_merges():
 
 
 @pytest.mark.parametrize("name", SERVICES)
-def test_dockerfiles_drop_root_and_carry_the_probe(name):
-    text = (ROOT / "services" / name / "Dockerfile").read_text()
-    final_stage = re.split(r"(?m)^FROM ", text)[-1]
-    users = re.findall(r"(?m)^USER\s+(\S+)", final_stage)
+def test_service_targets_drop_root_and_carry_the_probe(name):
+    """Each service's target runs its own module as an unprivileged user, on the runtime
+    stage that carries the health probe, with the environment its build stage made."""
+    text = DOCKERFILE.read_text()
+    found = stages(text)
+    target = found[name]
+    assert re.match(r"FROM runtime AS ", target)
+    assert "scripts/healthcheck.py /usr/local/bin/jacana-healthcheck" in found["runtime"]
+    users = re.findall(r"(?m)^USER\s+(\S+)", target)
     assert users and is_non_root(users[-1])
-    assert "scripts/healthcheck.py /usr/local/bin/jacana-healthcheck" in final_stage
-    assert re.search(rf'(?m)^CMD \["python", "-m", "jacana_{name}"\]', final_stage)
+    assert f"COPY --from={name}-build /opt/jacana /opt/jacana" in target
+    assert f'CMD ["jacana-healthcheck", "{name}"]' in target
+    assert re.search(rf'(?m)^CMD \["python", "-m", "jacana_{name}"\]', target)
+    assert f"services/{name}/" in found[f"{name}-build"]
     for source in re.findall(r"(?m)^COPY (?!--from)(\S+)", text):
-        assert (ROOT / source).exists(), f"{name} Dockerfile copies missing {source}"
+        assert (ROOT / source).exists(), f"the Dockerfile copies missing {source}"
