@@ -26,7 +26,8 @@
 #             prefetched to L2 before its wait (l2_prefetch_bytes), every run on the same
 #             decode GEMM picks (one tuning cache) (~3 min)
 # picks       graph_picks_gpu.py: every one-row candidate config of each Qwen3-8B weight
-#             shape timed inside the batch-1 decode graph (coordinate descent; ~2 min)
+#             shape (and the lm_head) timed inside the batch-1 decode graph (coordinate
+#             descent; ~3 min)
 # ablation    graph_ablation_gpu.py: the 8B's batch-1 decode graph captured without its norms,
 #             its attention, each weight shape's GEMVs, or all but the GEMVs: what each kind
 #             of launch costs in the chain; then with one launch setting changed at a time

@@ -7,9 +7,10 @@ decode attention) or another shape's GEMV, and a dependent launch's early tiles 
 that kernel's latency differently. This tool times what a step takes instead: for each
 weight shape in the batch-1 decode graph, in the order the graph runs them, every
 one-row candidate (and cuBLAS) is set on all layers of that shape, a batch-1 graph is
-captured afresh and replayed over a real context length. Coordinate descent: the best
-of a shape is kept while the next shape is searched. The lm_head runs after the graph
-and is left as tuned. The engine runs this search at start-up (``tune_in_graph``,
+captured afresh (with the lm_head and the greedy argmax at its end, as serving captures
+it) and replayed over a real context length. Coordinate descent: the best of a shape is
+kept while the next shape is searched; the lm_head is the last shape. The engine runs
+this search at start-up (``tune_in_graph``,
 ``layers/graph_picks.py``; its engine here has it off, so the search starts from the
 chain's picks); this tool reports every timing of it.
 
@@ -58,7 +59,7 @@ def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, 
     # the search below starts from the chain's picks
     engine = one_row_engine(model_name, tune_in_graph=False)
     model, runner = engine.model, engine.runner
-    groups = shape_groups(model, exclude=(model.lm_head,))
+    groups = shape_groups(model)
     found = search_one_row(
         groups,
         lambda: runner.one_row_graph_seconds(context, replays, reps),

@@ -39,7 +39,8 @@ CUBLAS = None  # the choice "no skinny config at one row": the layer runs on cuB
 def shape_groups(model: nn.Module, exclude: tuple[nn.Module, ...] = ()) -> dict[str, list[Linear]]:
     """The model's ``Linear`` layers grouped by weight shape (and gated input), in the
     order the forward meets them: {label: [layers]}, labels as ``describe_decode_gemms``
-    writes them. ``exclude``: layers left out (the lm_head, outside the graph)."""
+    writes them. ``exclude``: layers left out (the lm_head, for a graph of the forward
+    alone)."""
     groups: dict[str, list[Linear]] = {}
     for module in model.modules():
         if isinstance(module, Linear) and not any(module is e for e in exclude):
