@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
@@ -282,6 +283,7 @@ class ModelRunner:
             backend.fold_rope = rope_folds_into_attention(config)
         self._graph_sizes: list[int] = []
         self.dependent_launch = False
+        self.tuning_seconds = 0.0  # the decode-GEMM tuners' share of the start-up
         if self.device.type != "cuda" or not getattr(backend, "graph_safe", False):
             return None
         self._graph_sizes = capture_sizes(
@@ -295,6 +297,7 @@ class ModelRunner:
         # before tuning and capture: both keep the launches they see
         self.dependent_launch = config.pdl and self._gpu_takes_dependent_launch()
         if config.decode_gemm == "auto":  # before capture: the graphs keep the chosen kernels
+            tuning_started = time.perf_counter()
             rows = {size * width for size in self._graph_sizes for width in widths}
             cache = TuningCache(config.tuning_cache) if config.tuning_cache else None
             tune_decode_gemms(
@@ -315,6 +318,8 @@ class ModelRunner:
                 )
             if config.l2_prefetch_bytes:  # onto the final one-row picks
                 prefetch_to_l2(self.model, config.l2_prefetch_bytes)
+            self.tuning_seconds = time.perf_counter() - tuning_started
+            log.info("decode GEMMs tuned in %.1f s", self.tuning_seconds)
         graphs = self.decode_graphs(self._graph_sizes, widths, head=True)
         graphs.capture()
         return graphs
