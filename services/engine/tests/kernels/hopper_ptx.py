@@ -13,7 +13,14 @@ Cases:
   each product to a bf16 multiply and fuses one into the subtraction;
 - ``skinny_pdl`` / ``skinny_pdl_l2``: the skinny GEMM at one row (8B o_proj's 8x1024,
   PDL, two tiles loaded before the wait), without and with 2 KB of each row prefetched to
-  L2 (``SkinnyConfig.l2_prefetch_bytes``).
+  L2 (``SkinnyConfig.l2_prefetch_bytes``);
+- ``skinny_2x2048`` / ``skinny_2x2048_ahead``: the 8B qkv's 2x2048 with PDL, without and
+  with ``lookahead``;
+- ``argmax_pdl``: the greedy argmax over bf16 logits, launched dependently.
+
+Beside the instruction counts, ``loads_before_wait`` and ``loads_after_wait`` count the
+PTX global loads before ``griddepcontrol.wait`` and between it and the first branch
+after it (what a program asks for before its first dependent round trip can return).
 """
 
 from __future__ import annotations
@@ -38,13 +45,26 @@ def _cast_rounding(x_ptr, cos_ptr, sin_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + i, (a - b).to(tl.bfloat16))
 
 
-INSTRUCTIONS = ("fma.rn.bf16", "cp.async.bulk.prefetch.L2")
+INSTRUCTIONS = ("fma.rn.bf16", "cp.async.bulk.prefetch.L2", "griddepcontrol.wait", "atom.")
+
+
+def _summary(kernel) -> dict:
+    """The instruction counts and the loads around the PDL wait (module docstring)."""
+    lines = kernel.asm["ptx"].splitlines()
+    counts = {name: ptx_count(kernel, name) for name in INSTRUCTIONS}
+    wait = next((i for i, line in enumerate(lines) if "griddepcontrol.wait" in line), None)
+    loads = [i for i, line in enumerate(lines) if "ld.global" in line]
+    if wait is not None:
+        branch = next((i for i in range(wait, len(lines)) if " bra " in lines[i]), len(lines))
+        counts["loads_before_wait"] = sum(i < wait for i in loads)
+        counts["loads_after_wait"] = sum(wait < i < branch for i in loads)
+    return counts
 
 
 def _counts(fn, constexprs: dict, pointers: dict, floats: tuple = (), divisible=()) -> dict:
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
     kernel = compile_for(fn, signature, constexprs, divisible=divisible, enable_fp_fusion=True)
-    return {name: ptx_count(kernel, name) for name in INSTRUCTIONS}
+    return _summary(kernel)
 
 
 def _folded_rotation(has_norm: bool) -> dict:
@@ -68,15 +88,31 @@ def _folded_rotation(has_norm: bool) -> dict:
 
 
 def _skinny(l2_bytes: int) -> dict:
-    from jacana_engine.kernels.offline_compile import compile_skinny
     from jacana_engine.kernels.skinny_gemm import SkinnyConfig
 
-    cfg = SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2, l2_prefetch_bytes=l2_bytes)
-    kernel = compile_skinny(cfg)
-    return {name: ptx_count(kernel, name) for name in INSTRUCTIONS}
+    return _skinny_config(
+        SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2, l2_prefetch_bytes=l2_bytes)
+    )
+
+
+def _skinny_config(cfg, shape: tuple[int, int] = (4096, 4096)) -> dict:
+    from jacana_engine.kernels.offline_compile import compile_skinny
+
+    return _summary(compile_skinny(cfg, shape=shape))
+
+
+def _argmax() -> dict:
+    from jacana_engine.kernels import argmax
+
+    pointers = {"x_ptr": "*bf16", "out_ptr": "*i64", "best_ptr": "*fp32",
+                "index_ptr": "*i32", "counter_ptr": "*i32"}  # fmt: skip
+    constexprs = dict(NUM_SPANS=75, SPAN=argmax.SPAN, MERGE=128, PDL=True)  # 151936 / 2048
+    return _counts(argmax._argmax_kernel, constexprs, pointers)
 
 
 def main() -> None:
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+
     counts = {
         "folded_rotation": _folded_rotation(False),
         "folded_rotation_qk_norm": _folded_rotation(True),
@@ -84,6 +120,11 @@ def main() -> None:
                                                                   "sin_ptr": "*fp32"}),
         "skinny_pdl": _skinny(0),
         "skinny_pdl_l2": _skinny(8 << 20),  # 2 KB of each 8 KB row of a 4096 x 4096 weight
+        "skinny_2x2048": _skinny_config(SkinnyConfig(1, 2, 2048, False, pdl=True), (6144, 4096)),
+        "skinny_2x2048_ahead": _skinny_config(
+            SkinnyConfig(1, 2, 2048, False, pdl=True, lookahead=True), (6144, 4096)
+        ),
+        "argmax_pdl": _argmax(),
     }  # fmt: skip
     print(json.dumps(counts))
 

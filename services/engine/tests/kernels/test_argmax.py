@@ -77,6 +77,17 @@ def test_counters_are_ready_for_the_next_launch_and_out_is_written():
         assert all(int(c.abs().sum()) == 0 for c in held_counters(COUNTERS, x.device))
 
 
+def test_compiles_for_hopper_reading_the_logits_only_after_the_wait():
+    """Compiled for sm90 here (no GPU needed), launched dependently: no global load before
+    ``griddepcontrol.wait`` (the logits are the GEMV's before it), and one atomic, the
+    row's arrival."""
+    from hopper_codegen import hopper_ptx_counts
+
+    counts = hopper_ptx_counts()["argmax_pdl"]
+    assert counts["griddepcontrol.wait"] == 1 and counts["loads_before_wait"] == 0, counts
+    assert counts["atom."] == 1 and counts["loads_after_wait"] >= 1, counts
+
+
 def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="must be \\[M, V\\]"):
         argmax_rows(torch.zeros(3))

@@ -1116,6 +1116,18 @@ def test_l2_prefetch_compiles_to_one_bulk_prefetch_per_thread_for_hopper():
     assert counts["skinny_pdl_l2"] >= 1 and counts["skinny_pdl"] == 0, counts
 
 
+def test_lookahead_asks_for_the_next_tile_right_after_the_wait_for_hopper():
+    """``SkinnyConfig.lookahead`` compiled for sm90 (the 8B qkv's 2x2048, PDL): the same
+    loads before the wait (the prefetched tile), and after it the loop's first weight
+    tile beside x, before the first branch; without it only x's tile is asked for there."""
+    from hopper_codegen import hopper_ptx_counts
+
+    counts = hopper_ptx_counts()
+    plain, ahead = counts["skinny_2x2048"], counts["skinny_2x2048_ahead"]
+    assert plain["loads_before_wait"] == ahead["loads_before_wait"] > 0, counts
+    assert ahead["loads_after_wait"] == plain["loads_after_wait"] + plain["loads_before_wait"]
+
+
 def _l2(total: int, *, tiles: int = 1, pdl: bool = True) -> SkinnyConfig:
     return SkinnyConfig(1, 8, 1024, False, pdl=pdl, prefetch_tiles=tiles, l2_prefetch_bytes=total)
 
