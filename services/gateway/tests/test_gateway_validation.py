@@ -353,6 +353,7 @@ SURROGATE_PLACES = [
         '{{"model": "test-model{s}", "messages": [{{"role": "user", "content": "hi"}}]}}',
         "model",
     ),
+    (COMPLETIONS, '{{"model": "test-model", "prompt": "hi", "{s}": 1}}', None),  # a key
     (COMPLETIONS, '{{"model": "test-model", "prompt": "{s}"}}', "prompt"),
     (COMPLETIONS, '{{"model": "test-model", "prompt": ["ok", "{s}"]}}', "prompt[1]"),
     ("/v1/embeddings", '{{"model": "test-model", "input": ["ok", "{s}"]}}', "input[1]"),

@@ -28,7 +28,10 @@ def lone_surrogate_at(value: Any, loc: tuple = ()) -> tuple | None:
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            found = lone_surrogate_at(key, loc) or lone_surrogate_at(item, (*loc, key))
+            # not ``or``: a key at the top level is found at (), which is falsy
+            found = lone_surrogate_at(key, loc)
+            if found is None:
+                found = lone_surrogate_at(item, (*loc, key))
             if found is not None:
                 return found
     elif isinstance(value, list):
