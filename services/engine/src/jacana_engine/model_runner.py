@@ -383,14 +383,15 @@ class ModelRunner:
         return logits, argmax_rows(logits, pdl=pdl)
 
     def one_row_graph_seconds(
-        self, context: int = TUNING_CONTEXT, replays: int = 20, reps: int = 3
+        self, context: int = TUNING_CONTEXT, replays: int = 20, reps: int = 3, head: bool = True
     ) -> float:
-        """GPU seconds of one replay of a batch-1 decode graph captured now as serving
-        captures it (the lm_head and argmax in it) with the launch configs the layers hold
-        now, over a ``context``-token context (at most ``max_model_len``, and at most the
-        KV pool, whose first blocks it attends; median of ``reps`` runs of ``replays``)."""
+        """GPU seconds of one replay of a batch-1 decode graph captured now with the
+        launch configs the layers hold now, over a ``context``-token context (at most
+        ``max_model_len``, and at most the KV pool, whose first blocks it attends; median
+        of ``reps`` runs of ``replays``). ``head``: the lm_head and argmax in it, as
+        serving captures it; off, the forward alone (the layers' launches only)."""
         pool_tokens = self.num_blocks * self.block_size
-        graphs = self.decode_graphs([1], head=True)
+        graphs = self.decode_graphs([1], head=head)
         graphs.capture()
         return graphs.replay_seconds(
             1, min(context, self.max_model_len, pool_tokens), replays, reps
