@@ -118,8 +118,7 @@ class DecodeStaging:
         self._bytes64 = 4 * self.rows * 8
         size = self._bytes64 + max_batch * (1 + max_blocks) * 4
         self.host = torch.zeros(size, dtype=torch.uint8, pin_memory=pin)
-        self.host64 = self.host[: self._bytes64].view(torch.int64)  # [4 * N]
-        self.host32 = self.host[self._bytes64 :].view(torch.int32)  # [max_batch * (1 + max_blocks)]
+        self.host64, self.host32 = self.views(self.host)
         self._i64 = self.host64.numpy()
         self._i32 = self.host32.numpy()
         self._tables = self._i32[max_batch:].reshape(max_batch, max_blocks)
@@ -128,6 +127,11 @@ class DecodeStaging:
         self._row_seq: list[object] = [None] * max_batch
         self._row_epoch = [0] * max_batch
         self._row_written = [0] * max_batch
+
+    def views(self, buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(int64 [4 * N], int32 [max_batch * (1 + max_blocks)]) views of a uint8 buffer
+        laid out as ``host`` (``host`` itself, or its device mirror)."""
+        return buffer[: self._bytes64].view(torch.int64), buffer[self._bytes64 :].view(torch.int32)
 
     def step_bytes(self, padded: int) -> int:
         """The leading bytes of ``host`` a step of ``padded`` sequences reads: all of
@@ -244,8 +248,7 @@ class DecodeGraphs:
         )
         # Device mirror of the staging buffer (layout: DecodeStaging), and its two views.
         self._dev = self.staging.host.to(device)
-        self._dev64 = self._dev[: self.staging.host64.numel() * 8].view(torch.int64)
-        self._dev32 = self._dev[self.staging.host64.numel() * 8 :].view(torch.int32)
+        self._dev64, self._dev32 = self.staging.views(self._dev)
         # query_start_loc per width: [n + 1] = 0, q, 2q, ...
         self._query_start = {
             q: torch.arange(0, n * q + 1, q, dtype=torch.int32, device=device)

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 
-def call_seconds(call: Callable[[], object], calls: int = 1) -> float:
-    """Seconds of GPU time per ``call()`` (which only queues GPU work): ``calls`` calls
-    between two CUDA events (the device's clock, not the host's); waits for them."""
+def replay_seconds(graph: torch.cuda.CUDAGraph, replays: int = 1) -> float:
+    """Seconds of GPU time per replay of ``graph``: ``replays`` replays between two CUDA
+    events (the device's clock, not the host's); waits for them to finish."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for _ in range(calls):
-        call()
+    for _ in range(replays):
+        graph.replay()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / 1e3 / calls
-
-
-def replay_seconds(graph: torch.cuda.CUDAGraph, replays: int = 1) -> float:
-    """Seconds of GPU time per replay of ``graph`` (:func:`call_seconds`)."""
-    return call_seconds(graph.replay, replays)
+    return start.elapsed_time(end) / 1e3 / replays
