@@ -40,6 +40,11 @@
 #             the #4 targets without the peer (8B and 0.6B: b1, ttft1024, c64) (~9 min)
 # split       the split-norm GPU tests (skinny_gemm), then Qwen3-8B and 0.6B b1 without
 #             and with split_norm on one tuning cache (~3 min)
+# prefill     the prefill attention's GPU tests and its launch settings at 8B head shapes
+#             (prefill_attention_gpu.py); then prefill_host_gpu.py: one 1024-token prompt's
+#             TTFT on Qwen3-0.6B and 8B (cuBLAS decode GEMMs, no tuning), its profiled GPU
+#             timeline (busy, idle, host-late gaps) and the host functions that took the
+#             most time under cProfile (~2 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -281,6 +286,16 @@ for phase in "$@"; do
           --name "offline_b1_$split" --out "$OUT" 2>&1 \
           | grep -E "^\| qwen3-[0-9.]+b \| b1 \| tpot|split over|graph GPU|^\| qwen3-[0-9.]+b \| [0-9]" | tail -8
       done
+      ;;
+    prefill)
+      stamp "prefill attention: its GPU tests, then its launch settings (prefill_attention_gpu.py)"
+      timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_attention.py \
+        -k prefill 2>&1 | tail -3
+      timeout 120 python3 bench/prefill_attention_gpu.py --out "$OUT" 2>&1 | tail -20
+      stamp "one 1024-token prompt: TTFT, its GPU timeline and host profile (prefill_host_gpu.py)"
+      timeout 300 python3 bench/prefill_host_gpu.py --model qwen3-0.6b --model qwen3-8b \
+        --no-hf --decode-gemm torch --reps 5 --out "$OUT" 2>&1 | grep -v "^\[transformers\]" \
+        | grep -v " INFO " | tail -150
       ;;
     timeline)
       stamp "8B b1 with its profiled step timeline"

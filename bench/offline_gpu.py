@@ -414,8 +414,10 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def engine_parser(description: str) -> argparse.ArgumentParser:
+    """The engine and output options (``build_engine`` reads them), shared with the other
+    in-process GPU benchmarks; ``--model`` may repeat."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", action="append", required=True)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-hf", action="store_true")
@@ -460,6 +462,11 @@ def main() -> None:
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--device", default="cuda")
+    return parser
+
+
+def main() -> None:
+    parser = engine_parser(__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--name", default="offline_gpu")
     args = parser.parse_args()

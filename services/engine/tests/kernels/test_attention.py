@@ -93,6 +93,7 @@ def _check_prefill(
     head_dim,
     block_size,
     dtype,
+    block_m=None,
 ):
     batch = paged_batch(
         query_lens,
@@ -119,6 +120,7 @@ def _check_prefill(
         scale,
         max_query_len=max(query_lens),
         out=out,
+        block_m=block_m,
     )
     # float32 for the GPU sizes, whose float64 score matrices would not fit
     compute = torch.float64 if tokens < 4096 else torch.float32
@@ -171,7 +173,10 @@ def test_decode_small(
     "n_heads,n_kv,head_dim,block_size",
     [(8, 2, 64, 16), (7, 1, 48, 8)],  # GQA 4; group 7 (rows not a power of 2) + odd head_dim
 )
-def test_prefill_small(device, seed, checks, paged_batch, n_heads, n_kv, head_dim, block_size):
+@pytest.mark.parametrize("block_m", [None, 128])  # None: these small grids take 64 rows
+def test_prefill_small(
+    device, seed, checks, paged_batch, n_heads, n_kv, head_dim, block_size, block_m
+):
     # plain prefill, chunked prefill after a cached prefix, a decode row, a long chunk
     query_lens = [23, 17, 1, 70]
     contexts = [0, random.randint(1, 90), random.randint(0, 150), random.randint(0, 40)]
@@ -189,6 +194,29 @@ def test_prefill_small(device, seed, checks, paged_batch, n_heads, n_kv, head_di
             head_dim=head_dim,
             block_size=block_size,
             dtype=dtype,
+            block_m=block_m,
+        )
+
+
+def test_prefill_block_m_follows_the_grid_size():
+    """Qwen3-8B heads (group 4, 8 KV heads) on an H200's 132 SMs: one 1024-token prompt
+    (256 programs at 128 rows) takes 64 rows a program, four 2048-token prompts (2,048)
+    keep 128; a group wider than the small tile keeps a whole group a program."""
+    from jacana_engine.kernels.prefill_attention import choose_block_m
+
+    assert choose_block_m(1, 1024, 4, 8, 132) == 64
+    assert choose_block_m(4, 2048, 4, 8, 132) == 128
+    assert choose_block_m(1, 1024, 128, 1, 132) == 128
+    with pytest.raises(ValueError, match="power of two"):
+        paged_prefill_attention(
+            torch.zeros(4, 8, 16),
+            torch.zeros(2, 2, 16, 2, 16),
+            torch.tensor([0, 4], dtype=torch.int32),
+            torch.tensor([4], dtype=torch.int32),
+            torch.zeros(1, 1, dtype=torch.int32),
+            0.25,
+            max_query_len=4,
+            block_m=2,
         )
 
 

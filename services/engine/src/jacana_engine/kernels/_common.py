@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
 def next_power_of_2(n: int) -> int:
     """Smallest power of two >= n (and >= 1)."""
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+@functools.lru_cache(maxsize=8)
+def num_sms(device: torch.device) -> int:
+    """The device's streaming multiprocessors (8 off CUDA, for the interpreter's tests)."""
+    if device.type != "cuda":
+        return 8
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def check_kv_cache(kv_cache: torch.Tensor, n_kv_heads: int, head_dim: int) -> None:

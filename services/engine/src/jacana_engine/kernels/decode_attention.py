@@ -37,7 +37,6 @@ Partials are float32 scratch allocated per call; the caller owns the output and 
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
@@ -51,6 +50,7 @@ from jacana_engine.kernels._common import (
     check_last_dim_contiguous,
     dot_precision,
     next_power_of_2,
+    num_sms,
 )
 from jacana_engine.kernels._online_softmax import online_softmax_step
 from jacana_engine.kernels._pdl import (
@@ -425,13 +425,6 @@ def _decode_reduce_kernel(
     )
 
 
-@functools.lru_cache(maxsize=8)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 8
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 class DecodeRotation(NamedTuple):
     """The rope kernel's work that ``paged_decode_attention(rotation=...)`` does in its own
     launch before attending (one launch fewer per layer and decode step): the optional
@@ -501,7 +494,7 @@ def choose_num_splits(
     (On an H200 at batch 64 x 8 KV heads, one split already streams the cache at ~4.4
     TB/s; more only add the merge.)"""
     programs = max(1, batch * num_kv_heads)
-    want = -(-2 * _num_sms(torch.device(device)) // programs)
+    want = -(-2 * num_sms(torch.device(device)) // programs)
     by_length = max(1, -(-max_seq_len // _BLOCK_N) // 2)
     return max(1, min(want, by_length, _MAX_SPLITS))
 
