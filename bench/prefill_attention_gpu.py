@@ -67,8 +67,9 @@ def make_case(seqs: int, new: int, prefix: int, device: str, heads=(32, 8, 128),
     return (q, kv, qsl, seq_lens, tables), new, flops
 
 
-def time_calls(fn, calls: int, reps: int, device: str) -> float:
-    """Median seconds per call."""
+def time_calls(fn, calls: int, reps: int, device: str, warm_s: float = 0.2) -> float:
+    """Median seconds per call, after ``warm_s`` of calls (on a GPU): the first config
+    timed on a fresh machine otherwise reads up to a quarter slower while clocks settle."""
     import torch
 
     fn()
@@ -77,6 +78,10 @@ def time_calls(fn, calls: int, reps: int, device: str) -> float:
         fn()
         return time.perf_counter() - t0
     torch.cuda.synchronize()
+    end_warm = time.perf_counter() + warm_s
+    while time.perf_counter() < end_warm:
+        fn()
+        torch.cuda.synchronize()
     samples = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -93,7 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
