@@ -414,6 +414,19 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def bench_each_model(doc: dict[str, Any], args: argparse.Namespace, bench, render) -> None:
+    """``doc["models"][m] = bench(m, args)`` for each ``--model``, writing
+    ``<out>/<name>.json`` after each (a later model's failure keeps the earlier ones),
+    then ``render(doc)`` to ``<name>.md`` and stdout."""
+    for model in args.model:
+        doc["models"][model] = bench(model, args)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    table = render(doc)
+    (args.out / f"{args.name}.md").write_text(table + "\n")
+    print(table)
+
+
 def engine_parser(description: str) -> argparse.ArgumentParser:
     """The engine and output options (``build_engine`` reads them), shared with the other
     in-process GPU benchmarks; ``--model`` may repeat."""
@@ -490,13 +503,7 @@ def main() -> None:
         },
         "models": {},
     }
-    for model in args.model:
-        doc["models"][model] = bench_model(model, args)
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
-    table = render(doc)
-    (args.out / f"{args.name}.md").write_text(table + "\n")
-    print(table)
+    bench_each_model(doc, args, bench_model, render)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import cProfile
 import io
-import json
 import pstats
 import tempfile
 from pathlib import Path
@@ -26,7 +25,14 @@ from typing import Any
 
 import step_timeline as timeline
 from common import environment, fmt_spread, random_prompts, spread
-from offline_gpu import StepParts, _sync, build_engine, engine_parser, run_closed_loop
+from offline_gpu import (
+    StepParts,
+    _sync,
+    bench_each_model,
+    build_engine,
+    engine_parser,
+    run_closed_loop,
+)
 
 
 def profiled_timeline(engine, prompt: list[int]) -> dict[str, Any]:
@@ -118,13 +124,7 @@ def main() -> None:
         "decode_gemm": args.decode_gemm,
         "models": {},
     }
-    for model in args.model:
-        doc["models"][model] = bench_model(model, args)
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
-    table = render(doc)
-    (args.out / f"{args.name}.md").write_text(table + "\n")
-    print(table)
+    bench_each_model(doc, args, bench_model, render)
 
 
 if __name__ == "__main__":

@@ -73,3 +73,20 @@ def test_reads_a_chrome_trace_file_and_renders(tmp_path):
 def test_a_trace_without_gpu_activity():
     s = step_timeline.summarize([_host("cudaGraphLaunch", 0, 5, 1)])
     assert s == {"steps": 1, "busy_us": 0.0, "idle_us": 0.0, "gaps": [], "outside_graphs": []}
+
+
+def test_a_prefill_alone_is_one_step_from_its_first_activity():
+    """Without graph launches (a prefill and its first token, as ``prefill_host_gpu.py``
+    profiles) the window opens at the first GPU activity and counts as one step."""
+    events = [
+        _host("cudaLaunchKernel", 0, 5, 1),
+        _gpu("gather", 10, 5, 1),
+        _host("cudaLaunchKernel", 5, 30, 2),  # returns at 35: the norm waits 20 on the host
+        _gpu("norm", 35, 10, 2),
+    ]
+    s = step_timeline.summarize(events)
+    assert s["steps"] == 1
+    assert s["busy_us"] == pytest.approx(15.0)
+    assert s["idle_us"] == pytest.approx(20.0)
+    assert s["gaps"][0]["host_late_us_per_step"] == pytest.approx(20.0)
+    assert {r["name"] for r in s["outside_graphs"]} == {"gather", "norm"}
