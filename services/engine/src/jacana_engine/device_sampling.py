@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from jacana_engine.host_to_device import to_device
 from jacana_engine.sampling_params import SamplingParams
 
 # Fields the kernel implements or that do not touch the logits.
@@ -80,11 +81,8 @@ class DeviceSampler:
         min_p = [p.min_p for p in params]
         seeds = [request_seed(p, g) for p, g in zip(params, generators, strict=True)]
         plan = self._plan(temperature, top_k, top_p, min_p, self.vocab_size)
-        floats = torch.tensor([temperature, top_p, min_p], dtype=torch.float32)
-        ints = torch.tensor([top_k, seeds, list(steps)], dtype=torch.int64)
-        if device.type == "cuda":  # pinned: the copies queue without waiting for the device
-            floats, ints = floats.pin_memory(), ints.pin_memory()
-        floats, ints = floats.to(device, non_blocking=True), ints.to(device, non_blocking=True)
+        floats = to_device(torch.tensor([temperature, top_p, min_p], dtype=torch.float32), device)
+        ints = to_device(torch.tensor([top_k, seeds, list(steps)], dtype=torch.int64), device)
         return self._sample(
             logits.float(),
             floats[0],

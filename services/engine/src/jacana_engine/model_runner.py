@@ -30,6 +30,7 @@ from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
 from jacana_engine.decode_overlap import LaunchedStep
 from jacana_engine.device_sampling import DeviceSampler
+from jacana_engine.host_to_device import index_on, to_device
 from jacana_engine.kv_cache import sizing
 from jacana_engine.layers.decode_gemm import (
     SKINNY_MAX_ROWS,
@@ -220,7 +221,7 @@ class ModelRunner:
         else:  # the row of each sampling chunk's last token
             head = None  # the graph's logits are every row's
             rows = [query_start[i + 1] - 1 for i, s in enumerate(scheduled) if s.samples]
-            last = hidden[torch.tensor(rows, device=self.device)]  # [N, hidden]
+            last = hidden[index_on(rows, self.device)]  # [N, hidden]
         logits = self._logits(head, last)  # [N, vocab] float32
         out = self._sample(logits, sampling)
         out.verified = verified
@@ -419,14 +420,11 @@ class ModelRunner:
             size = padded_size(self._graph_sizes, num_tokens)
             if size is not None:
                 meta = dataclasses.replace(meta, decode_num_splits=self._decode_splits(size))
-        non_blocking = self.device.type == "cuda"
-        input_ids = batch.input_ids.to(self.device, non_blocking=non_blocking)
+        input_ids = to_device(batch.input_ids, self.device)
         if token_patch is not None:
             token_patch(input_ids)
         return self._run_model(
-            input_ids,
-            batch.positions.to(self.device, non_blocking=non_blocking),
-            meta.to(self.device),
+            input_ids, to_device(batch.positions, self.device), meta.to(self.device)
         )
 
     def _sample(self, logits: torch.Tensor, sampling: list) -> StepOutput:
@@ -444,10 +442,10 @@ class ModelRunner:
             return StepOutput(out.token_ids.tolist(), out.logprobs)
         n = len(sampling)
         logprobs: list[TokenLogprob | None] = [None] * n
-        fast_rows = torch.tensor(fast, device=logits.device)
-        fast_logits = logits if len(fast) == n else logits[fast_rows]  # [F, V]
+        fast_rows = index_on(fast, logits.device) if len(fast) < n else None
+        fast_logits = logits if fast_rows is None else logits[fast_rows]  # [F, V]
         wanted = [j for j, i in enumerate(fast) if sampling[i].sampling_params.logprobs is not None]
-        wanted_rows = torch.tensor(wanted, device=logits.device) if wanted else None
+        wanted_rows = index_on(wanted, logits.device) if wanted else None
         raw = fast_logits[wanted_rows] if wanted_rows is not None else None  # copy, pre-kernel
         fast_ids = self._sample_on_device(fast_logits, [sampling[i] for i in fast])  # [F]
         if raw is not None:
@@ -459,7 +457,7 @@ class ModelRunner:
             return StepOutput(fast_ids.tolist(), logprobs)
         fast_set = set(fast)
         slow = [i for i in range(n) if i not in fast_set]
-        slow_rows = torch.tensor(slow, device=logits.device)
+        slow_rows = index_on(slow, logits.device)
         out = self.sampler.forward(
             logits[slow_rows], [sampling[i] for i in slow], [generators[i] for i in slow]
         )
