@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from jacana_engine.host_to_device import to_device
-
 
 @dataclass
 class AttentionMetadata:
@@ -61,14 +59,11 @@ class AttentionMetadata:
         return max(self.seq_lens_cpu, default=0)
 
     def to(self, device: torch.device | str) -> AttentionMetadata:
-        """The same metadata with its tensors on ``device`` (``host_to_device.to_device``:
-        on CUDA the copies queue behind a step still in flight instead of waiting)."""
-        device = torch.device(device)
         return AttentionMetadata(
-            query_start_loc=to_device(self.query_start_loc, device),
-            seq_lens=to_device(self.seq_lens, device),
-            block_tables=to_device(self.block_tables, device),
-            slot_mapping=to_device(self.slot_mapping, device),
+            query_start_loc=self.query_start_loc.to(device, non_blocking=True),
+            seq_lens=self.seq_lens.to(device, non_blocking=True),
+            block_tables=self.block_tables.to(device, non_blocking=True),
+            slot_mapping=self.slot_mapping.to(device, non_blocking=True),
             query_lens_cpu=self.query_lens_cpu,
             seq_lens_cpu=self.seq_lens_cpu,
             block_size=self.block_size,
