@@ -45,6 +45,9 @@
 #             TTFT on Qwen3-0.6B and 8B (cuBLAS decode GEMMs, no tuning), its profiled GPU
 #             timeline (busy, idle, host-late gaps) and the host functions that took the
 #             most time under cProfile (~2 min)
+# prefillgraphs  the one-sequence prefill graphs' GPU tests, then b1 and ttft1024 of both
+#             models (5 reps) without and with prefill_graph_tokens=2048, on one tuning
+#             cache (~5 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -296,6 +299,19 @@ for phase in "$@"; do
       timeout 300 python3 bench/prefill_host_gpu.py --model qwen3-0.6b --model qwen3-8b \
         --no-hf --decode-gemm torch --reps 5 --out "$OUT" 2>&1 | grep -v "^\[transformers\]" \
         | grep -v " INFO " | tail -150
+      ;;
+    prefillgraphs)
+      stamp "one-sequence prefill graphs: their GPU tests"
+      timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/test_prefill_graphs.py 2>&1 | tail -4
+      # one tuning cache: both runs decode on the same picks, only the prefill differs
+      rm -f /tmp/jacana-prefill-tuning.json
+      for tokens in 0 2048; do
+        stamp "b1 and ttft1024 with prefill_graph_tokens=$tokens"
+        timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+          --workloads b1 ttft1024 --prefill-graph-tokens $tokens --reps 5 \
+          --tuning-cache /tmp/jacana-prefill-tuning.json --name "offline_prefill_graphs_$tokens" \
+          --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| (b1|ttft1024) \|" | tail -12
+      done
       ;;
     timeline)
       stamp "8B b1 with its profiled step timeline"

@@ -93,6 +93,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         tuning_cache=args.tuning_cache,
         pdl=not args.no_pdl,
         overlap_decode=not args.serial,
+        prefill_graph_tokens=args.prefill_graph_tokens,
         seed=1,
     )
     _sync()
@@ -471,6 +472,12 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
         help="EngineConfig.tuning_cache: runs sharing one file run the same decode GEMM picks "
         "(default: timed at every start)",
     )
+    parser.add_argument(
+        "--prefill-graph-tokens",
+        type=int,
+        default=0,
+        help="EngineConfig.prefill_graph_tokens (one-sequence prefill graphs; 0: off)",
+    )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -500,6 +507,7 @@ def main() -> None:
             "pdl": not args.no_pdl,
             "overlap_decode": not args.serial,
             "tuning_cache": args.tuning_cache,
+            "prefill_graph_tokens": args.prefill_graph_tokens,
         },
         "models": {},
     }

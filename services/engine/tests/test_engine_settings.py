@@ -17,11 +17,13 @@ def test_env_reaches_the_engine_config(monkeypatch):
     monkeypatch.setenv("JACANA_ENGINE_L2_PREFETCH_BYTES", "4096")
     monkeypatch.setenv("JACANA_ENGINE_SPLIT_NORM", "true")
     monkeypatch.setenv("JACANA_ENGINE_TUNE_IN_GRAPH", "false")
+    monkeypatch.setenv("JACANA_ENGINE_PREFILL_GRAPH_TOKENS", "1024")
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (4, "torch")
     assert (config.fuse_norm_gemm, config.pdl, config.fuse_rope_attention) == (True, False, False)
     assert config.l2_prefetch_bytes == 4096
     assert (config.split_norm, config.tune_in_graph) == (True, False)
+    assert config.prefill_graph_tokens == 1024
 
 
 def test_defaults_stream_per_token_time_the_decode_gemms_launch_dependently_fold_rope():
@@ -30,6 +32,7 @@ def test_defaults_stream_per_token_time_the_decode_gemms_launch_dependently_fold
     assert (config.fuse_norm_gemm, config.pdl, config.fuse_rope_attention) == (False, True, True)
     assert config.l2_prefetch_bytes == 0
     assert (config.split_norm, config.tune_in_graph) == (False, True)
+    assert config.prefill_graph_tokens == 0
     assert config.tuning_cache == "~/.cache/jacana/decode_gemm_tuning.json"
 
 
@@ -39,7 +42,9 @@ def test_an_empty_tuning_cache_setting_times_at_every_start(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "name,value", [("STREAM_INTERVAL", "0"), ("DECODE_GEMM", "skinny")]
+    "name,value",
+    [("STREAM_INTERVAL", "0"), ("DECODE_GEMM", "skinny"), ("PREFILL_GRAPH_TOKENS", "1"),
+     ("PREFILL_GRAPH_TOKENS", "-2")],
 )  # fmt: skip
 def test_bad_values_name_their_variable(monkeypatch, name, value):
     monkeypatch.setenv(f"JACANA_ENGINE_{name}", value)

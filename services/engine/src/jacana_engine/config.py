@@ -92,6 +92,11 @@ class EngineConfig:
         the last excepted): fewer stream messages per token under load, coarser deltas.
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
         ``max_num_seqs``); larger decode batches run eagerly.
+    prefill_graph_tokens: with CUDA graphs, also capture one-sequence prefill graphs up
+        to this many tokens (capped at ``max_num_batched_tokens`` and ``max_model_len``):
+        a step that is one chunk of 2 to that many tokens replays one
+        (``prefill_graphs.py``) instead of the eager forward's ~10 host calls a layer;
+        0: off (opt-in until measured on a GPU).
     speculative: speculative decoding (proposer, k, transport); off by default.
     pooling: embeddings (the ``Embed`` RPC): "auto" (what the checkpoint declares, see
         ``pooling_config.py``), "none", or a pooling method ("last", "mean", "cls").
@@ -126,6 +131,7 @@ class EngineConfig:
     enforce_eager: bool = False
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512
+    prefill_graph_tokens: int = 0
     stream_interval: int = 1
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     pooling: str = "auto"

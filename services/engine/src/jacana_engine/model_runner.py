@@ -44,6 +44,7 @@ from jacana_engine.loader import torch_dtype
 from jacana_engine.models.base import CausalLM, ModelConfig
 from jacana_engine.outputs import TokenLogprob
 from jacana_engine.pooling import pool_step
+from jacana_engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from jacana_engine.sampler import Sampler, token_logprobs
 from jacana_engine.scheduler import ScheduledSequence
 
@@ -188,6 +189,7 @@ class ModelRunner:
         if config.decode_gemm not in ("auto", "torch"):
             raise ValueError(f"decode_gemm must be 'auto' or 'torch', not {config.decode_gemm!r}")
         self.graphs = self._capture_graphs(config)
+        self.prefill_graphs = self._capture_prefill_graphs(config)
         self.device_sampler = DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
         self.speculator = None  # spec.Speculator, set by the engine when speculation is on
 
@@ -206,6 +208,9 @@ class ModelRunner:
             query_start = [0]
             for s in scheduled:
                 query_start.append(query_start[-1] + s.num_new_tokens)
+        elif self.prefill_graphs is not None and self.prefill_graphs.fits(scheduled):
+            hidden = self.prefill_graphs.run(scheduled[0])  # [n, hidden]
+            query_start = [0, scheduled[0].num_new_tokens]
         else:
             batch = build_batch(scheduled, self.block_size)
             hidden = self._forward(batch)  # [T, hidden]
@@ -322,6 +327,27 @@ class ModelRunner:
             self.tuning_seconds = time.perf_counter() - tuning_started
             log.info("decode GEMMs tuned in %.1f s", self.tuning_seconds)
         graphs = self.decode_graphs(self._graph_sizes, widths, head=True)
+        graphs.capture()
+        return graphs
+
+    def _capture_prefill_graphs(self, config: EngineConfig) -> PrefillGraphs | None:
+        """Capture the one-sequence prefill graphs (``config.prefill_graph_tokens``) where
+        the decode graphs were captured, with the launches the layers hold after them."""
+        if config.prefill_graph_tokens < 0 or config.prefill_graph_tokens == 1:
+            raise ValueError(
+                f"prefill_graph_tokens must be 0 (off) or >= 2, got {config.prefill_graph_tokens}"
+            )
+        if self.graphs is None or not config.prefill_graph_tokens:
+            return None
+        most = min(config.prefill_graph_tokens, config.max_num_batched_tokens, self.max_model_len)
+        graphs = PrefillGraphs(
+            self._graph_forward,
+            buckets=prefill_buckets(most),
+            block_size=self.block_size,
+            max_blocks=-(-self.max_model_len // self.block_size),
+            max_model_len=self.max_model_len,
+            device=self.device,
+        )
         graphs.capture()
         return graphs
 

@@ -163,6 +163,14 @@ class EngineSettings(ServiceSettings):
     cuda_graph_max_batch_size: int = Field(
         512, ge=1, le=4096, description="Largest decode batch captured in a CUDA graph."
     )
+    prefill_graph_tokens: int = Field(
+        0,
+        ge=0,
+        le=65536,
+        description="With CUDA graphs, also capture one-sequence prefill graphs up to this "
+        "many tokens: a step of one prompt chunk replays one instead of launching every "
+        "kernel from Python (0: off; 1 is refused).",
+    )
     speculative_proposer: str = Field(
         "none",
         description="Draft source for speculative decoding: none (off), ngram (prompt "
@@ -229,6 +237,13 @@ class EngineSettings(ServiceSettings):
                 "not both"
             )
         return self
+
+    @field_validator("prefill_graph_tokens")
+    @classmethod
+    def _a_prefill_graph_holds_two_tokens(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("must be 0 (off) or at least 2: one token is a decode step's")
+        return value
 
     @field_validator("speculative_proposer")
     @classmethod
@@ -298,6 +313,7 @@ class EngineSettings(ServiceSettings):
             enforce_eager=self.enforce_eager,
             overlap_decode=self.overlap_decode,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
+            prefill_graph_tokens=self.prefill_graph_tokens,
             stream_interval=self.stream_interval,
             pooling=self.pooling,
             embed_normalize=self.embed_normalize,
