@@ -105,6 +105,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
     info = {
         "startup_s": startup,
         "cuda_graph_capture_s": graphs.capture_seconds if graphs else 0.0,
+        "prefill_graph_capture_s": getattr(engine.runner.prefill_graphs, "capture_seconds", 0.0),
         # the decode-GEMM tuners (chain and in-graph), before the capture
         "decode_gemm_tuning_s": engine.runner.tuning_seconds,
         "cuda_graph_sizes": graphs.sizes if graphs else [],

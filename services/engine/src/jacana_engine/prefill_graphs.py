@@ -105,14 +105,14 @@ class PrefillStaging:
 
     def fill_stand_in(self, tokens: int) -> None:
         """Write a chunk of ``tokens`` tokens that stores nothing (slot -1) and attends
-        ``tokens`` positions of block 0, 1, ... of the pool: what a capture runs."""
+        ``tokens`` positions, all in block 0 of the pool (which every pool has, however
+        few blocks it holds): what a capture runs."""
         t = self.max_tokens
-        blocks = min(-(-tokens // self.block_size), self.max_blocks)
         self._i64[:tokens] = 0
         self._i64[t : t + tokens] = range(tokens)
         self._i64[2 * t : 2 * t + tokens] = -1
         self._i32[:3] = (0, tokens, tokens)
-        self._i32[3 : 3 + blocks] = range(blocks)
+        self._i32[3:] = 0
 
 
 class PrefillGraphs:
