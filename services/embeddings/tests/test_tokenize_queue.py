@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import BrokenExecutor, Executor, ThreadPoolExecutor
 
 import pytest
 
@@ -142,3 +143,44 @@ async def test_real_tokenizer_matches_direct_encoding(embedder):
         await queue.encode(["fine", ""], False)
     assert info.value.param == "input" and "input[1]" in info.value.message
     await queue.close()
+
+
+class BrokenAtSubmit(Executor):
+    """An executor whose worker died while it was idle: it refuses every submission, as
+    ``ProcessPoolExecutor`` does once its manager has seen the death."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        raise BrokenExecutor("a child process terminated abruptly")
+
+
+async def test_a_pool_broken_while_idle_is_replaced_before_the_call():
+    tok = FakeTokenizer()
+    replacements = []
+
+    def replace() -> Executor:
+        replacements.append(ThreadPoolExecutor(1, thread_name_prefix="tokenize"))
+        return replacements[-1]
+
+    queue = TokenizeQueue(tok.encode_requests, executor=BrokenAtSubmit(), replace_executor=replace)
+    assert await queue.encode(["ab"], False) == [([2], False)]
+    assert queue.executor_replacements == 1 and len(replacements) == 1
+    assert await queue.encode(["abc"], True) == [([3], True)]  # the new pool serves on
+    await queue.close()
+
+
+async def test_with_nothing_to_replace_it_a_broken_pool_fails_its_requests_without_a_hang():
+    tok = FakeTokenizer(gate=True)
+    good = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
+    queue = TokenizeQueue(tok.encode_requests, executor=good)
+    first = asyncio.create_task(queue.encode(["a"], False))
+    await tok.running()
+    waiting = asyncio.create_task(queue.encode(["b"], False))  # joins the next call
+    await asyncio.sleep(0)
+    queue._executor = BrokenAtSubmit()  # its worker dies while the first call runs
+    tok.gate.set()
+    assert await first == [([1], False)]
+    with pytest.raises(BrokenExecutor):
+        await asyncio.wait_for(waiting, timeout=10)  # started from the first call's end
+    with pytest.raises(BrokenExecutor):
+        await queue.encode(["c"], False)  # started at once
+    good.shutdown()

@@ -89,9 +89,27 @@ class TokenizeQueue:
         requests = [(texts, truncate) for texts, truncate, _, _ in taken]
         self.texts_total += sum(len(texts) for texts, _ in requests)
         started = loop.time()
+        try:
+            call = self._submit(loop, requests)
+        except Exception as error:  # nothing can run them: each fails now, none hangs
+            self._running -= 1
+            for _, _, future, _ in taken:
+                if not future.done():
+                    future.set_exception(error)
+            return
         executor = self._executor
-        call = loop.run_in_executor(executor, self._encode_requests, requests)
         call.add_done_callback(lambda done: self._finish(loop, taken, done, started, executor))
+
+    def _submit(self, loop: asyncio.AbstractEventLoop, requests) -> asyncio.Future:
+        """Run one call on the executor. A pool that broke while idle (a worker killed
+        between calls) refuses the submission itself; it is replaced first, once."""
+        try:
+            return loop.run_in_executor(self._executor, self._encode_requests, requests)
+        except BrokenExecutor:
+            if self._replace_executor is None:
+                raise
+            self._replace_broken_executor()
+            return loop.run_in_executor(self._executor, self._encode_requests, requests)
 
     def _finish(
         self,
