@@ -82,16 +82,9 @@ def time_calls(fn, calls: int, reps: int, device: str, warm_s: float = 0.2) -> f
     while time.perf_counter() < end_warm:
         fn()
         torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / calls)
-    return statistics.median(samples)
+    from jacana_engine.gpu_timing import call_seconds
+
+    return statistics.median(call_seconds(fn, calls) for _ in range(reps))
 
 
 def main() -> None:
