@@ -32,6 +32,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 
@@ -40,6 +41,8 @@ from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _SMALL_SIZES = (1, 2, 4, 8)
 
@@ -78,6 +81,26 @@ def padded_size(sizes: Sequence[int], batch: int) -> int | None:
         if size >= batch:
             return size
     return None
+
+
+def int64_int32_views(buffer: torch.Tensor, bytes64: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A staging buffer's two parts: its first ``bytes64`` bytes as int64, the rest as
+    int32 (uint8 ``buffer``, on the host or its device mirror)."""
+    return buffer[:bytes64].view(torch.int64), buffer[bytes64:].view(torch.int32)
+
+
+def warm_and_capture(
+    step: Callable[[], T], device: torch.device, pool
+) -> tuple[torch.cuda.CUDAGraph, T]:
+    """Run ``step`` once (compiles kernels, builds lazy tables), then capture it into a
+    new graph on the memory ``pool`` (None: a new pool); returns the graph and what the
+    captured ``step`` returned (its static outputs)."""
+    step()
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = step()
+    return graph, out
 
 
 # forward(input_ids [T], positions [T], meta) -> hidden [T, hidden]
@@ -131,7 +154,7 @@ class DecodeStaging:
     def views(self, buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(int64 [4 * N], int32 [max_batch * (1 + max_blocks)]) views of a uint8 buffer
         laid out as ``host`` (``host`` itself, or its device mirror)."""
-        return buffer[: self._bytes64].view(torch.int64), buffer[self._bytes64 :].view(torch.int32)
+        return int64_int32_views(buffer, self._bytes64)
 
     def step_bytes(self, padded: int) -> int:
         """The leading bytes of ``host`` a step of ``padded`` sequences reads: all of
@@ -302,11 +325,11 @@ class DecodeGraphs:
                 ids, pos = self._token_view(0, bs * q), self._token_view(1, bs * q)
                 meta = self._meta(bs, q)
                 head = self._head if q == 1 else None
-                self._step(ids, pos, meta, head)  # compiles kernels, builds lazy tables
-                torch.cuda.synchronize(self.device)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    out, head_out = self._step(ids, pos, meta, head)
+                graph, (out, head_out) = warm_and_capture(
+                    lambda: self._step(ids, pos, meta, head),  # noqa: B023 (called at once)
+                    self.device,
+                    pool,
+                )
                 pool = graph.pool()
                 self._graphs[(bs, q)] = graph
                 self._outputs[(bs, q)] = out

@@ -26,20 +26,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.cuda_graphs import ForwardFn, int64_int32_views, warm_and_capture
 from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
 
 _SMALL_BUCKETS = (32, 64, 128, 256, 512)
 _BUCKET_STEP = 128  # beyond 512 tokens: a padded chunk wastes at most 128 rows of GEMM
-
-# forward(input_ids [T], positions [T], meta) -> hidden [T, hidden]
-ForwardFn = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor]
 
 
 def prefill_buckets(max_tokens: int) -> list[int]:
@@ -65,16 +63,15 @@ class PrefillStaging:
     def __init__(self, max_tokens: int, max_blocks: int, block_size: int, pin: bool) -> None:
         self.max_tokens, self.max_blocks, self.block_size = max_tokens, max_blocks, block_size
         self._bytes64 = 3 * max_tokens * 8
-        self.host = torch.zeros(self._bytes64 + (3 + max_blocks) * 4, dtype=torch.uint8)
-        if pin:
-            self.host = self.host.pin_memory()
+        size = self._bytes64 + (3 + max_blocks) * 4
+        self.host = torch.zeros(size, dtype=torch.uint8, pin_memory=pin)
         self.host64, self.host32 = self.views(self.host)
         self._i64, self._i32 = self.host64.numpy(), self.host32.numpy()
 
     def views(self, buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(int64 [3 * max_tokens], int32 [3 + max_blocks]) views of a uint8 buffer laid
         out as ``host`` (``host`` itself, or its device mirror)."""
-        return buffer[: self._bytes64].view(torch.int64), buffer[self._bytes64 :].view(torch.int32)
+        return int64_int32_views(buffer, self._bytes64)
 
     def fits(self, scheduled: Sequence[ScheduledSequence]) -> bool:
         """One chunk of 2 to ``max_tokens`` tokens (one token is a decode step's, which
@@ -172,11 +169,11 @@ class PrefillGraphs:
             self.staging.fill_stand_in(tokens)
             self._dev.copy_(self.staging.host)
             ids, positions, meta = self._inputs(tokens)
-            self._forward(ids, positions, meta)  # compiles kernels, builds lazy tables
-            torch.cuda.synchronize(self.device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                out = self._forward(ids, positions, meta)
+            graph, out = warm_and_capture(
+                lambda: self._forward(ids, positions, meta),  # noqa: B023 (called at once)
+                self.device,
+                pool,
+            )
             pool = graph.pool()
             self._graphs[tokens], self._outputs[tokens] = graph, out
         torch.cuda.synchronize(self.device)
