@@ -1,8 +1,10 @@
-"""Helpers of the GPU engine tests: a small bf16 CUDA engine, a check that two engines
-give the same outputs, and a tiny Llama's config for ``load_format="dummy"`` engines."""
+"""Helpers of the GPU engine tests: a small bf16 CUDA engine (and engines that differ in
+one setting, on one tuning cache), a check that two engines give the same outputs, and a
+tiny Llama's config for ``load_format="dummy"`` engines."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from jacana_engine.config import EngineConfig
@@ -45,6 +47,19 @@ def small_cuda_engine(model: str, *, tokenizer: Any = "default", **config: Any) 
     if tokenizer == "default":
         return LLMEngine(engine_config)
     return LLMEngine(engine_config, tokenizer=tokenizer)
+
+
+def engines_differing_in(
+    field: str, values: tuple, model: str, cache_dir: Path, **config: Any
+) -> tuple[LLMEngine, ...]:
+    """One ``small_cuda_engine`` per value of ``EngineConfig.field``, all on one tuning
+    cache in ``cache_dir`` (the first times the decode GEMMs, the rest read its picks), so
+    they run the same decode GEMMs: each timing its own may pick another config for a
+    near-equal pair, which changes low bits and, at a near-tie, a token."""
+    cache = str(Path(cache_dir) / "decode_gemm_tuning.json")
+    return tuple(
+        small_cuda_engine(model, tuning_cache=cache, **{**config, field: value}) for value in values
+    )
 
 
 def assert_same_outputs(engine: LLMEngine, reference: LLMEngine, prompts: list[list[int]]):

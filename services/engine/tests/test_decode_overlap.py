@@ -134,20 +134,14 @@ def test_overlapped_graph_decoding_matches_serial_decoding_on_the_gpu(tmp_path):
     engines share one tuning cache, so they run the same decode GEMMs: each timing its
     own may pick another config for a near-equal pair, which changes low bits and, at a
     near-tie, a seeded draw (seen on an H200 with another test process beside it)."""
-    from gpu_engines import assert_same_outputs, small_cuda_engine
+    from gpu_engines import assert_same_outputs, engines_differing_in
     from test_gpu_engine import SMOL_PROMPTS, _smollm2_gguf
 
     gguf = _smollm2_gguf()
     if gguf is None:
         pytest.skip("SmolLM2 GGUF not available (set JACANA_SMOLLM2_GGUF)")
-    serial, overlapped = (
-        small_cuda_engine(
-            str(gguf),
-            load_format="gguf",
-            overlap_decode=overlap,
-            tuning_cache=str(tmp_path / "decode_gemm_tuning.json"),
-        )
-        for overlap in (False, True)
+    serial, overlapped = engines_differing_in(
+        "overlap_decode", (False, True), str(gguf), tmp_path, load_format="gguf"
     )
     prompts = [serial.tokenizer.encode(p) for p in SMOL_PROMPTS]
     assert_same_outputs(overlapped, serial, prompts)

@@ -19,18 +19,12 @@ def test_the_graph_head_writes_the_logits_and_tokens_of_its_hidden_states(peaked
     on that replay's hidden states, bit for bit, and their argmax. The engines share one
     tuning cache, so they run the same decode GEMMs: an eager engine, or one timing its own
     picks, may round differently and part ways at one of this model's near-ties."""
-    from gpu_engines import assert_same_outputs, small_cuda_engine
+    from gpu_engines import assert_same_outputs, engines_differing_in
 
     from jacana_engine.sampling_params import SamplingParams
 
-    serial, overlapped = (
-        small_cuda_engine(
-            str(peaked_qwen3),
-            tokenizer=None,
-            overlap_decode=overlap,
-            tuning_cache=str(tmp_path / "decode_gemm_tuning.json"),
-        )
-        for overlap in (False, True)
+    serial, overlapped = engines_differing_in(
+        "overlap_decode", (False, True), str(peaked_qwen3), tmp_path, tokenizer=None
     )
     gen = torch.Generator().manual_seed(5)
     prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in range(5, 69, 8)]

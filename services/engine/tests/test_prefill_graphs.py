@@ -87,18 +87,16 @@ def _engines(peaked_qwen3, tmp_path, **config):
     """The same small engine with prefill graphs off and on, on one tuning cache (the
     same decode GEMMs) and without prefix caching (every prompt is prefilled whole), so
     outputs can differ only where the prefill ran."""
-    from gpu_engines import small_cuda_engine
+    from gpu_engines import engines_differing_in
 
-    return tuple(
-        small_cuda_engine(
-            str(peaked_qwen3),
-            tokenizer=None,
-            tuning_cache=str(tmp_path / "decode_gemm_tuning.json"),
-            enable_prefix_caching=False,
-            prefill_graph_tokens=tokens,
-            **config,
-        )
-        for tokens in (0, 256)
+    return engines_differing_in(
+        "prefill_graph_tokens",
+        (0, 256),
+        str(peaked_qwen3),
+        tmp_path,
+        tokenizer=None,
+        enable_prefix_caching=False,
+        **config,
     )
 
 
