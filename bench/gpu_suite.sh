@@ -302,7 +302,9 @@ for phase in "$@"; do
       ;;
     prefillgraphs)
       stamp "one-sequence prefill graphs: their GPU tests"
-      timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/test_prefill_graphs.py 2>&1 | tail -4
+      timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/test_prefill_graphs.py \
+        >"$OUT/pytest_prefill_graphs.log" 2>&1
+      tail -4 "$OUT/pytest_prefill_graphs.log"
       # one tuning cache: both runs decode on the same picks, only the prefill differs
       rm -f /tmp/jacana-prefill-tuning.json
       for tokens in 0 2048; do

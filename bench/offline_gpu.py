@@ -476,8 +476,9 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--prefill-graph-tokens",
         type=int,
-        default=0,
-        help="EngineConfig.prefill_graph_tokens (one-sequence prefill graphs; 0: off)",
+        default=EngineConfig.prefill_graph_tokens,
+        help="EngineConfig.prefill_graph_tokens (one-sequence prefill graphs; 0: off; "
+        "default: the engine's)",
     )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)

@@ -26,13 +26,13 @@ def test_env_reaches_the_engine_config(monkeypatch):
     assert config.prefill_graph_tokens == 1024
 
 
-def test_defaults_stream_per_token_time_the_decode_gemms_launch_dependently_fold_rope():
+def test_defaults_are_the_measured_gpu_path():
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (1, "auto")
     assert (config.fuse_norm_gemm, config.pdl, config.fuse_rope_attention) == (False, True, True)
     assert config.l2_prefetch_bytes == 0
     assert (config.split_norm, config.tune_in_graph) == (False, True)
-    assert config.prefill_graph_tokens == 0
+    assert config.prefill_graph_tokens == 2048
     assert config.tuning_cache == "~/.cache/jacana/decode_gemm_tuning.json"
 
 

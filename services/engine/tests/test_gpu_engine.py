@@ -1,5 +1,6 @@
 """GPU engine vs HF transformers on the same weights, in bfloat16: CUDA graphs on and off
-with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"); graphs with the
+with cuBLAS GEMMs (``decode_gemm="torch"``: modes "graphs" and "eager"; "graphs" replays
+the one-sequence prefill graphs too, so the solo runs' prompts go through them); graphs with the
 engine's default on Hopper, the timed skinny decode GEMM launched with programmatic
 dependent launch, its one-row picks timed in the graph (``decode_gemm="auto"``,
 ``pdl=True``, ``tune_in_graph=True``: mode "graphs-skinny-pdl"; eager
@@ -325,8 +326,11 @@ def _check_and_report(
             for i, o in enumerate(outs):
                 behind = [(s, g) for s, g in enumerate(gaps(i, o)) if g > NEAR_TIE_ULPS]
                 failures += [f"{mode}/{run} prompt {i} step {s}: {g:.1f} ulps" for s, g in behind]
-    graphs = engines["graphs"].runner.graphs
-    report["graph_replays"] = graphs.replays if graphs is not None else 0
+    runner = engines["graphs"].runner
+    report["graph_replays"] = runner.graphs.replays if runner.graphs is not None else 0
+    # the solo runs' prompts are one-sequence prefill steps: graph-replayed by default
+    prefill = runner.prefill_graphs
+    report["prefill_graph_replays"] = prefill.replays if prefill is not None else 0
     report["run_to_run_set_sizes"] = [len(found) for found in run_to_run]
     path = os.environ.get("JACANA_GPU_REPORT")
     if path:
@@ -335,6 +339,7 @@ def _check_and_report(
         Path(path).write_text(json.dumps(existing, indent=2))
     print(name, json.dumps(report))
     assert report["graph_replays"] > 0, "the graphs engine never replayed a graph"
+    assert report["prefill_graph_replays"] > 0, "the graphs engine never replayed a prefill"
     assert not failures, f"{name}: tokens behind transformers' top off a near-tie: {failures}"
 
 

@@ -96,7 +96,8 @@ class EngineConfig:
         to this many tokens (capped at ``max_num_batched_tokens`` and ``max_model_len``):
         a step that is one chunk of 2 to that many tokens replays one
         (``prefill_graphs.py``) instead of the eager forward's ~10 host calls a layer;
-        0: off (opt-in until measured on a GPU).
+        0: off. On an H200 they took a 1024-token prompt's first token from 10.6 to
+        3.6 ms on Qwen3-0.6B and from 23.9 to 21.9 ms on Qwen3-8B.
     speculative: speculative decoding (proposer, k, transport); off by default.
     pooling: embeddings (the ``Embed`` RPC): "auto" (what the checkpoint declares, see
         ``pooling_config.py``), "none", or a pooling method ("last", "mean", "cls").
@@ -131,7 +132,7 @@ class EngineConfig:
     enforce_eager: bool = False
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512
-    prefill_graph_tokens: int = 0
+    prefill_graph_tokens: int = 2048
     stream_interval: int = 1
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     pooling: str = "auto"

@@ -164,7 +164,7 @@ class EngineSettings(ServiceSettings):
         512, ge=1, le=4096, description="Largest decode batch captured in a CUDA graph."
     )
     prefill_graph_tokens: int = Field(
-        0,
+        2048,
         ge=0,
         le=65536,
         description="With CUDA graphs, also capture one-sequence prefill graphs up to this "
