@@ -312,7 +312,7 @@ for phase in "$@"; do
         timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
           --workloads b1 ttft1024 --prefill-graph-tokens $tokens --reps 5 \
           --tuning-cache /tmp/jacana-prefill-tuning.json --name "offline_prefill_graphs_$tokens" \
-          --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| (b1|ttft1024) \|" | tail -12
+          --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| (b1|ttft1024) \|" | tail -24
       done
       ;;
     timeline)

@@ -50,6 +50,16 @@ from jacana_engine.engine import LLMEngine
 from jacana_engine.layers.decode_gemm import describe_decode_gemms
 from jacana_engine.sampling_params import SamplingParams
 
+# what each workload reports, in table order (the peer has TTFT, TPOT and tokens/s only)
+METRICS = (
+    "ttft_ms",
+    "tpot_ms",
+    "itl_ms",
+    "itl_tail_ms",
+    "itl_max_ms",
+    "gc_ms_a_token",
+    "output_tok_s",
+)
 WORKLOADS = {
     "b1": {"concurrency": 1, "requests": 1, "prompt": 128, "new": 256},
     "ttft1024": {"concurrency": 1, "requests": 1, "prompt": 1024, "new": 1},
@@ -119,17 +129,44 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
     return engine, info
 
 
+class GcPauses:
+    """Seconds the garbage collector ran while this context was open (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
 def run_closed_loop(
     engine: LLMEngine, prompts: list[list[int]], concurrency: int, new_tokens: int
 ) -> dict[str, Any]:
     """Keep ``concurrency`` requests in flight until every prompt has run; per-request
-    TTFT/TPOT and total output tokens over wall time."""
+    TTFT/TPOT, total output tokens over wall time, and the inter-token intervals: their
+    median (``itl_ms``), their largest, and how much the slow ones add to the mean
+    (``itl_tail_ms`` = mean - median: a one-off stall shows there, not in the median),
+    and the Python garbage collector's pauses over the run, per output token
+    (``gc_ms_a_token``: one cause such a stall could have)."""
     sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
     pending = list(enumerate(prompts))
     submitted: dict[str, float] = {}
     first: dict[str, float] = {}
     last: dict[str, float] = {}
     count: dict[str, int] = {}
+    intervals: list[float] = []  # seconds a token, each output after a request's first
+    gc_pauses = GcPauses()
     _sync()
     start = time.perf_counter()
 
@@ -142,16 +179,20 @@ def run_closed_loop(
 
     for _ in range(min(concurrency, len(pending))):
         submit()
-    while engine.has_unfinished_requests():
-        outs = engine.step()
-        now = time.perf_counter()
-        for out in outs:
-            if out.new_token_ids:
-                first.setdefault(out.request_id, now)
-                last[out.request_id] = now
-                count[out.request_id] += len(out.new_token_ids)
-            if out.finished and pending:
-                submit()
+    with gc_pauses:
+        while engine.has_unfinished_requests():
+            outs = engine.step()
+            now = time.perf_counter()
+            for out in outs:
+                if out.new_token_ids:
+                    if out.request_id in last:
+                        gap = (now - last[out.request_id]) / len(out.new_token_ids)
+                        intervals += [gap] * len(out.new_token_ids)
+                    first.setdefault(out.request_id, now)
+                    last[out.request_id] = now
+                    count[out.request_id] += len(out.new_token_ids)
+                if out.finished and pending:
+                    submit()
     wall = time.perf_counter() - start
     total = sum(count.values())
     ttft = [first[r] - submitted[r] for r in first]
@@ -162,6 +203,14 @@ def run_closed_loop(
         "output_tok_s": total / wall,
         "ttft_ms": 1e3 * statistics.median(ttft),
         "tpot_ms": 1e3 * statistics.median(tpot) if tpot else None,
+        "itl_ms": 1e3 * statistics.median(intervals) if intervals else None,
+        "itl_tail_ms": (
+            1e3 * (statistics.fmean(intervals) - statistics.median(intervals))
+            if intervals
+            else None
+        ),
+        "itl_max_ms": 1e3 * max(intervals) if intervals else None,
+        "gc_ms_a_token": 1e3 * gc_pauses.seconds / total if total else None,
     }
 
 
@@ -313,7 +362,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
             prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=1000 * rep + 7)
             with parts.measure(engine):
                 r = run_closed_loop(engine, prompts, wl["concurrency"], wl["new"])
-            for k in ("ttft_ms", "tpot_ms", "output_tok_s"):
+            for k in METRICS:
                 if r.get(k) is not None:
                     ours.setdefault(k, []).append(r[k])
             if hf is not None:
@@ -363,7 +412,7 @@ def render(doc: dict[str, Any]) -> str:
     ]
     for model, m in doc["models"].items():
         for name, r in m["results"].items():
-            for metric in ("ttft_ms", "tpot_ms", "output_tok_s"):
+            for metric in METRICS:
                 ours, theirs = r["jacana"].get(metric), r["transformers"].get(metric)
                 if ours is None:
                     continue
