@@ -27,7 +27,8 @@
 #             decode GEMM picks (one tuning cache) (~3 min)
 # picks       graph_picks_gpu.py: every one-row candidate config of each Qwen3-8B weight
 #             shape (and the lm_head) timed inside the batch-1 decode graph (coordinate
-#             descent; ~3 min)
+#             descent), beside the start-up's screened search: what each took and picked
+#             (~3 min)
 # ablation    graph_ablation_gpu.py: the 8B's batch-1 decode graph captured without its norms,
 #             its attention, each weight shape's GEMVs, or all but the GEMVs: what each kind
 #             of launch costs in the chain; then with one launch setting changed at a time
@@ -247,7 +248,8 @@ for phase in "$@"; do
       ;;
     picks)
       stamp "in-graph search of the 8B's one-row decode GEMM picks (graph_picks_gpu.py)"
-      graph_tool graph_picks_gpu.py 300 16
+      graph_tool graph_picks_gpu.py 300 0
+      sed -n 1,20p "$OUT/graph_picks_gpu.md"
       ;;
     ablation)
       stamp "what each kind of launch costs in the 8B's batch-1 decode graph (graph_ablation_gpu.py)"

@@ -14,6 +14,11 @@ this search at start-up (``tune_in_graph``,
 ``layers/graph_picks.py``; its engine here has it off, so the search starts from the
 chain's picks); this tool reports every timing of it.
 
+The engine screens every choice with a few replays and times only each shape's three
+fastest in full. The tool runs that screened search too, from the same start, and
+reports what each search took and picked, and the graph time of each one's picks,
+timed alternately (median of three each).
+
 Writes ``graph_picks_gpu.{json,md}``: per shape the tuner's pick, the in-graph best and
 every candidate's graph time (median of ``--reps``).
 
@@ -23,6 +28,8 @@ Usage: python bench/graph_picks_gpu.py [--model qwen3-8b] [--context 320] [--out
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,18 +61,42 @@ def one_row_engine(model_name: str, **config: Any):
 
 
 def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
-    from jacana_engine.layers.graph_picks import choice_label, search_one_row, shape_groups
+    from jacana_engine.layers.graph_picks import (
+        apply_one_row,
+        choice_label,
+        search_one_row,
+        shape_groups,
+    )
 
-    # the search below starts from the chain's picks
+    # the searches below start from the chain's picks
     engine = one_row_engine(model_name, tune_in_graph=False)
     model, runner = engine.model, engine.runner
     groups = shape_groups(model)
-    found = search_one_row(
+
+    def graph_seconds() -> float:
+        return runner.one_row_graph_seconds(context, replays, reps)
+
+    started = time.perf_counter()
+    screened = search_one_row(
         groups,
-        lambda: runner.one_row_graph_seconds(context, replays, reps),
+        graph_seconds,
         pdl=runner.dependent_launch,
+        screen_seconds=lambda: runner.one_row_graph_seconds(context, 5, 1),
     )
+    screened_s = time.perf_counter() - started
+    apply_one_row(groups, screened.start)
+    started = time.perf_counter()
+    found = search_one_row(groups, graph_seconds, pdl=runner.dependent_launch)
+    full_s = time.perf_counter() - started
+    retimed: dict[str, list[float]] = {"screened": [], "full": []}
+    for _ in range(3):  # alternately: a drift in the GPU's clocks hits both alike
+        for name, picks in (("screened", screened.best), ("full", found.best)):
+            apply_one_row(groups, picks)
+            retimed[name].append(1e3 * graph_seconds())
     return {
+        "search_s": {"screened": screened_s, "full": full_s},
+        "graph_ms_retimed": {k: statistics.median(v) for k, v in retimed.items()},
+        "best_screened": {g: choice_label(c) for g, c in screened.best.items()},
         "model": model_name,
         "context": context,
         "dependent_launch": runner.dependent_launch,
@@ -99,6 +130,18 @@ def render(doc: dict[str, Any]) -> str:
         "|---|---|---|",
     ]
     lines += [f"| {g} | {doc['tuned'][g]} | {doc['best'][g]} |" for g in doc["tuned"]]
+    if "search_s" in doc:
+        lines += [
+            "",
+            "| search | took s | picks | graph ms, retimed alternately |",
+            "|---|---|---|---|",
+        ]
+        for name, picks in (("screened", doc["best_screened"]), ("full", doc["best"])):
+            labels = ", ".join(f"{g} {c}" for g, c in picks.items())
+            lines.append(
+                f"| {name} | {doc['search_s'][name]:.1f} | {labels} | "
+                f"{doc['graph_ms_retimed'][name]:.3f} |"
+            )
     lines += ["", "| shape | config | graph ms |", "|---|---|---|"]
     lines += [f"| {t['group']} | {t['choice']} | {t['graph_ms']:.3f} |" for t in doc["timings"]]
     return "\n".join(lines)

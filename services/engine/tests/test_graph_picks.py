@@ -48,6 +48,41 @@ def test_descent_keeps_each_groups_best_given_the_ones_before():
     assert calls[3] == {"a": 2, "b": 1}
 
 
+def test_a_screened_descent_times_only_each_groups_finalists_in_full():
+    # the true cost prefers the highest option; the screen is off by a fixed error that
+    # ranks the true best second ("a") or fourth ("b") of five
+    true = {"a": [5.0, 4.0, 3.0, 2.0, 1.0], "b": [5.0, 4.0, 3.0, 2.0, 1.0]}
+    error = {"a": [0.0, 0.0, 0.0, 0.0, 1.5], "b": [0.0, 0.0, 0.0, 0.0, 3.5]}
+    full = []
+
+    def time_of(assignment):
+        full.append(dict(assignment))
+        return sum(true[g][assignment[g]] for g in true)
+
+    def screen_of(assignment):
+        return sum(true[g][assignment[g]] + error[g][assignment[g]] for g in true)
+
+    best, rows = picks.descend(
+        {"a": list(range(5)), "b": list(range(5))}, {"a": 0, "b": 0}, time_of, screen_of
+    )
+    # "a": the screen's three fastest are 3, 4, 2, and the full timing crowns 4; "b": the
+    # true best (4) screens fourth, out of the finalists, so its best finalist (3) stays
+    assert best == {"a": 4, "b": 3}
+    assert len(full) == 2 * picks.FINALISTS
+    stages = [(r["group"], r["stage"]) for r in rows]
+    assert stages.count(("a", "screen")) == 5 and stages.count(("a", "final")) == 3
+    assert [r["choice"] for r in rows if r["stage"] == "final" and r["group"] == "a"] == [3, 4, 2]
+
+
+def test_a_group_of_no_more_than_the_finalists_skips_the_screen():
+    screened = []
+    best, rows = picks.descend(
+        {"a": [1, 2]}, {"a": 1}, lambda a: float(a["a"]), lambda a: screened.append(a) or 0.0
+    )
+    assert best == {"a": 1} and not screened
+    assert {r["stage"] for r in rows} == {"final"}
+
+
 def _model() -> torch.nn.Sequential:
     """Two layers of each of two shapes, a one-row pick already set on each (the chain's)."""
     from jacana_engine.kernels.skinny_gemm import candidate_configs
@@ -110,6 +145,18 @@ def test_the_search_keeps_the_fastest_in_graph_choice_and_other_rows(tmp_path):
     ]
 
 
+def test_the_start_up_search_screens_every_choice_and_times_three_a_group_in_full():
+    model = _model()
+    seconds = _graph_time(model, _last_candidate_wins)
+    screen = _graph_time(model, _last_candidate_wins)
+    picks.tune_one_row_in_graph(model, seconds, pdl=False, screen_seconds=screen)
+    choices = picks.one_row_choices(picks.shape_groups(model), False)
+    assert screen.calls == sum(len(c) for c in choices.values())
+    # the start and the best once each, then the finalists of each group
+    assert seconds.calls == 2 + picks.FINALISTS * len(choices)
+    assert all(layer.skinny_configs[1] == _candidates(layer)[-1] for layer in model)
+
+
 def test_cublas_wins_where_it_is_fastest_and_a_failing_choice_is_skipped():
     model = _model()
 
@@ -130,8 +177,8 @@ def test_the_chains_picks_stay_when_the_best_times_slower_than_they_did(monkeypa
     start = [layer.skinny_configs[1] for layer in model]
     real_search = picks.search_one_row
 
-    def noisy_search(groups, graph_seconds, *, pdl):
-        found = real_search(groups, graph_seconds, pdl=pdl)
+    def noisy_search(groups, graph_seconds, *, pdl, **screen):
+        found = real_search(groups, graph_seconds, pdl=pdl, **screen)
         found.best_seconds = found.start_seconds + 1.0
         return found
 

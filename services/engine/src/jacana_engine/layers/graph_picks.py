@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CUBLAS = None  # the choice "no skinny config at one row": the layer runs on cuBLAS
+# Choices a screened search times in full, per group. The best few of a group lie within
+# 0.1-0.4% of each other in the graph (bench/results/graph_picks_gpu.md), a screen's
+# noise is of that order, so its three fastest go on to the full timing.
+FINALISTS = 3
 
 
 def shape_groups(model: nn.Module, exclude: tuple[nn.Module, ...] = ()) -> dict[str, list[Linear]]:
@@ -53,19 +57,29 @@ def descend(
     choices: Mapping[str, list[Any]],
     start: Mapping[str, Any],
     time_of: Callable[[dict[str, Any]], float],
+    screen_of: Callable[[dict[str, Any]], float] | None = None,
+    finalists: int = FINALISTS,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Coordinate descent: for each group in ``choices``' order, time every choice with
     the other groups at their current best (``start`` at first) and keep the fastest.
-    Returns (the best assignment, one row per timing: group, choice, seconds)."""
+    With ``screen_of`` (a quicker, noisier timing) every choice is screened with it and
+    only the ``finalists`` fastest are timed with ``time_of``. Returns (the best
+    assignment, one row per timing: group, choice, seconds, stage "screen" or "final")."""
     best = dict(start)
     rows = []
-    for group, options in choices.items():
+
+    def timings(options: list[Any], timer: Callable, stage: str) -> list[tuple[float, Any]]:
         timed = []
         for option in options:
-            seconds = time_of({**best, group: option})
+            seconds = timer({**best, group: option})
             timed.append((seconds, option))
-            rows.append({"group": group, "choice": option, "seconds": seconds})
-        best[group] = min(timed, key=lambda t: t[0])[1]
+            rows.append({"group": group, "choice": option, "seconds": seconds, "stage": stage})
+        return sorted(timed, key=lambda t: t[0])
+
+    for group, options in choices.items():
+        if screen_of is not None and len(options) > finalists:
+            options = [option for _, option in timings(options, screen_of, "screen")[:finalists]]
+        best[group] = timings(options, time_of, "final")[0][1]
     return best, rows
 
 
@@ -107,24 +121,35 @@ class InGraphSearch:
 
 
 def search_one_row(
-    groups: Mapping[str, list[Linear]], graph_seconds: Callable[[], float], *, pdl: bool
+    groups: Mapping[str, list[Linear]],
+    graph_seconds: Callable[[], float],
+    *,
+    pdl: bool,
+    screen_seconds: Callable[[], float] | None = None,
 ) -> InGraphSearch:
     """Coordinate descent over ``groups``' one-row choices, from the picks the layers
     hold, timing each assignment with ``graph_seconds()`` (which captures a fresh batch-1
-    graph as the layers stand); a choice that fails to capture or run is skipped. The
-    layers are left with the last assignment timed (the best)."""
+    graph as the layers stand); with ``screen_seconds`` (the same, fewer replays) every
+    choice is screened and a group's ``FINALISTS`` fastest timed in full. A choice that
+    fails to capture or run is skipped. The layers are left with the last assignment
+    timed (the best)."""
     start = {g: layers[0].skinny_configs.get(1, CUBLAS) for g, layers in groups.items()}
 
-    def time_of(assignment: dict[str, Any]) -> float:
-        apply_one_row(groups, assignment)
-        try:
-            return graph_seconds()
-        except Exception as exc:  # a candidate that fails to compile, capture or launch
-            log.warning("in-graph choice skipped: %s: %s", type(exc).__name__, exc)
-            return float("inf")
+    def timer(seconds_of: Callable[[], float]) -> Callable[[dict[str, Any]], float]:
+        def time_of(assignment: dict[str, Any]) -> float:
+            apply_one_row(groups, assignment)
+            try:
+                return seconds_of()
+            except Exception as exc:  # a candidate that fails to compile, capture or launch
+                log.warning("in-graph choice skipped: %s: %s", type(exc).__name__, exc)
+                return float("inf")
 
+        return time_of
+
+    time_of = timer(graph_seconds)
+    screen_of = timer(screen_seconds) if screen_seconds is not None else None
     start_seconds = time_of(start)
-    best, rows = descend(one_row_choices(groups, pdl), start, time_of)
+    best, rows = descend(one_row_choices(groups, pdl), start, time_of, screen_of)
     return InGraphSearch(start, best, start_seconds, time_of(best), rows)
 
 
@@ -135,8 +160,10 @@ def tune_one_row_in_graph(
     pdl: bool,
     exclude: tuple[nn.Module, ...] = (),
     cache: TuningCache | None = None,
+    screen_seconds: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
-    """Search every shape's one-row choice in the graph (module docstring) and leave the
+    """Search every shape's one-row choice in the graph (module docstring; screened with
+    ``screen_seconds`` where given) and leave the
     best set on the layers, or the chain's picks unless the best's second timing beats
     theirs (noise, or no graph that could run); returns the choice per group. With a
     ``cache`` the answer is kept per group, keyed by the whole graph's shapes, and read
@@ -151,7 +178,7 @@ def tune_one_row_in_graph(
         apply_one_row(groups, best)
         log.info("one-row decode GEMMs from the tuning cache: %s", _labels(best))
         return best
-    found = search_one_row(groups, graph_seconds, pdl=pdl)
+    found = search_one_row(groups, graph_seconds, pdl=pdl, screen_seconds=screen_seconds)
     best, seconds = found.best, found.best_seconds
     if not seconds < found.start_seconds:  # a tie, noise, or no graph that ran at all
         best, seconds = found.start, found.start_seconds
