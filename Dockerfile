@@ -51,8 +51,11 @@ RUN pip install -c /src/requirements/runtime.txt /src/libs/common /src/services/
 # ---- run: the environment, an unprivileged user and the health probe -------------------
 
 FROM ${PYTHON_IMAGE} AS runtime
+# ~/.cache is created here, owned by the user, so that a named volume mounted on it (the
+# GPU overlay's engine-cache) starts with the user's ownership rather than root's.
 RUN groupadd --system --gid 10001 jacana \
- && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/jacana jacana
+ && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/jacana jacana \
+ && install -d -o 10001 -g 10001 /home/jacana/.cache
 COPY scripts/healthcheck.py /usr/local/bin/jacana-healthcheck
 RUN chmod 0755 /usr/local/bin/jacana-healthcheck
 ENV PATH=/opt/jacana/bin:$PATH PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -60,7 +63,10 @@ WORKDIR /home/jacana
 
 FROM runtime AS engine
 COPY --from=engine-build /opt/jacana /opt/jacana
-ENV JACANA_ENGINE_HOST=0.0.0.0 JACANA_ENGINE_PORT=50051
+# Triton's compiled kernels beside the decode GEMM tuning cache (~/.cache/jacana): one
+# folder that a volume can keep across restarts.
+ENV JACANA_ENGINE_HOST=0.0.0.0 JACANA_ENGINE_PORT=50051 \
+    TRITON_CACHE_DIR=/home/jacana/.cache/triton
 USER 10001:10001
 EXPOSE 50051
 HEALTHCHECK --interval=10s --timeout=5s --start-period=300s --retries=3 \

@@ -176,3 +176,22 @@ def test_service_targets_drop_root_and_carry_the_probe(name):
     assert f"services/{name}/" in found[f"{name}-build"]
     for source in re.findall(r"(?m)^COPY (?!--from)(\S+)", text):
         assert (ROOT / source).exists(), f"the Dockerfile copies missing {source}"
+
+
+def test_gpu_overlay_keeps_the_engines_compiled_kernels_and_tunings_in_a_volume():
+    """A GPU engine's first start compiles its Triton kernels and times its decode GEMMs;
+    both land under the user's ~/.cache, which the overlay mounts from a named volume, so
+    a recreated container reads them back. The image creates that folder as the user, so
+    the new volume is the user's to write."""
+    from jacana_engine.settings import EngineSettings
+
+    overlay = yaml.safe_load(interpolate_defaults(GPU_OVERLAY.read_text()))
+    cache = "/home/jacana/.cache"
+    assert f"engine-cache:{cache}" in overlay["services"]["engine"]["volumes"]
+    assert "engine-cache" in overlay["volumes"]
+    found = stages(DOCKERFILE.read_text())
+    assert re.search(rf"install -d -o 10001 -g 10001 {cache}\b", found["runtime"])
+    assert re.search(rf"TRITON_CACHE_DIR={cache}/", found["engine"])
+    tuning = EngineSettings.model_fields["tuning_cache"].default
+    assert tuning.startswith("~/.cache/")  # under the volume: the user's home is /home/jacana
+    assert "--home-dir /home/jacana" in found["runtime"]
