@@ -68,7 +68,10 @@ def descend(
     best = dict(start)
     rows = []
 
-    def timings(options: list[Any], timer: Callable, stage: str) -> list[tuple[float, Any]]:
+    def timings(
+        group: str, options: list[Any], timer: Callable, stage: str
+    ) -> list[tuple[float, Any]]:
+        """(seconds, option) of each of ``group``'s ``options``, fastest first."""
         timed = []
         for option in options:
             seconds = timer({**best, group: option})
@@ -78,8 +81,9 @@ def descend(
 
     for group, options in choices.items():
         if screen_of is not None and len(options) > finalists:
-            options = [option for _, option in timings(options, screen_of, "screen")[:finalists]]
-        best[group] = timings(options, time_of, "final")[0][1]
+            screened = timings(group, options, screen_of, "screen")
+            options = [option for _, option in screened[:finalists]]
+        best[group] = timings(group, options, time_of, "final")[0][1]
     return best, rows
 
 
@@ -163,11 +167,10 @@ def tune_one_row_in_graph(
     screen_seconds: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Search every shape's one-row choice in the graph (module docstring; screened with
-    ``screen_seconds`` where given) and leave the
-    best set on the layers, or the chain's picks unless the best's second timing beats
-    theirs (noise, or no graph that could run); returns the choice per group. With a
-    ``cache`` the answer is kept per group, keyed by the whole graph's shapes, and read
-    back next time."""
+    ``screen_seconds`` where given) and leave the best set on the layers, or the chain's
+    picks unless the best's second timing beats theirs (noise, or no graph that could
+    run); returns the choice per group. With a ``cache`` the answer is kept per group,
+    keyed by the whole graph's shapes, and read back next time."""
     groups = shape_groups(model, exclude)
     if not groups:
         return {}
