@@ -342,6 +342,8 @@ class ModelRunner:
         if self.graphs is None or not config.prefill_graph_tokens:
             return None
         most = min(config.prefill_graph_tokens, config.max_num_batched_tokens, self.max_model_len)
+        if most < 2:  # a step budget of one token: every step is a decode step's size
+            return None
         graphs = PrefillGraphs(
             self._graph_forward,
             buckets=prefill_buckets(most),
