@@ -48,7 +48,7 @@
 #             most time under cProfile (~2 min)
 # prefillgraphs  the one-sequence prefill graphs' GPU tests, then b1 and ttft1024 of both
 #             models (5 reps) without and with prefill_graph_tokens=2048, on one tuning
-#             cache (~5 min)
+#             cache (~3 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -76,8 +76,11 @@
 # Durations seen on an H200 (plan device time with them): tests ~4 min, embeddings ~1 min
 # plus ~40 s per variant, targets ~4 min, dependent ~2.5 min, sweep ~1.5 min, pdl ~20 s, online ~1 min per stream interval plus ~40 s
 # for its offline run, spec ~5.5 min (the grid alone ~5 min; one concurrency of it still takes over 2.5 min:
-# the models load and warm up once per group), overlap ~2 min, skinny ~3 min. Model
-# files: SmolLM2 2 parts, MiniLM 2, Qwen2.5-Coder-0.5B 8 (~5 s of device time each).
+# the models load and warm up once per group), overlap ~2 min, skinny ~3 min, check
+# ~8 min, prefillgraphs ~3 min, picks ~1.5 min, timeline ~2 min. Model files in 28 MiB
+# parts: SmolLM2 4, MiniLM 4, Qwen2.5-Coder-0.5B 8 (~5 s of device time a call); a call
+# carries two parts, or one beside .whl/ (12 MB), so SmolLM2 takes three calls that
+# follow each other within the machine's 30 s idle release.
 #
 # Wheels the device lacks travel in .whl/ (installed to /tmp/site). Model files larger
 # than one call may carry come over in parts first (bench/gpu_assets.sh): each call copies
