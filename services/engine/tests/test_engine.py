@@ -15,6 +15,7 @@ import random
 import pytest
 import torch
 
+from jacana_engine.attention_metadata import kv_slots
 from jacana_engine.config import EngineConfig
 from jacana_engine.default_model import default_model_path
 from jacana_engine.engine import LLMEngine
@@ -66,6 +67,13 @@ def test_build_batch_flattens_chunks_and_decodes():
     assert batch.meta.seq_lens.tolist() == [5, 5]
     assert batch.meta.block_tables.tolist() == [[2, 7], [3, 1]]
     assert batch.meta.query_lens_cpu == [1, 3] and batch.meta.seq_lens_cpu == [5, 5]
+
+
+@pytest.mark.parametrize("start,end", [(0, 0), (0, 12), (3, 4), (3, 9), (4, 8), (5, 11)])
+def test_kv_slots_are_each_positions_block_and_offset(start, end):
+    table = [6, 2, 9]  # block size 4: positions 0-3 in block 6, 4-7 in 2, 8-11 in 9
+    want = [table[p // 4] * 4 + p % 4 for p in range(start, end)]
+    assert kv_slots(table, start, end, 4) == want
 
 
 # ------------------------------------------------------------------------------------------

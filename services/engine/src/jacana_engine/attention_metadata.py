@@ -12,6 +12,20 @@ from dataclasses import dataclass
 import torch
 
 
+def kv_slots(block_table: list[int], start: int, end: int, block_size: int) -> list[int]:
+    """The flat KV slots (``block * block_size + offset``) of positions ``[start, end)``
+    of a sequence whose blocks are ``block_table``."""
+    slots: list[int] = []
+    pos = start
+    while pos < end:  # slots run contiguously inside a block: one range a block
+        block, offset = divmod(pos, block_size)
+        take = min(end - pos, block_size - offset)
+        base = block_table[block] * block_size + offset
+        slots.extend(range(base, base + take))
+        pos += take
+    return slots
+
+
 @dataclass
 class AttentionMetadata:
     """Where each sequence's queries and K/V live for one forward pass.

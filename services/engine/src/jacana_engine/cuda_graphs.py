@@ -36,7 +36,7 @@ from typing import TypeVar
 
 import torch
 
-from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.attention_metadata import AttentionMetadata, kv_slots
 from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.scheduler import ScheduledSequence
 
@@ -189,7 +189,7 @@ class DecodeStaging:
             ids += s.known_token_ids()
             positions += range(end - q, end)
             slots += [-1] * pad
-            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            slots += kv_slots(table, start, end, bs)
             real += range(row * q + pad, row * q + q)
             seq_lens.append(end)
             epoch = seq.block_table_epoch

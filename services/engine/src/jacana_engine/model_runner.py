@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from jacana_engine import device_sampling
-from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.attention_metadata import AttentionMetadata, kv_slots
 from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
 from jacana_engine.decode_overlap import LaunchedStep
@@ -100,14 +100,7 @@ def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
         table = s.seq.block_table
         input_ids.extend(s.known_token_ids())  # drafts to verify included
         positions.extend(range(start, end))
-        # Slots run contiguously inside a block, so extend one block's range at a time.
-        pos = start
-        while pos < end:
-            block, offset = divmod(pos, block_size)
-            take = min(end - pos, block_size - offset)
-            base = table[block] * block_size + offset
-            slots.extend(range(base, base + take))
-            pos += take
+        slots.extend(kv_slots(table, start, end, block_size))
         query_start.append(query_start[-1] + s.num_new_tokens)
         seq_lens.append(end)
 

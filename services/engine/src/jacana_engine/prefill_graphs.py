@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.attention_metadata import AttentionMetadata, kv_slots
 from jacana_engine.cuda_graphs import ForwardFn, int64_int32_views, warm_and_capture
 from jacana_engine.scheduler import ScheduledSequence
 
@@ -95,7 +95,7 @@ class PrefillStaging:
         i64[n:tokens] = 0
         i64[t : t + n] = range(start, end)
         i64[t + n : t + tokens] = 0
-        i64[2 * t : 2 * t + n] = [table[p // bs] * bs + p % bs for p in range(start, end)]
+        i64[2 * t : 2 * t + n] = kv_slots(table, start, end, bs)
         i64[2 * t + n : 2 * t + tokens] = -1
         i32[:3] = (0, n, end)
         i32[3 : 3 + len(table)] = table
