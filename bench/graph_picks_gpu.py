@@ -81,7 +81,7 @@ def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, 
         groups,
         graph_seconds,
         pdl=runner.dependent_launch,
-        screen_seconds=lambda: runner.one_row_graph_seconds(context, 5, 1),
+        screen_seconds=lambda: runner.one_row_screen_seconds(context),
     )
     screened_s = time.perf_counter() - started
     apply_one_row(groups, screened.start)
