@@ -197,18 +197,15 @@ def run_closed_loop(
     total = sum(count.values())
     ttft = [first[r] - submitted[r] for r in first]
     tpot = [(last[r] - first[r]) / (count[r] - 1) for r in first if count[r] > 1]
+    itl = statistics.median(intervals) if intervals else None
     return {
         "wall_s": wall,
         "output_tokens": total,
         "output_tok_s": total / wall,
         "ttft_ms": 1e3 * statistics.median(ttft),
         "tpot_ms": 1e3 * statistics.median(tpot) if tpot else None,
-        "itl_ms": 1e3 * statistics.median(intervals) if intervals else None,
-        "itl_tail_ms": (
-            1e3 * (statistics.fmean(intervals) - statistics.median(intervals))
-            if intervals
-            else None
-        ),
+        "itl_ms": 1e3 * itl if intervals else None,
+        "itl_tail_ms": 1e3 * (statistics.fmean(intervals) - itl) if intervals else None,
         "itl_max_ms": 1e3 * max(intervals) if intervals else None,
         "gc_ms_a_token": 1e3 * gc_pauses.seconds / total if total else None,
     }
