@@ -70,6 +70,11 @@
 # dependent   programmatic dependent launch (pdl): its GPU tests with the skinny kernel's and
 #             the folded rotation's, the random-Qwen3 parity test, and a profile of the 8B
 #             at b1 (~2.5 min)
+# stream      layer_stream_probe_gpu.py: one persistent launch per 8B decode layer (o_proj to
+#             the next qkv, grid barriers between the GEMVs: software-pipelined Triton, and
+#             Gluon with a TMA producer warp) against the separate kernels, with the barriers'
+#             and the arithmetic's cost each left out; then the stream kernel's GPU test
+#             (~1 min; the Gluon kernels need the GPU machine's Triton 3.6)
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #
@@ -399,6 +404,11 @@ for phase in "$@"; do
       timeout 90 python3 bench/pdl_probe_gpu.py --out "$OUT" 2>&1 | tail -10
       timeout 90 python3 bench/pdl_probe_gpu.py --k 12288 --n 4096 --name pdl_probe_gpu_down \
         --out "$OUT" 2>&1 | tail -8
+      ;;
+    stream)
+      stamp "one persistent launch per decode layer against the separate kernels"
+      timeout 200 python3 bench/layer_stream_probe_gpu.py --reps 5 --out "$OUT" 2>&1 | tail -14
+      timeout 120 "${PYTEST[@]}" -m gpu tests/test_layer_stream_probe.py 2>&1 | tail -4
       ;;
     sweep)
       stamp "skinny GEMM launch sweep at one row"

@@ -1,0 +1,858 @@
+"""Probe kernels: the layer stream (``layer_stream.py``'s chain, o_proj to the next qkv at
+batch 1) with a free-running weight producer, in Gluon (Triton's explicit-layout
+dialect), Hopper only. Written against the GPU machine's Triton 3.6: Gluon is
+experimental and its API moves (3.9 renamed ``thread_barrier`` and
+``_reinterpret``), so these compile only there; ``layer_stream_probe_gpu.py`` checks
+their outputs against the engine's kernels before timing them.
+
+In the Triton kernel the weight loads are software pipelined inside the loop that
+consumes them, so while a program waits at a grid barrier no new load is issued and HBM
+idles once the few in flight land. Here one producer warp per program walks the same
+tile sequence and issues each tile as a TMA copy into a ring of shared-memory slots as
+soon as a slot is free, whatever the consumers are doing; the consumer warps wait on the
+slot's mbarrier, multiply, and free the slot. Across a barrier the producer keeps
+filling the ring, so the next matrix streams in while the vector is made whole.
+
+Weights are read through 4-D descriptors [rows, chunks, 16, 256] (a TMA box has at most
+256 elements a dimension): o, gate_up and qkv have one chunk a row, down three, so every
+tile is [BLOCK_N, 1, 16, 256], BLOCK_N rows of one hidden-wide chunk.
+"""
+
+# ruff: noqa: E741, RUF005
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from jacana_engine.kernels._arrivals import arrival_counters
+from jacana_engine.kernels._common import num_sms
+
+COUNTERS = "layer_stream_ws"
+BOX = (16, 256)  # a hidden-wide chunk as TMA sees it (4096 = 16 x 256)
+
+
+@gluon.jit
+def _walk(
+    pid, programs, H: gl.constexpr, I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr
+):
+    """This program's first row block of each matrix and where each phase starts."""
+    CHUNKS: gl.constexpr = I // H
+    o_lo = pid * (H // BLOCK_N) // programs
+    o_hi = (pid + 1) * (H // BLOCK_N) // programs
+    gu_lo = pid * (2 * I // BLOCK_N) // programs
+    gu_hi = (pid + 1) * (2 * I // BLOCK_N) // programs
+    d_lo = pid * (H // BLOCK_N) // programs
+    d_hi = (pid + 1) * (H // BLOCK_N) // programs
+    q_lo = pid * (QKV // BLOCK_N) // programs
+    q_hi = (pid + 1) * (QKV // BLOCK_N) // programs
+    s1 = o_hi - o_lo
+    s2 = s1 + gu_hi - gu_lo
+    s3 = s2 + (d_hi - d_lo) * CHUNKS
+    steps = s3 + q_hi - q_lo
+    return o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps
+
+
+@gluon.jit
+def _producer(
+    o_desc,
+    gu_desc,
+    d_desc,
+    q_desc,
+    bufs,
+    ready,
+    empty,
+    H: gl.constexpr,
+    I: gl.constexpr,
+    QKV: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    CHUNKS: gl.constexpr = I // H
+    NUM_BUF: gl.constexpr = bufs.type.shape[0]
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps = _walk(pid, programs, H, I, QKV, BLOCK_N)
+    for t in range(steps):
+        slot = t % NUM_BUF
+        mbarrier.wait(empty.index(slot), ((t // NUM_BUF) & 1) ^ 1)
+        bar = ready.index(slot)
+        buf = bufs.index(slot)
+        mbarrier.expect(bar, o_desc.block_type.nbytes)
+        if t < s1:
+            tma.async_copy_global_to_shared(o_desc, [(o_lo + t) * BLOCK_N, 0, 0, 0], bar, buf)
+        elif t < s2:
+            tma.async_copy_global_to_shared(
+                gu_desc, [(gu_lo + t - s1) * BLOCK_N, 0, 0, 0], bar, buf
+            )
+        elif t < s3:
+            step = t - s2
+            row = (d_lo + step // CHUNKS) * BLOCK_N
+            tma.async_copy_global_to_shared(d_desc, [row, step % CHUNKS, 0, 0], bar, buf)
+        else:
+            tma.async_copy_global_to_shared(q_desc, [(q_lo + t - s3) * BLOCK_N, 0, 0, 0], bar, buf)
+
+
+@gluon.jit
+def _grid_barrier(counter_ptr, target, WAIT: gl.constexpr):
+    """Thread 0 of the consumers arrives and spins; a consumer barrier on each side.
+    Without ``WAIT`` it only arrives (timing the barriers' cost)."""
+    gl.thread_barrier()
+    if not WAIT:
+        gl.atomic_add(counter_ptr, 1, sem="release")
+        return
+    gl.inline_asm_elementwise(
+        """{
+        .reg .pred leader, done;
+        .reg .u32 tid;
+        .reg .s32 seen;
+        mov.u32 tid, %tid.x;
+        setp.eq.u32 leader, tid, 0;
+        @!leader bra released;
+        fence.acq_rel.gpu;
+        red.relaxed.gpu.global.add.s32 [$1], 1;
+        spin:
+        ld.acquire.gpu.global.b32 seen, [$1];
+        setp.ge.s32 done, seen, $2;
+        @!done bra spin;
+        fence.acq_rel.gpu;
+        released:
+        mov.u32 $0, 0;
+        }""",
+        "=r,l,r",
+        [counter_ptr, target],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _rms_scale(x, rstd, w, dtype: gl.constexpr):
+    return ((x * rstd).to(dtype).to(gl.float32) * w).to(dtype)
+
+
+@gluon.jit
+def _silu_mul(gate, up, dtype: gl.constexpr):
+    act = (gate / (1.0 + gl.exp(-gate))).to(dtype).to(gl.float32)
+    return (act * up).to(dtype)
+
+
+@gluon.jit
+def _consumer(
+    attn_ptr,
+    res_in_ptr,
+    res_out_ptr,
+    g_post_ptr,
+    g_next_ptr,
+    o_ptr,
+    gu_ptr,
+    d_ptr,
+    qkv_ptr,
+    counter_ptr,
+    eps_post,
+    eps_next,
+    bufs,
+    ready,
+    empty,
+    H: gl.constexpr,
+    I: gl.constexpr,
+    QKV: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+    WAIT: gl.constexpr,
+    COMPUTE: gl.constexpr,
+):
+    CHUNKS: gl.constexpr = I // H
+    NUM_BUF: gl.constexpr = bufs.type.shape[0]
+    TILE: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, NUM_WARPS], [1, 0])  # [BLOCK_N, H]
+    VEC: gl.constexpr = gl.SliceLayout(0, TILE)  # [H]
+    ROWS: gl.constexpr = gl.SliceLayout(1, TILE)  # [BLOCK_N]
+    FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    dtype: gl.constexpr = attn_ptr.dtype.element_ty
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps = _walk(pid, programs, H, I, QKV, BLOCK_N)
+    ks = gl.arange(0, H, layout=VEC)
+    rows = gl.arange(0, BLOCK_N, layout=ROWS)
+    x0 = gl.load(attn_ptr + ks)  # written by the kernel before: launched after it
+    x1 = x0
+    x2 = x0
+    h1 = x0
+    acc = gl.zeros([BLOCK_N], gl.float32, layout=ROWS)
+    for t in range(steps):
+        if t == s1:
+            _grid_barrier(counter_ptr, programs, WAIT)
+            h1 = (gl.load(o_ptr + ks).to(gl.float32) + gl.load(res_in_ptr + ks).to(gl.float32)).to(
+                dtype
+            )
+            hf = h1.to(gl.float32)
+            rstd = gl.rsqrt(gl.sum(hf * hf, axis=0) / H + eps_post)
+            x0 = _rms_scale(hf, rstd, gl.load(g_post_ptr + ks).to(gl.float32), dtype)
+        if t == s2:
+            _grid_barrier(counter_ptr, 2 * programs, WAIT)
+            x0 = _silu_mul(
+                gl.load(gu_ptr + ks).to(gl.float32), gl.load(gu_ptr + I + ks).to(gl.float32), dtype
+            )
+            if CHUNKS > 1:
+                x1 = _silu_mul(
+                    gl.load(gu_ptr + H + ks).to(gl.float32),
+                    gl.load(gu_ptr + I + H + ks).to(gl.float32),
+                    dtype,
+                )
+            if CHUNKS > 2:
+                x2 = _silu_mul(
+                    gl.load(gu_ptr + 2 * H + ks).to(gl.float32),
+                    gl.load(gu_ptr + I + 2 * H + ks).to(gl.float32),
+                    dtype,
+                )
+        if t == s3:
+            _grid_barrier(counter_ptr, 3 * programs, WAIT)
+            h2 = (h1.to(gl.float32) + gl.load(d_ptr + ks).to(gl.float32)).to(dtype)
+            if pid == 0:
+                gl.store(res_out_ptr + ks, h2)
+            h2f = h2.to(gl.float32)
+            rstd = gl.rsqrt(gl.sum(h2f * h2f, axis=0) / H + eps_next)
+            x0 = _rms_scale(h2f, rstd, gl.load(g_next_ptr + ks).to(gl.float32), dtype)
+
+        phase = (t >= s1).to(gl.int32) + (t >= s2).to(gl.int32) + (t >= s3).to(gl.int32)
+        chunk = gl.where(phase == 2, (t - s2) % CHUNKS, 0)
+        slot = t % NUM_BUF
+        mbarrier.wait(ready.index(slot), (t // NUM_BUF) & 1)
+        if COMPUTE:
+            w = bufs.index(slot)._reinterpret(dtype, [BLOCK_N, H], FLAT).load(TILE)
+        else:  # timing only: the tile is not read
+            w = gl.zeros([BLOCK_N, H], dtype, layout=TILE)
+        fence_async_shared()
+        mbarrier.arrive(empty.index(slot), count=1)
+
+        x = gl.where(chunk == 0, x0, gl.where(chunk == 1, x1, x2)).to(gl.float32)
+        part = gl.sum(w.to(gl.float32) * gl.expand_dims(x, 0), axis=1)  # [BLOCK_N]
+        acc = gl.where(chunk == 0, part, acc + part)
+        block = gl.where(
+            phase == 0,
+            o_lo + t,
+            gl.where(
+                phase == 1,
+                gu_lo + t - s1,
+                gl.where(phase == 2, d_lo + (t - s2) // CHUNKS, q_lo + t - s3),
+            ),
+        )
+        out = gl.where(
+            phase == 0, o_ptr, gl.where(phase == 1, gu_ptr, gl.where(phase == 2, d_ptr, qkv_ptr))
+        )
+        last = ((phase != 2) | (chunk == CHUNKS - 1)).to(gl.int32)
+        gl.store(out + block * BLOCK_N + rows, acc.to(dtype), mask=rows * 0 + last > 0)
+
+    gl.thread_barrier()
+    arrived = gl.atomic_add(counter_ptr, 1, sem="acq_rel")
+    if arrived == 4 * programs - 1:
+        gl.store(counter_ptr, 0)
+
+
+@gluon.jit
+def _layer_stream_ws_kernel(
+    attn_ptr,
+    res_in_ptr,
+    res_out_ptr,
+    g_post_ptr,
+    g_next_ptr,
+    o_ptr,
+    gu_ptr,
+    d_ptr,
+    qkv_ptr,
+    counter_ptr,
+    eps_post,
+    eps_next,
+    o_desc,
+    gu_desc,
+    d_desc,
+    q_desc,
+    H: gl.constexpr,
+    I: gl.constexpr,
+    QKV: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    NUM_BUF: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+    WAIT: gl.constexpr,
+    COMPUTE: gl.constexpr,
+):
+    bufs = gl.allocate_shared_memory(
+        o_desc.dtype, [NUM_BUF] + o_desc.block_type.shape, o_desc.layout
+    )
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize(
+        [
+            (
+                _consumer,
+                (
+                    attn_ptr,
+                    res_in_ptr,
+                    res_out_ptr,
+                    g_post_ptr,
+                    g_next_ptr,
+                    o_ptr,
+                    gu_ptr,
+                    d_ptr,
+                    qkv_ptr,
+                    counter_ptr,
+                    eps_post,
+                    eps_next,
+                    bufs,
+                    ready,
+                    empty,
+                    H,
+                    I,
+                    QKV,
+                    BLOCK_N,
+                    NUM_WARPS,
+                    WAIT,
+                    COMPUTE,
+                ),
+            ),
+            (_producer, (o_desc, gu_desc, d_desc, q_desc, bufs, ready, empty, H, I, QKV, BLOCK_N)),
+        ],
+        [1],
+        [40],
+    )
+
+
+def _descriptor(weight: torch.Tensor, chunks: int, block_n: int, layout) -> TensorDescriptor:
+    """[rows, chunks * 4096] as [rows, chunks, 16, 256], tiles of [block_n, 1, 16, 256]."""
+    rows = weight.shape[0]
+    shape = [rows, chunks, *BOX]
+    strides = [weight.stride(0), BOX[0] * BOX[1], BOX[1], 1]
+    return TensorDescriptor(weight, shape, strides, [block_n, 1, *BOX], layout)
+
+
+_descs: dict[tuple, tuple] = {}
+
+
+def layer_stream_ws(
+    attn,
+    residual,
+    wo,
+    wgu,
+    wd,
+    wqkv,
+    g_post,
+    g_next,
+    eps_post,
+    eps_next,
+    *,
+    residual_out,
+    qkv_out,
+    scratch,
+    block_n: int = 8,
+    buffers: int = 3,
+    num_warps: int = 8,
+    max_registers: int | None = None,
+    wait: bool = True,
+    compute: bool = True,
+):
+    """``layer_stream``'s contract, hidden size 4096 only, on an sm90 GPU."""
+    h, inter, qkv = attn.shape[1], wd.shape[1], wqkv.shape[0]
+    if h != BOX[0] * BOX[1]:
+        raise ValueError(f"hidden size {h}: this kernel takes {BOX[0] * BOX[1]}")
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=4)
+    key = (wo.data_ptr(), wd.data_ptr(), wqkv.data_ptr(), block_n)
+    if key not in _descs:  # host descriptors are cheap, but a graph replays the same ones
+        _descs[key] = (
+            _descriptor(wo, 1, block_n, layout),
+            _descriptor(wgu, 1, block_n, layout),
+            _descriptor(wd, inter // h, block_n, layout),
+            _descriptor(wqkv, 1, block_n, layout),
+        )
+    o, gu, d = scratch
+    counter = arrival_counters(COUNTERS, attn.device, 1)
+    programs = min(num_sms(attn.device), h // block_n)
+    _layer_stream_ws_kernel[(programs,)](
+        attn,
+        residual,
+        residual_out,
+        g_post,
+        g_next,
+        o,
+        gu,
+        d,
+        qkv_out,
+        counter,
+        eps_post,
+        eps_next,
+        *_descs[key],
+        H=h,
+        I=inter,
+        QKV=qkv,
+        BLOCK_N=block_n,
+        NUM_BUF=buffers,
+        NUM_WARPS=num_warps,
+        WAIT=wait,
+        COMPUTE=compute,
+        num_warps=num_warps,
+        enable_fp_fusion=False,
+        maxnreg=max_registers,
+    )
+    return qkv_out
+
+
+# ---------------------------------------------------------------- dynamic tiles
+# The same chain with the row blocks of each matrix handed out at run time: a producer
+# claims the next row block of the current matrix from a counter, so programs that
+# stream faster take more and every program finishes a matrix within about one tile of
+# the others; a consumer waits, before a matrix's first tile, until the matrix before is
+# complete (a count of consumed row blocks), not for a fixed share of every program.
+
+SENTINEL = -1
+
+
+@gluon.jit
+def _wait_at_least(ptr, target):
+    """Thread 0 spins until *ptr >= target (acquire); a consumer barrier on each side."""
+    gl.thread_barrier()
+    gl.inline_asm_elementwise(
+        """{
+        .reg .pred leader, done;
+        .reg .u32 tid;
+        .reg .s32 seen;
+        mov.u32 tid, %tid.x;
+        setp.eq.u32 leader, tid, 0;
+        @!leader bra released;
+        spin:
+        ld.acquire.gpu.global.b32 seen, [$1];
+        setp.ge.s32 done, seen, $2;
+        @!done bra spin;
+        released:
+        mov.u32 $0, 0;
+        }""",
+        "=r,l,r",
+        [ptr, target],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _count_done(ptr):
+    """After this program's stores of a row block: thread 0 adds one, with release order."""
+    gl.thread_barrier()
+    gl.inline_asm_elementwise(
+        """{
+        .reg .pred leader;
+        .reg .u32 tid;
+        mov.u32 tid, %tid.x;
+        setp.eq.u32 leader, tid, 0;
+        @leader red.release.gpu.global.add.s32 [$1], 1;
+        mov.u32 $0, 0;
+        }""",
+        "=r,l",
+        [ptr],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
+def _blocks(phase, H: gl.constexpr, I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Row blocks of matrix ``phase`` (o, gate_up, down, qkv)."""
+    return gl.where(
+        phase == 0,
+        H // BLOCK_N,
+        gl.where(phase == 1, 2 * I // BLOCK_N, gl.where(phase == 2, H // BLOCK_N, QKV // BLOCK_N)),
+    )
+
+
+@gluon.jit
+def _dyn_producer(
+    o_desc,
+    gu_desc,
+    d_desc,
+    q_desc,
+    bufs,
+    ready,
+    empty,
+    info,
+    take_ptr,
+    H: gl.constexpr,
+    I: gl.constexpr,
+    QKV: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+):
+    CHUNKS: gl.constexpr = I // H
+    NUM_BUF: gl.constexpr = bufs.type.shape[0]
+    ONE: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    t = 0
+    phase = 0
+    while phase < 4:
+        block = gl.atomic_add(take_ptr + phase, 1)
+        if block < _blocks(phase, H, I, QKV, BLOCK_N):
+            chunks = gl.where(phase == 2, CHUNKS, 1)
+            for c in range(chunks):
+                slot = t % NUM_BUF
+                mbarrier.wait(empty.index(slot), ((t // NUM_BUF) & 1) ^ 1)
+                info.index(slot).store(
+                    gl.full([1], phase * 16777216 + block * 4 + c, gl.int32, layout=ONE)
+                )
+                bar = ready.index(slot)
+                buf = bufs.index(slot)
+                mbarrier.expect(bar, o_desc.block_type.nbytes)
+                row = block * BLOCK_N
+                if phase == 0:
+                    tma.async_copy_global_to_shared(o_desc, [row, 0, 0, 0], bar, buf)
+                elif phase == 1:
+                    tma.async_copy_global_to_shared(gu_desc, [row, 0, 0, 0], bar, buf)
+                elif phase == 2:
+                    tma.async_copy_global_to_shared(d_desc, [row, c, 0, 0], bar, buf)
+                else:
+                    tma.async_copy_global_to_shared(q_desc, [row, 0, 0, 0], bar, buf)
+                t += 1
+        else:
+            phase += 1
+    slot = t % NUM_BUF
+    mbarrier.wait(empty.index(slot), ((t // NUM_BUF) & 1) ^ 1)
+    info.index(slot).store(gl.full([1], -1, gl.int32, layout=ONE))
+    mbarrier.arrive(ready.index(slot), count=1)
+
+
+@gluon.jit
+def _phase_input(
+    phase,
+    attn_ptr,
+    res_in_ptr,
+    g_post_ptr,
+    g_next_ptr,
+    o_ptr,
+    gu_ptr,
+    d_ptr,
+    ks,
+    which,
+    eps_post,
+    eps_next,
+    H: gl.constexpr,
+    I: gl.constexpr,
+    dtype: gl.constexpr,
+):
+    """Chunk ``which`` of matrix ``phase``'s input vector, from the scratch vectors the
+    matrices before it wrote (complete by then)."""
+    if phase == 0:
+        x = gl.load(attn_ptr + ks)
+    elif phase == 2:
+        x = _silu_mul(
+            gl.load(gu_ptr + which * H + ks).to(gl.float32),
+            gl.load(gu_ptr + I + which * H + ks).to(gl.float32),
+            dtype,
+        )
+    else:
+        h = (gl.load(o_ptr + ks).to(gl.float32) + gl.load(res_in_ptr + ks).to(gl.float32)).to(dtype)
+        g = g_post_ptr
+        eps = eps_post
+        if phase == 3:
+            h = (h.to(gl.float32) + gl.load(d_ptr + ks).to(gl.float32)).to(dtype)
+            g = g_next_ptr
+            eps = eps_next
+        hf = h.to(gl.float32)
+        rstd = gl.rsqrt(gl.sum(hf * hf, axis=0) / H + eps)
+        x = _rms_scale(hf, rstd, gl.load(g + ks).to(gl.float32), dtype)
+    return x
+
+
+@gluon.jit
+def _dyn_consumer(
+    attn_ptr,
+    res_in_ptr,
+    res_out_ptr,
+    g_post_ptr,
+    g_next_ptr,
+    o_ptr,
+    gu_ptr,
+    d_ptr,
+    qkv_ptr,
+    counter_ptr,
+    done_ptr,
+    take_ptr,
+    eps_post,
+    eps_next,
+    bufs,
+    ready,
+    empty,
+    info,
+    H: gl.constexpr,
+    I: gl.constexpr,
+    QKV: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+):
+    CHUNKS: gl.constexpr = I // H
+    NUM_BUF: gl.constexpr = bufs.type.shape[0]
+    TILE: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, NUM_WARPS], [1, 0])
+    VEC: gl.constexpr = gl.SliceLayout(0, TILE)
+    ROWS: gl.constexpr = gl.SliceLayout(1, TILE)
+    ONE: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    dtype: gl.constexpr = attn_ptr.dtype.element_ty
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    ks = gl.arange(0, H, layout=VEC)
+    rows = gl.arange(0, BLOCK_N, layout=ROWS)
+    x0 = gl.load(attn_ptr + ks)
+    x1 = x0
+    x2 = x0
+    cur = 0
+    acc = gl.zeros([BLOCK_N], gl.float32, layout=ROWS)
+    t = 0
+    running = True
+    while running:
+        slot = t % NUM_BUF
+        mbarrier.wait(ready.index(slot), (t // NUM_BUF) & 1)
+        code = gl.max(info.index(slot).load(ONE), axis=0)
+        if code < 0:
+            mbarrier.arrive(empty.index(slot), count=1)
+            running = False
+        else:
+            phase = code // 16777216
+            block = (code % 16777216) // 4
+            chunk = code % 4
+            if phase != cur:  # the matrix before must be complete, then its input made
+                _wait_at_least(done_ptr + phase - 1, _blocks(phase - 1, H, I, QKV, BLOCK_N))
+                x0 = _phase_input(
+                    phase,
+                    attn_ptr,
+                    res_in_ptr,
+                    g_post_ptr,
+                    g_next_ptr,
+                    o_ptr,
+                    gu_ptr,
+                    d_ptr,
+                    ks,
+                    0,
+                    eps_post,
+                    eps_next,
+                    H,
+                    I,
+                    dtype,
+                )
+                if phase == 2:
+                    if CHUNKS > 1:
+                        x1 = _phase_input(
+                            phase,
+                            attn_ptr,
+                            res_in_ptr,
+                            g_post_ptr,
+                            g_next_ptr,
+                            o_ptr,
+                            gu_ptr,
+                            d_ptr,
+                            ks,
+                            1,
+                            eps_post,
+                            eps_next,
+                            H,
+                            I,
+                            dtype,
+                        )
+                    if CHUNKS > 2:
+                        x2 = _phase_input(
+                            phase,
+                            attn_ptr,
+                            res_in_ptr,
+                            g_post_ptr,
+                            g_next_ptr,
+                            o_ptr,
+                            gu_ptr,
+                            d_ptr,
+                            ks,
+                            2,
+                            eps_post,
+                            eps_next,
+                            H,
+                            I,
+                            dtype,
+                        )
+                cur = phase
+            w = bufs.index(slot)._reinterpret(dtype, [BLOCK_N, H], FLAT).load(TILE)
+            fence_async_shared()
+            mbarrier.arrive(empty.index(slot), count=1)
+            x = gl.where(chunk == 0, x0, gl.where(chunk == 1, x1, x2)).to(gl.float32)
+            part = gl.sum(w.to(gl.float32) * gl.expand_dims(x, 0), axis=1)
+            acc = gl.where(chunk == 0, part, acc + part)
+            last = (phase != 2) | (chunk == CHUNKS - 1)
+            if last:
+                out = gl.where(
+                    phase == 0,
+                    o_ptr,
+                    gl.where(phase == 1, gu_ptr, gl.where(phase == 2, d_ptr, qkv_ptr)),
+                )
+                gl.store(out + block * BLOCK_N + rows, acc.to(dtype))
+                _count_done(done_ptr + phase)
+        t += 1
+    if pid == 0:  # the layer's residual: res_in + o + down, once down is complete
+        _wait_at_least(done_ptr + 2, _blocks(2, H, I, QKV, BLOCK_N))
+        h = (gl.load(o_ptr + ks).to(gl.float32) + gl.load(res_in_ptr + ks).to(gl.float32)).to(dtype)
+        gl.store(
+            res_out_ptr + ks, (h.to(gl.float32) + gl.load(d_ptr + ks).to(gl.float32)).to(dtype)
+        )
+    gl.thread_barrier()
+    arrived = gl.atomic_add(counter_ptr, 1, sem="acq_rel")
+    if arrived == programs - 1:  # everyone is out of the loop: ready for the next launch
+        for p in gl.static_range(4):
+            gl.store(done_ptr + p, 0)
+            gl.store(take_ptr + p, 0)
+        gl.store(counter_ptr, 0)
+
+
+@gluon.jit
+def _layer_stream_dyn_kernel(
+    attn_ptr,
+    res_in_ptr,
+    res_out_ptr,
+    g_post_ptr,
+    g_next_ptr,
+    o_ptr,
+    gu_ptr,
+    d_ptr,
+    qkv_ptr,
+    counter_ptr,
+    done_ptr,
+    take_ptr,
+    eps_post,
+    eps_next,
+    o_desc,
+    gu_desc,
+    d_desc,
+    q_desc,
+    H: gl.constexpr,
+    I: gl.constexpr,
+    QKV: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    NUM_BUF: gl.constexpr,
+    NUM_WARPS: gl.constexpr,
+):
+    bufs = gl.allocate_shared_memory(
+        o_desc.dtype, [NUM_BUF] + o_desc.block_type.shape, o_desc.layout
+    )
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    info = gl.allocate_shared_memory(gl.int32, [NUM_BUF, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize(
+        [
+            (
+                _dyn_consumer,
+                (
+                    attn_ptr,
+                    res_in_ptr,
+                    res_out_ptr,
+                    g_post_ptr,
+                    g_next_ptr,
+                    o_ptr,
+                    gu_ptr,
+                    d_ptr,
+                    qkv_ptr,
+                    counter_ptr,
+                    done_ptr,
+                    take_ptr,
+                    eps_post,
+                    eps_next,
+                    bufs,
+                    ready,
+                    empty,
+                    info,
+                    H,
+                    I,
+                    QKV,
+                    BLOCK_N,
+                    NUM_WARPS,
+                ),
+            ),
+            (
+                _dyn_producer,
+                (
+                    o_desc,
+                    gu_desc,
+                    d_desc,
+                    q_desc,
+                    bufs,
+                    ready,
+                    empty,
+                    info,
+                    take_ptr,
+                    H,
+                    I,
+                    QKV,
+                    BLOCK_N,
+                ),
+            ),
+        ],
+        [1],
+        [40],
+    )
+
+
+def layer_stream_dyn(
+    attn,
+    residual,
+    wo,
+    wgu,
+    wd,
+    wqkv,
+    g_post,
+    g_next,
+    eps_post,
+    eps_next,
+    *,
+    residual_out,
+    qkv_out,
+    scratch,
+    block_n: int = 8,
+    buffers: int = 3,
+    num_warps: int = 8,
+):
+    """``layer_stream_ws`` with row blocks handed out at run time."""
+    h, inter, qkv = attn.shape[1], wd.shape[1], wqkv.shape[0]
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=4)
+    key = (wo.data_ptr(), wd.data_ptr(), wqkv.data_ptr(), block_n)
+    if key not in _descs:
+        _descs[key] = (
+            _descriptor(wo, 1, block_n, layout),
+            _descriptor(wgu, 1, block_n, layout),
+            _descriptor(wd, inter // h, block_n, layout),
+            _descriptor(wqkv, 1, block_n, layout),
+        )
+    o, gu, d = scratch
+    counters = arrival_counters(COUNTERS + "_dyn", attn.device, 9)
+    _layer_stream_dyn_kernel[(num_sms(attn.device),)](
+        attn,
+        residual,
+        residual_out,
+        g_post,
+        g_next,
+        o,
+        gu,
+        d,
+        qkv_out,
+        counters[0:1],
+        counters[1:5],
+        counters[5:9],
+        eps_post,
+        eps_next,
+        *_descs[key],
+        H=h,
+        I=inter,
+        QKV=qkv,
+        BLOCK_N=block_n,
+        NUM_BUF=buffers,
+        NUM_WARPS=num_warps,
+        num_warps=num_warps,
+        enable_fp_fusion=False,
+    )
+    return qkv_out
