@@ -59,45 +59,52 @@ class StreamConfig:
 MAX_PER_SM = 4
 
 
+def leader_sync_ptx(*, arrive: bool, block_barrier: bool) -> str:
+    """One PTX block for a grid barrier's halves: thread 0 of the program (with
+    ``arrive``) fences and adds one to the counter at $1, then spins until it holds at
+    least $2 and fences again; with ``block_barrier`` the program's threads meet before
+    (so every thread's stores precede the arrival) and after (so none reads before the
+    wait is over). Thread 0 alone polls: a program's 256 threads polling one L2 line
+    would slow every arrival. Output $0 is a dummy 0."""
+    meet = "bar.sync 0;" if block_barrier else ""
+    add = "fence.acq_rel.gpu;\nred.relaxed.gpu.global.add.s32 [$1], 1;" if arrive else ""
+    return f"""{{
+    .reg .pred leader, done;
+    .reg .u32 tid;
+    .reg .s32 seen;
+    {meet}
+    mov.u32 tid, %tid.x;
+    setp.eq.u32 leader, tid, 0;
+    @!leader bra released;
+    {add}
+    spin:
+    ld.acquire.gpu.global.b32 seen, [$1];
+    setp.ge.s32 done, seen, $2;
+    @!done bra spin;
+    fence.acq_rel.gpu;
+    released:
+    {meet}
+    mov.u32 $0, 0;
+    }}"""
+
+
+_ARRIVE_AND_WAIT = tl.constexpr(leader_sync_ptx(arrive=True, block_barrier=True))
+
+
 @triton.jit
 def _grid_barrier(counter_ptr, target, INTERPRET: tl.constexpr, WAIT: tl.constexpr = 1):
     """Arrive, then wait until ``target`` arrivals are counted; after it the other
-    programs' stores before their arrivals are visible. The classic grid sync in one PTX
-    block (Triton's own block barrier or ``while`` inside a loop would keep the loop
-    from being pipelined): a block barrier orders every thread's stores before thread
-    0's fence and increment; thread 0 alone spins on the counter (a program's 256
-    threads polling one L2 line would slow every arrival), fences, and a second block
-    barrier releases the rest. The interpreter runs a grid of one program: its own
-    arrival is the count."""
+    programs' stores before their arrivals are visible. In one PTX block
+    (``leader_sync_ptx``): Triton's own block barrier or a ``while`` inside a loop
+    would keep the loop from being pipelined. The interpreter runs a grid of one
+    program: its own arrival is the count."""
     if INTERPRET or not WAIT:
         tl.atomic_add(counter_ptr, 1, sem="release")
     else:
         tl.inline_asm_elementwise(
-            """{
-            .reg .pred leader, done;
-            .reg .u32 tid;
-            .reg .s32 seen;
-            bar.sync 0;
-            mov.u32 tid, %tid.x;
-            setp.eq.u32 leader, tid, 0;
-            @!leader bra released;
-            fence.acq_rel.gpu;
-            red.relaxed.gpu.global.add.s32 [$1], 1;
-            spin:
-            ld.acquire.gpu.global.b32 seen, [$1];
-            setp.ge.s32 done, seen, $2;
-            @!done bra spin;
-            fence.acq_rel.gpu;
-            released:
-            bar.sync 0;
-            mov.u32 $0, 0;
-            }""",
-            "=r,l,r",
-            [counter_ptr, target],
-            dtype=tl.int32,
-            is_pure=False,
+            _ARRIVE_AND_WAIT, "=r,l,r", [counter_ptr, target], dtype=tl.int32, is_pure=False,
             pack=1,
-        )
+        )  # fmt: skip
 
 
 @triton.jit

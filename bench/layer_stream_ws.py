@@ -22,6 +22,7 @@ tile is [BLOCK_N, 1, 16, 256], BLOCK_N rows of one hidden-wide chunk.
 from __future__ import annotations
 
 import torch
+from layer_stream import leader_sync_ptx
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
@@ -94,39 +95,28 @@ def _producer(
             tma.async_copy_global_to_shared(q_desc, [(q_lo + t - s3) * BLOCK_N, 0, 0, 0], bar, buf)
 
 
+_ARRIVE_AND_WAIT = gl.constexpr(leader_sync_ptx(arrive=True, block_barrier=False))
+_WAIT = gl.constexpr(leader_sync_ptx(arrive=False, block_barrier=False))
+
+
+@gluon.jit
+def _leader_sync(ptr, target, PTX: gl.constexpr):
+    """``leader_sync_ptx`` between two barriers of the consumer warps (a Gluon partition's
+    barrier: PTX ``bar.sync 0`` would wait for the producer warp too)."""
+    gl.thread_barrier()
+    gl.inline_asm_elementwise(PTX, "=r,l,r", [ptr, target], dtype=gl.int32, is_pure=False, pack=1)
+    gl.thread_barrier()
+
+
 @gluon.jit
 def _grid_barrier(counter_ptr, target, WAIT: gl.constexpr):
-    """Thread 0 of the consumers arrives and spins; a consumer barrier on each side.
-    Without ``WAIT`` it only arrives (timing the barriers' cost)."""
-    gl.thread_barrier()
-    if not WAIT:
+    """Arrive and wait for ``target`` arrivals; without ``WAIT`` only arrive (timing
+    the barriers' cost)."""
+    if WAIT:
+        _leader_sync(counter_ptr, target, _ARRIVE_AND_WAIT)
+    else:
+        gl.thread_barrier()
         gl.atomic_add(counter_ptr, 1, sem="release")
-        return
-    gl.inline_asm_elementwise(
-        """{
-        .reg .pred leader, done;
-        .reg .u32 tid;
-        .reg .s32 seen;
-        mov.u32 tid, %tid.x;
-        setp.eq.u32 leader, tid, 0;
-        @!leader bra released;
-        fence.acq_rel.gpu;
-        red.relaxed.gpu.global.add.s32 [$1], 1;
-        spin:
-        ld.acquire.gpu.global.b32 seen, [$1];
-        setp.ge.s32 done, seen, $2;
-        @!done bra spin;
-        fence.acq_rel.gpu;
-        released:
-        mov.u32 $0, 0;
-        }""",
-        "=r,l,r",
-        [counter_ptr, target],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
-    gl.thread_barrier()
 
 
 @gluon.jit
@@ -138,6 +128,61 @@ def _rms_scale(x, rstd, w, dtype: gl.constexpr):
 def _silu_mul(gate, up, dtype: gl.constexpr):
     act = (gate / (1.0 + gl.exp(-gate))).to(dtype).to(gl.float32)
     return (act * up).to(dtype)
+
+
+@gluon.jit
+def _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, with_down, dtype: gl.constexpr):
+    """The residual stream after attention (res_in + o), and after the MLP too (+ down)
+    with ``with_down``, each sum rounded as HF rounds it."""
+    h = (gl.load(o_ptr + ks).to(gl.float32) + gl.load(res_in_ptr + ks).to(gl.float32)).to(dtype)
+    if with_down:
+        h = (h.to(gl.float32) + gl.load(d_ptr + ks).to(gl.float32)).to(dtype)
+    return h
+
+
+@gluon.jit
+def _phase_input(
+    phase, attn_ptr, res_in_ptr, g_post_ptr, g_next_ptr, o_ptr, gu_ptr, d_ptr, ks,
+    which: gl.constexpr, eps_post, eps_next, H: gl.constexpr, I: gl.constexpr,
+    dtype: gl.constexpr,
+):  # fmt: skip
+    """Chunk ``which`` of matrix ``phase``'s input vector (o, gate_up, down, qkv), from the
+    scratch vectors the matrices before it wrote (complete by then)."""
+    if phase == 0:
+        x = gl.load(attn_ptr + ks)
+    elif phase == 2:
+        gate = gl.load(gu_ptr + which * H + ks).to(gl.float32)
+        x = _silu_mul(gate, gl.load(gu_ptr + I + which * H + ks).to(gl.float32), dtype)
+    else:
+        hf = _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, phase == 3, dtype).to(gl.float32)
+        g = gl.where(phase == 3, g_next_ptr, g_post_ptr)
+        eps = gl.where(phase == 3, eps_next, eps_post)
+        rstd = gl.rsqrt(gl.sum(hf * hf, axis=0) / H + eps)
+        x = _rms_scale(hf, rstd, gl.load(g + ks).to(gl.float32), dtype)
+    return x
+
+
+@gluon.jit
+def _multiply_tile(
+    bufs, empty, slot, x0, x1, x2, chunk, acc, TILE: gl.constexpr, BLOCK_N: gl.constexpr,
+    H: gl.constexpr, COMPUTE: gl.constexpr,
+):  # fmt: skip
+    """A landed tile (its ready barrier waited on) times input chunk ``chunk``, its slot
+    freed for the producer: the row sums [BLOCK_N], added to ``acc`` past chunk 0.
+    Without ``COMPUTE`` the tile is not read (timing only)."""
+    dtype: gl.constexpr = bufs.dtype
+    if COMPUTE:
+        flat = bufs.index(slot)._reinterpret(
+            dtype, [BLOCK_N, H], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        )
+        w = flat.load(TILE)
+    else:
+        w = gl.zeros([BLOCK_N, H], dtype, layout=TILE)
+    fence_async_shared()
+    mbarrier.arrive(empty.index(slot), count=1)
+    x = gl.where(chunk == 0, x0, gl.where(chunk == 1, x1, x2)).to(gl.float32)
+    part = gl.sum(w.to(gl.float32) * gl.expand_dims(x, 0), axis=1)  # [BLOCK_N]
+    return gl.where(chunk == 0, part, acc + part)
 
 
 @gluon.jit
@@ -170,7 +215,6 @@ def _consumer(
     TILE: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, NUM_WARPS], [1, 0])  # [BLOCK_N, H]
     VEC: gl.constexpr = gl.SliceLayout(0, TILE)  # [H]
     ROWS: gl.constexpr = gl.SliceLayout(1, TILE)  # [BLOCK_N]
-    FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     dtype: gl.constexpr = attn_ptr.dtype.element_ty
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
@@ -180,57 +224,111 @@ def _consumer(
     x0 = gl.load(attn_ptr + ks)  # written by the kernel before: launched after it
     x1 = x0
     x2 = x0
-    h1 = x0
     acc = gl.zeros([BLOCK_N], gl.float32, layout=ROWS)
     for t in range(steps):
         if t == s1:
             _grid_barrier(counter_ptr, programs, WAIT)
-            h1 = (gl.load(o_ptr + ks).to(gl.float32) + gl.load(res_in_ptr + ks).to(gl.float32)).to(
-                dtype
+            x0 = _phase_input(
+                1,
+                attn_ptr,
+                res_in_ptr,
+                g_post_ptr,
+                g_next_ptr,
+                o_ptr,
+                gu_ptr,
+                d_ptr,
+                ks,
+                0,
+                eps_post,
+                eps_next,
+                H,
+                I,
+                dtype,
             )
-            hf = h1.to(gl.float32)
-            rstd = gl.rsqrt(gl.sum(hf * hf, axis=0) / H + eps_post)
-            x0 = _rms_scale(hf, rstd, gl.load(g_post_ptr + ks).to(gl.float32), dtype)
         if t == s2:
             _grid_barrier(counter_ptr, 2 * programs, WAIT)
-            x0 = _silu_mul(
-                gl.load(gu_ptr + ks).to(gl.float32), gl.load(gu_ptr + I + ks).to(gl.float32), dtype
+            x0 = _phase_input(
+                2,
+                attn_ptr,
+                res_in_ptr,
+                g_post_ptr,
+                g_next_ptr,
+                o_ptr,
+                gu_ptr,
+                d_ptr,
+                ks,
+                0,
+                eps_post,
+                eps_next,
+                H,
+                I,
+                dtype,
             )
             if CHUNKS > 1:
-                x1 = _silu_mul(
-                    gl.load(gu_ptr + H + ks).to(gl.float32),
-                    gl.load(gu_ptr + I + H + ks).to(gl.float32),
+                x1 = _phase_input(
+                    2,
+                    attn_ptr,
+                    res_in_ptr,
+                    g_post_ptr,
+                    g_next_ptr,
+                    o_ptr,
+                    gu_ptr,
+                    d_ptr,
+                    ks,
+                    1,
+                    eps_post,
+                    eps_next,
+                    H,
+                    I,
                     dtype,
                 )
             if CHUNKS > 2:
-                x2 = _silu_mul(
-                    gl.load(gu_ptr + 2 * H + ks).to(gl.float32),
-                    gl.load(gu_ptr + I + 2 * H + ks).to(gl.float32),
+                x2 = _phase_input(
+                    2,
+                    attn_ptr,
+                    res_in_ptr,
+                    g_post_ptr,
+                    g_next_ptr,
+                    o_ptr,
+                    gu_ptr,
+                    d_ptr,
+                    ks,
+                    2,
+                    eps_post,
+                    eps_next,
+                    H,
+                    I,
                     dtype,
                 )
         if t == s3:
             _grid_barrier(counter_ptr, 3 * programs, WAIT)
-            h2 = (h1.to(gl.float32) + gl.load(d_ptr + ks).to(gl.float32)).to(dtype)
             if pid == 0:
-                gl.store(res_out_ptr + ks, h2)
-            h2f = h2.to(gl.float32)
-            rstd = gl.rsqrt(gl.sum(h2f * h2f, axis=0) / H + eps_next)
-            x0 = _rms_scale(h2f, rstd, gl.load(g_next_ptr + ks).to(gl.float32), dtype)
+                gl.store(
+                    res_out_ptr + ks, _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, True, dtype)
+                )
+            x0 = _phase_input(
+                3,
+                attn_ptr,
+                res_in_ptr,
+                g_post_ptr,
+                g_next_ptr,
+                o_ptr,
+                gu_ptr,
+                d_ptr,
+                ks,
+                0,
+                eps_post,
+                eps_next,
+                H,
+                I,
+                dtype,
+            )
 
         phase = (t >= s1).to(gl.int32) + (t >= s2).to(gl.int32) + (t >= s3).to(gl.int32)
         chunk = gl.where(phase == 2, (t - s2) % CHUNKS, 0)
         slot = t % NUM_BUF
         mbarrier.wait(ready.index(slot), (t // NUM_BUF) & 1)
-        if COMPUTE:
-            w = bufs.index(slot)._reinterpret(dtype, [BLOCK_N, H], FLAT).load(TILE)
-        else:  # timing only: the tile is not read
-            w = gl.zeros([BLOCK_N, H], dtype, layout=TILE)
-        fence_async_shared()
-        mbarrier.arrive(empty.index(slot), count=1)
-
-        x = gl.where(chunk == 0, x0, gl.where(chunk == 1, x1, x2)).to(gl.float32)
-        part = gl.sum(w.to(gl.float32) * gl.expand_dims(x, 0), axis=1)  # [BLOCK_N]
-        acc = gl.where(chunk == 0, part, acc + part)
+        acc = _multiply_tile(bufs, empty, slot, x0, x1, x2, chunk, acc, TILE, BLOCK_N, H, COMPUTE)
         block = gl.where(
             phase == 0,
             o_lo + t,
@@ -250,6 +348,19 @@ def _consumer(
     arrived = gl.atomic_add(counter_ptr, 1, sem="acq_rel")
     if arrived == 4 * programs - 1:
         gl.store(counter_ptr, 0)
+
+
+@gluon.jit
+def _ring(desc, NUM_BUF: gl.constexpr):
+    """The tile ring: NUM_BUF slots of ``desc``'s tile, and a ready and an empty mbarrier
+    a slot (the producer's TMA completes ready; a consumer's read arrives on empty)."""
+    bufs = gl.allocate_shared_memory(desc.dtype, [NUM_BUF] + desc.block_type.shape, desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    return bufs, ready, empty
 
 
 @gluon.jit
@@ -279,14 +390,7 @@ def _layer_stream_ws_kernel(
     WAIT: gl.constexpr,
     COMPUTE: gl.constexpr,
 ):
-    bufs = gl.allocate_shared_memory(
-        o_desc.dtype, [NUM_BUF] + o_desc.block_type.shape, o_desc.layout
-    )
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_BUF):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    bufs, ready, empty = _ring(o_desc, NUM_BUF)
     gl.warp_specialize(
         [
             (
@@ -334,6 +438,21 @@ def _descriptor(weight: torch.Tensor, chunks: int, block_n: int, layout) -> Tens
 _descs: dict[tuple, tuple] = {}
 
 
+def _weight_descriptors(wo, wgu, wd, wqkv, block_n: int) -> tuple:
+    """The four matrices' descriptors, made once per weight set (a graph replays them)."""
+    key = (wo.data_ptr(), wgu.data_ptr(), wd.data_ptr(), wqkv.data_ptr(), block_n)
+    if key not in _descs:
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=4)
+        chunks = wd.shape[1] // wo.shape[1]
+        _descs[key] = (
+            _descriptor(wo, 1, block_n, layout),
+            _descriptor(wgu, 1, block_n, layout),
+            _descriptor(wd, chunks, block_n, layout),
+            _descriptor(wqkv, 1, block_n, layout),
+        )
+    return _descs[key]
+
+
 def layer_stream_ws(
     attn,
     residual,
@@ -360,15 +479,7 @@ def layer_stream_ws(
     h, inter, qkv = attn.shape[1], wd.shape[1], wqkv.shape[0]
     if h != BOX[0] * BOX[1]:
         raise ValueError(f"hidden size {h}: this kernel takes {BOX[0] * BOX[1]}")
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=4)
-    key = (wo.data_ptr(), wd.data_ptr(), wqkv.data_ptr(), block_n)
-    if key not in _descs:  # host descriptors are cheap, but a graph replays the same ones
-        _descs[key] = (
-            _descriptor(wo, 1, block_n, layout),
-            _descriptor(wgu, 1, block_n, layout),
-            _descriptor(wd, inter // h, block_n, layout),
-            _descriptor(wqkv, 1, block_n, layout),
-        )
+    descs = _weight_descriptors(wo, wgu, wd, wqkv, block_n)
     o, gu, d = scratch
     counter = arrival_counters(COUNTERS, attn.device, 1)
     programs = min(num_sms(attn.device), h // block_n)
@@ -385,7 +496,7 @@ def layer_stream_ws(
         counter,
         eps_post,
         eps_next,
-        *_descs[key],
+        *descs,
         H=h,
         I=inter,
         QKV=qkv,
@@ -409,34 +520,6 @@ def layer_stream_ws(
 # complete (a count of consumed row blocks), not for a fixed share of every program.
 
 SENTINEL = -1
-
-
-@gluon.jit
-def _wait_at_least(ptr, target):
-    """Thread 0 spins until *ptr >= target (acquire); a consumer barrier on each side."""
-    gl.thread_barrier()
-    gl.inline_asm_elementwise(
-        """{
-        .reg .pred leader, done;
-        .reg .u32 tid;
-        .reg .s32 seen;
-        mov.u32 tid, %tid.x;
-        setp.eq.u32 leader, tid, 0;
-        @!leader bra released;
-        spin:
-        ld.acquire.gpu.global.b32 seen, [$1];
-        setp.ge.s32 done, seen, $2;
-        @!done bra spin;
-        released:
-        mov.u32 $0, 0;
-        }""",
-        "=r,l,r",
-        [ptr, target],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
-    gl.thread_barrier()
 
 
 @gluon.jit
@@ -523,48 +606,6 @@ def _dyn_producer(
 
 
 @gluon.jit
-def _phase_input(
-    phase,
-    attn_ptr,
-    res_in_ptr,
-    g_post_ptr,
-    g_next_ptr,
-    o_ptr,
-    gu_ptr,
-    d_ptr,
-    ks,
-    which,
-    eps_post,
-    eps_next,
-    H: gl.constexpr,
-    I: gl.constexpr,
-    dtype: gl.constexpr,
-):
-    """Chunk ``which`` of matrix ``phase``'s input vector, from the scratch vectors the
-    matrices before it wrote (complete by then)."""
-    if phase == 0:
-        x = gl.load(attn_ptr + ks)
-    elif phase == 2:
-        x = _silu_mul(
-            gl.load(gu_ptr + which * H + ks).to(gl.float32),
-            gl.load(gu_ptr + I + which * H + ks).to(gl.float32),
-            dtype,
-        )
-    else:
-        h = (gl.load(o_ptr + ks).to(gl.float32) + gl.load(res_in_ptr + ks).to(gl.float32)).to(dtype)
-        g = g_post_ptr
-        eps = eps_post
-        if phase == 3:
-            h = (h.to(gl.float32) + gl.load(d_ptr + ks).to(gl.float32)).to(dtype)
-            g = g_next_ptr
-            eps = eps_next
-        hf = h.to(gl.float32)
-        rstd = gl.rsqrt(gl.sum(hf * hf, axis=0) / H + eps)
-        x = _rms_scale(hf, rstd, gl.load(g + ks).to(gl.float32), dtype)
-    return x
-
-
-@gluon.jit
 def _dyn_consumer(
     attn_ptr,
     res_in_ptr,
@@ -596,7 +637,6 @@ def _dyn_consumer(
     VEC: gl.constexpr = gl.SliceLayout(0, TILE)
     ROWS: gl.constexpr = gl.SliceLayout(1, TILE)
     ONE: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
-    FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     dtype: gl.constexpr = attn_ptr.dtype.element_ty
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
@@ -621,7 +661,7 @@ def _dyn_consumer(
             block = (code % 16777216) // 4
             chunk = code % 4
             if phase != cur:  # the matrix before must be complete, then its input made
-                _wait_at_least(done_ptr + phase - 1, _blocks(phase - 1, H, I, QKV, BLOCK_N))
+                _leader_sync(done_ptr + phase - 1, _blocks(phase - 1, H, I, QKV, BLOCK_N), _WAIT)
                 x0 = _phase_input(
                     phase,
                     attn_ptr,
@@ -677,12 +717,7 @@ def _dyn_consumer(
                             dtype,
                         )
                 cur = phase
-            w = bufs.index(slot)._reinterpret(dtype, [BLOCK_N, H], FLAT).load(TILE)
-            fence_async_shared()
-            mbarrier.arrive(empty.index(slot), count=1)
-            x = gl.where(chunk == 0, x0, gl.where(chunk == 1, x1, x2)).to(gl.float32)
-            part = gl.sum(w.to(gl.float32) * gl.expand_dims(x, 0), axis=1)
-            acc = gl.where(chunk == 0, part, acc + part)
+            acc = _multiply_tile(bufs, empty, slot, x0, x1, x2, chunk, acc, TILE, BLOCK_N, H, True)
             last = (phase != 2) | (chunk == CHUNKS - 1)
             if last:
                 out = gl.where(
@@ -694,7 +729,7 @@ def _dyn_consumer(
                 _count_done(done_ptr + phase)
         t += 1
     if pid == 0:  # the layer's residual: res_in + o + down, once down is complete
-        _wait_at_least(done_ptr + 2, _blocks(2, H, I, QKV, BLOCK_N))
+        _leader_sync(done_ptr + 2, _blocks(2, H, I, QKV, BLOCK_N), _WAIT)
         h = (gl.load(o_ptr + ks).to(gl.float32) + gl.load(res_in_ptr + ks).to(gl.float32)).to(dtype)
         gl.store(
             res_out_ptr + ks, (h.to(gl.float32) + gl.load(d_ptr + ks).to(gl.float32)).to(dtype)
@@ -735,15 +770,8 @@ def _layer_stream_dyn_kernel(
     NUM_BUF: gl.constexpr,
     NUM_WARPS: gl.constexpr,
 ):
-    bufs = gl.allocate_shared_memory(
-        o_desc.dtype, [NUM_BUF] + o_desc.block_type.shape, o_desc.layout
-    )
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    bufs, ready, empty = _ring(o_desc, NUM_BUF)
     info = gl.allocate_shared_memory(gl.int32, [NUM_BUF, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    for i in gl.static_range(NUM_BUF):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
     gl.warp_specialize(
         [
             (
@@ -819,15 +847,7 @@ def layer_stream_dyn(
 ):
     """``layer_stream_ws`` with row blocks handed out at run time."""
     h, inter, qkv = attn.shape[1], wd.shape[1], wqkv.shape[0]
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=4)
-    key = (wo.data_ptr(), wd.data_ptr(), wqkv.data_ptr(), block_n)
-    if key not in _descs:
-        _descs[key] = (
-            _descriptor(wo, 1, block_n, layout),
-            _descriptor(wgu, 1, block_n, layout),
-            _descriptor(wd, inter // h, block_n, layout),
-            _descriptor(wqkv, 1, block_n, layout),
-        )
+    descs = _weight_descriptors(wo, wgu, wd, wqkv, block_n)
     o, gu, d = scratch
     counters = arrival_counters(COUNTERS + "_dyn", attn.device, 9)
     _layer_stream_dyn_kernel[(num_sms(attn.device),)](
@@ -845,7 +865,7 @@ def layer_stream_dyn(
         counters[5:9],
         eps_post,
         eps_next,
-        *_descs[key],
+        *descs,
         H=h,
         I=inter,
         QKV=qkv,

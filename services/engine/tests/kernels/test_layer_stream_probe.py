@@ -13,17 +13,14 @@ with NaN first, so a program that read a vector before the barrier made it whole
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():  # before the kernel module is imported (decorated)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "bench"))
 
 from layer_stream import StreamConfig, layer_stream
 
@@ -34,25 +31,6 @@ from jacana_engine.kernels.reference import (
 )
 
 EPS = 1e-6
-
-
-@pytest.fixture
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@pytest.fixture
-def seed() -> int:
-    """A fresh seed, applied to torch's generators and printed on failure."""
-    value = int(torch.randint(0, 2**31 - 1, ()).item()) ^ int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(value)
-    return value
-
-
-@pytest.fixture
-def gpu() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
 
 
 def _reference(attn, res, wo, wgu, wd, wqkv, g_post, g_next):
