@@ -19,7 +19,7 @@ layer's new residual. A GEMV row is summed in float32 and rounded once, as the s
 GEMM does (in another order, so a product may round to its neighbour).
 
 The grid barrier spins on an arrival counter, so every program must be resident at
-once: the grid is at most one program per SM (``layer_stream_grid``). Under the CPU
+once: the grid is as many programs as fit on the SMs together (``_programs``). Under the CPU
 interpreter programs run one after another, so only a grid of one program can run there.
 """
 

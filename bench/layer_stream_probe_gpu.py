@@ -4,7 +4,7 @@ A chain of ``--layers`` Qwen3-8B-shaped layers, each [o_proj -> add + RMSNorm ->
 -> SiLU-and-mul -> down -> add + RMSNorm -> the next qkv], every layer with its own
 random bf16 weights (385.9 MB a layer), captured in one CUDA graph two ways:
 
-- ``separate``: the engine's decode kernels as a batch-1 graph runs them: five skinny
+- ``separate``: the engine's decode kernels as a batch-1 graph runs them: four skinny
   GEMV launches and two norm launches with PDL (the in-graph picks of the last run:
   o 8x1024, gate_up 2x2048, down gated 8x1024, qkv 2x2048);
 - ``stream``: ``layer_stream.py``, one launch a layer, its weight loads software
@@ -54,7 +54,6 @@ CONFIGS = {  # name: rows a tile x pipeline depth, warps, register cap, programs
     "stream 8x3": StreamConfig(block_n=8, stages=3, per_sm=1),
     "stream 8x3, no waits": StreamConfig(block_n=8, stages=3, per_sm=1, wait=0),
 }
-# bench/layer_stream_ws.py: rows a tile, ring slots, consumer warps
 WS_CONFIGS = {  # bench/layer_stream_ws.py: rows a tile, ring slots, consumer warps, register cap,
     # barriers wait, tiles multiplied (the last two off: timing only)
     "ws 8x3": (8, 3, 8, None, True, True),
@@ -92,7 +91,6 @@ class Chain:
             torch.empty(1, H, **bf),
         )
         self.normed = torch.empty(1, H, **bf)
-        self.act_in = torch.empty(1, 2 * INTER, **bf)
 
     def layer_separate(self, i: int, w: dict) -> None:
         attn = self.qkv[:, :H]
@@ -109,31 +107,24 @@ class Chain:
         skinny_linear(normed2, w["wqkv"], self.qkv, config=PICKS["qkv"])
 
     def layer_stream(self, i: int, w: dict, variant: str) -> None:
+        args = (
+            self.qkv[:, :H], self.res[i % 2], w["wo"], w["wgu"], w["wd"], w["wqkv"],
+            w["g_post"], w["g_next"], EPS, EPS,
+        )  # fmt: skip
+        outputs = dict(
+            residual_out=self.res[(i + 1) % 2], qkv_out=self.qkv, scratch=(self.o, self.gu, self.d)
+        )
         if variant in DYN_CONFIGS:
             block_n, buffers, warps = DYN_CONFIGS[variant]
-            layer_stream_dyn(
-                self.qkv[:, :H], self.res[i % 2], w["wo"], w["wgu"], w["wd"], w["wqkv"],
-                w["g_post"], w["g_next"], EPS, EPS, residual_out=self.res[(i + 1) % 2],
-                qkv_out=self.qkv, scratch=(self.o, self.gu, self.d), block_n=block_n,
-                buffers=buffers, num_warps=warps,
-            )  # fmt: skip
-            return
-        if variant in WS_CONFIGS:
+            layer_stream_dyn(*args, **outputs, block_n=block_n, buffers=buffers, num_warps=warps)
+        elif variant in WS_CONFIGS:
             block_n, buffers, warps, registers, wait, compute = WS_CONFIGS[variant]
             layer_stream_ws(
-                self.qkv[:, :H], self.res[i % 2], w["wo"], w["wgu"], w["wd"], w["wqkv"],
-                w["g_post"], w["g_next"], EPS, EPS, residual_out=self.res[(i + 1) % 2],
-                qkv_out=self.qkv, scratch=(self.o, self.gu, self.d), block_n=block_n,
-                buffers=buffers, num_warps=warps, max_registers=registers, wait=wait,
-                compute=compute,
+                *args, **outputs, block_n=block_n, buffers=buffers, num_warps=warps,
+                max_registers=registers, wait=wait, compute=compute,
             )  # fmt: skip
-            return
-        config = CONFIGS[variant]
-        layer_stream(
-            self.qkv[:, :H], self.res[i % 2], w["wo"], w["wgu"], w["wd"], w["wqkv"],
-            w["g_post"], w["g_next"], EPS, EPS, residual_out=self.res[(i + 1) % 2],
-            qkv_out=self.qkv, scratch=(self.o, self.gu, self.d), config=config, pdl=True,
-        )  # fmt: skip
+        else:
+            layer_stream(*args, **outputs, config=CONFIGS[variant], pdl=True)
 
     def step(self, variant: str) -> None:
         for i, w in enumerate(self.layers):
@@ -208,9 +199,6 @@ def main() -> None:
         except Exception as e:  # a config that does not compile: reported, not timed
             checks[v] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     print("checks", checks, flush=True)
-    import layer_stream as module
-
-    print("programs per SM that fit", {str(k[2]): v for k, v in module._fit.items()}, flush=True)
     variants = ["separate", *(v for v in checks if "error" not in checks[v])]
     times: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(args.reps):  # interleaved

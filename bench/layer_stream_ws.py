@@ -30,8 +30,12 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import num_sms
+from jacana_engine.kernels.activation import silu_mul_rounded
+from jacana_engine.kernels.rmsnorm import rms_scale
 
 COUNTERS = "layer_stream_ws"
+# A kernel's ``vecs`` tuple ("_VECS order"): attention output, residual in, residual
+# out, the post-attention and next RMSNorm weights, the o, gate_up and down scratch, qkv.
 BOX = (16, 256)  # a hidden-wide chunk as TMA sees it (4096 = 16 x 256)
 
 
@@ -58,10 +62,7 @@ def _walk(
 
 @gluon.jit
 def _producer(
-    o_desc,
-    gu_desc,
-    d_desc,
-    q_desc,
+    descs,
     bufs,
     ready,
     empty,
@@ -72,6 +73,7 @@ def _producer(
 ):
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
+    o_desc, gu_desc, d_desc, q_desc = descs
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
     o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps = _walk(pid, programs, H, I, QKV, BLOCK_N)
@@ -120,17 +122,6 @@ def _grid_barrier(counter_ptr, target, WAIT: gl.constexpr):
 
 
 @gluon.jit
-def _rms_scale(x, rstd, w, dtype: gl.constexpr):
-    return ((x * rstd).to(dtype).to(gl.float32) * w).to(dtype)
-
-
-@gluon.jit
-def _silu_mul(gate, up, dtype: gl.constexpr):
-    act = (gate / (1.0 + gl.exp(-gate))).to(dtype).to(gl.float32)
-    return (act * up).to(dtype)
-
-
-@gluon.jit
 def _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, with_down, dtype: gl.constexpr):
     """The residual stream after attention (res_in + o), and after the MLP too (+ down)
     with ``with_down``, each sum rounded as HF rounds it."""
@@ -141,25 +132,46 @@ def _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, with_down, dtype: gl.constexpr
 
 
 @gluon.jit
-def _phase_input(
-    phase, attn_ptr, res_in_ptr, g_post_ptr, g_next_ptr, o_ptr, gu_ptr, d_ptr, ks,
-    which: gl.constexpr, eps_post, eps_next, H: gl.constexpr, I: gl.constexpr,
-    dtype: gl.constexpr,
-):  # fmt: skip
+def _phase_input(phase, vecs, eps, ks, which: gl.constexpr, H: gl.constexpr, I: gl.constexpr):
     """Chunk ``which`` of matrix ``phase``'s input vector (o, gate_up, down, qkv), from the
-    scratch vectors the matrices before it wrote (complete by then)."""
+    scratch vectors the matrices before it wrote (complete by then). ``vecs``: the
+    kernel's vectors (``_VECS`` order); ``eps``: (post-attention, next layer's)."""
+    attn_ptr, res_in_ptr, _, g_post_ptr, g_next_ptr, o_ptr, gu_ptr, d_ptr, _ = vecs
+    dtype: gl.constexpr = attn_ptr.dtype.element_ty
     if phase == 0:
         x = gl.load(attn_ptr + ks)
     elif phase == 2:
         gate = gl.load(gu_ptr + which * H + ks).to(gl.float32)
-        x = _silu_mul(gate, gl.load(gu_ptr + I + which * H + ks).to(gl.float32), dtype)
+        x = silu_mul_rounded(gate, gl.load(gu_ptr + I + which * H + ks).to(gl.float32), dtype)
     else:
         hf = _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, phase == 3, dtype).to(gl.float32)
         g = gl.where(phase == 3, g_next_ptr, g_post_ptr)
-        eps = gl.where(phase == 3, eps_next, eps_post)
-        rstd = gl.rsqrt(gl.sum(hf * hf, axis=0) / H + eps)
-        x = _rms_scale(hf, rstd, gl.load(g + ks).to(gl.float32), dtype)
+        rstd = gl.rsqrt(gl.sum(hf * hf, axis=0) / H + gl.where(phase == 3, eps[1], eps[0]))
+        x = rms_scale(hf, rstd, gl.load(g + ks).to(gl.float32), dtype)
     return x
+
+
+@gluon.jit
+def _phase_inputs(phase, vecs, eps, ks, x1, x2, H: gl.constexpr, I: gl.constexpr):
+    """(x0, x1, x2): matrix ``phase``'s input, chunk by chunk where it has several (down);
+    ``x1`` and ``x2`` as given otherwise."""
+    CHUNKS: gl.constexpr = I // H
+    x0 = _phase_input(phase, vecs, eps, ks, 0, H, I)
+    if phase == 2:
+        if CHUNKS > 1:
+            x1 = _phase_input(phase, vecs, eps, ks, 1, H, I)
+        if CHUNKS > 2:
+            x2 = _phase_input(phase, vecs, eps, ks, 2, H, I)
+    return x0, x1, x2
+
+
+@gluon.jit
+def _out_ptr(phase, vecs):
+    """Where matrix ``phase``'s product goes: the o, gate_up and down scratch, then qkv."""
+    o_ptr, gu_ptr, d_ptr, qkv_ptr = vecs[5], vecs[6], vecs[7], vecs[8]
+    return gl.where(
+        phase == 0, o_ptr, gl.where(phase == 1, gu_ptr, gl.where(phase == 2, d_ptr, qkv_ptr))
+    )
 
 
 @gluon.jit
@@ -187,34 +199,16 @@ def _multiply_tile(
 
 @gluon.jit
 def _consumer(
-    attn_ptr,
-    res_in_ptr,
-    res_out_ptr,
-    g_post_ptr,
-    g_next_ptr,
-    o_ptr,
-    gu_ptr,
-    d_ptr,
-    qkv_ptr,
-    counter_ptr,
-    eps_post,
-    eps_next,
-    bufs,
-    ready,
-    empty,
-    H: gl.constexpr,
-    I: gl.constexpr,
-    QKV: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    NUM_WARPS: gl.constexpr,
-    WAIT: gl.constexpr,
+    vecs, eps, counter_ptr, bufs, ready, empty, H: gl.constexpr, I: gl.constexpr,
+    QKV: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WARPS: gl.constexpr, WAIT: gl.constexpr,
     COMPUTE: gl.constexpr,
-):
+):  # fmt: skip
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
     TILE: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, NUM_WARPS], [1, 0])  # [BLOCK_N, H]
     VEC: gl.constexpr = gl.SliceLayout(0, TILE)  # [H]
     ROWS: gl.constexpr = gl.SliceLayout(1, TILE)  # [BLOCK_N]
+    attn_ptr, res_in_ptr, res_out_ptr, o_ptr, d_ptr = vecs[0], vecs[1], vecs[2], vecs[5], vecs[7]
     dtype: gl.constexpr = attn_ptr.dtype.element_ty
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
@@ -228,101 +222,16 @@ def _consumer(
     for t in range(steps):
         if t == s1:
             _grid_barrier(counter_ptr, programs, WAIT)
-            x0 = _phase_input(
-                1,
-                attn_ptr,
-                res_in_ptr,
-                g_post_ptr,
-                g_next_ptr,
-                o_ptr,
-                gu_ptr,
-                d_ptr,
-                ks,
-                0,
-                eps_post,
-                eps_next,
-                H,
-                I,
-                dtype,
-            )
+            x0, x1, x2 = _phase_inputs(1, vecs, eps, ks, x1, x2, H, I)
         if t == s2:
             _grid_barrier(counter_ptr, 2 * programs, WAIT)
-            x0 = _phase_input(
-                2,
-                attn_ptr,
-                res_in_ptr,
-                g_post_ptr,
-                g_next_ptr,
-                o_ptr,
-                gu_ptr,
-                d_ptr,
-                ks,
-                0,
-                eps_post,
-                eps_next,
-                H,
-                I,
-                dtype,
-            )
-            if CHUNKS > 1:
-                x1 = _phase_input(
-                    2,
-                    attn_ptr,
-                    res_in_ptr,
-                    g_post_ptr,
-                    g_next_ptr,
-                    o_ptr,
-                    gu_ptr,
-                    d_ptr,
-                    ks,
-                    1,
-                    eps_post,
-                    eps_next,
-                    H,
-                    I,
-                    dtype,
-                )
-            if CHUNKS > 2:
-                x2 = _phase_input(
-                    2,
-                    attn_ptr,
-                    res_in_ptr,
-                    g_post_ptr,
-                    g_next_ptr,
-                    o_ptr,
-                    gu_ptr,
-                    d_ptr,
-                    ks,
-                    2,
-                    eps_post,
-                    eps_next,
-                    H,
-                    I,
-                    dtype,
-                )
+            x0, x1, x2 = _phase_inputs(2, vecs, eps, ks, x1, x2, H, I)
         if t == s3:
             _grid_barrier(counter_ptr, 3 * programs, WAIT)
             if pid == 0:
-                gl.store(
-                    res_out_ptr + ks, _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, True, dtype)
-                )
-            x0 = _phase_input(
-                3,
-                attn_ptr,
-                res_in_ptr,
-                g_post_ptr,
-                g_next_ptr,
-                o_ptr,
-                gu_ptr,
-                d_ptr,
-                ks,
-                0,
-                eps_post,
-                eps_next,
-                H,
-                I,
-                dtype,
-            )
+                h2 = _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, True, dtype)
+                gl.store(res_out_ptr + ks, h2)
+            x0, x1, x2 = _phase_inputs(3, vecs, eps, ks, x1, x2, H, I)
 
         phase = (t >= s1).to(gl.int32) + (t >= s2).to(gl.int32) + (t >= s3).to(gl.int32)
         chunk = gl.where(phase == 2, (t - s2) % CHUNKS, 0)
@@ -338,11 +247,9 @@ def _consumer(
                 gl.where(phase == 2, d_lo + (t - s2) // CHUNKS, q_lo + t - s3),
             ),
         )
-        out = gl.where(
-            phase == 0, o_ptr, gl.where(phase == 1, gu_ptr, gl.where(phase == 2, d_ptr, qkv_ptr))
-        )
         last = ((phase != 2) | (chunk == CHUNKS - 1)).to(gl.int32)
-        gl.store(out + block * BLOCK_N + rows, acc.to(dtype), mask=rows * 0 + last > 0)
+        out = _out_ptr(phase, vecs) + block * BLOCK_N + rows
+        gl.store(out, acc.to(dtype), mask=rows * 0 + last > 0)
 
     gl.thread_barrier()
     arrived = gl.atomic_add(counter_ptr, 1, sem="acq_rel")
@@ -365,49 +272,23 @@ def _ring(desc, NUM_BUF: gl.constexpr):
 
 @gluon.jit
 def _layer_stream_ws_kernel(
-    attn_ptr,
-    res_in_ptr,
-    res_out_ptr,
-    g_post_ptr,
-    g_next_ptr,
-    o_ptr,
-    gu_ptr,
-    d_ptr,
-    qkv_ptr,
-    counter_ptr,
-    eps_post,
-    eps_next,
-    o_desc,
-    gu_desc,
-    d_desc,
-    q_desc,
-    H: gl.constexpr,
-    I: gl.constexpr,
-    QKV: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    NUM_BUF: gl.constexpr,
-    NUM_WARPS: gl.constexpr,
-    WAIT: gl.constexpr,
-    COMPUTE: gl.constexpr,
-):
+    vecs, eps, counter_ptr, o_desc, gu_desc, d_desc, q_desc, H: gl.constexpr,
+    I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
+    NUM_WARPS: gl.constexpr, WAIT: gl.constexpr, COMPUTE: gl.constexpr,
+):  # fmt: skip
+    """``vecs``: the "_VECS order" tuple; ``eps``: (post-attention, next layer's); the
+    four matrices' descriptors (``_weight_descriptors``; Triton 3.6 launches none inside
+    a tuple)."""
+    descs = (o_desc, gu_desc, d_desc, q_desc)
     bufs, ready, empty = _ring(o_desc, NUM_BUF)
     gl.warp_specialize(
         [
             (
                 _consumer,
                 (
-                    attn_ptr,
-                    res_in_ptr,
-                    res_out_ptr,
-                    g_post_ptr,
-                    g_next_ptr,
-                    o_ptr,
-                    gu_ptr,
-                    d_ptr,
-                    qkv_ptr,
+                    vecs,
+                    eps,
                     counter_ptr,
-                    eps_post,
-                    eps_next,
                     bufs,
                     ready,
                     empty,
@@ -420,7 +301,7 @@ def _layer_stream_ws_kernel(
                     COMPUTE,
                 ),
             ),
-            (_producer, (o_desc, gu_desc, d_desc, q_desc, bufs, ready, empty, H, I, QKV, BLOCK_N)),
+            (_producer, (descs, bufs, ready, empty, H, I, QKV, BLOCK_N)),
         ],
         [1],
         [40],
@@ -453,6 +334,15 @@ def _weight_descriptors(wo, wgu, wd, wqkv, block_n: int) -> tuple:
     return _descs[key]
 
 
+def _checked_sizes(attn, wd, wqkv) -> tuple[int, int, int]:
+    """(hidden, intermediate, qkv width); raises ``ValueError`` unless the hidden size is
+    the one the TMA box tiles (``BOX``)."""
+    h = attn.shape[1]
+    if h != BOX[0] * BOX[1]:
+        raise ValueError(f"hidden size {h}: these kernels take {BOX[0] * BOX[1]}")
+    return h, wd.shape[1], wqkv.shape[0]
+
+
 def layer_stream_ws(
     attn,
     residual,
@@ -476,26 +366,16 @@ def layer_stream_ws(
     compute: bool = True,
 ):
     """``layer_stream``'s contract, hidden size 4096 only, on an sm90 GPU."""
-    h, inter, qkv = attn.shape[1], wd.shape[1], wqkv.shape[0]
-    if h != BOX[0] * BOX[1]:
-        raise ValueError(f"hidden size {h}: this kernel takes {BOX[0] * BOX[1]}")
+    h, inter, qkv = _checked_sizes(attn, wd, wqkv)
     descs = _weight_descriptors(wo, wgu, wd, wqkv, block_n)
     o, gu, d = scratch
     counter = arrival_counters(COUNTERS, attn.device, 1)
     programs = min(num_sms(attn.device), h // block_n)
+    vecs = (attn, residual, residual_out, g_post, g_next, o, gu, d, qkv_out)
     _layer_stream_ws_kernel[(programs,)](
-        attn,
-        residual,
-        residual_out,
-        g_post,
-        g_next,
-        o,
-        gu,
-        d,
-        qkv_out,
+        vecs,
+        (eps_post, eps_next),
         counter,
-        eps_post,
-        eps_next,
         *descs,
         H=h,
         I=inter,
@@ -519,7 +399,7 @@ def layer_stream_ws(
 # the others; a consumer waits, before a matrix's first tile, until the matrix before is
 # complete (a count of consumed row blocks), not for a fixed share of every program.
 
-SENTINEL = -1
+_SENTINEL = gl.constexpr(-1)  # a ring slot's tile code: the producer is done
 
 
 @gluon.jit
@@ -555,10 +435,7 @@ def _blocks(phase, H: gl.constexpr, I: gl.constexpr, QKV: gl.constexpr, BLOCK_N:
 
 @gluon.jit
 def _dyn_producer(
-    o_desc,
-    gu_desc,
-    d_desc,
-    q_desc,
+    descs,
     bufs,
     ready,
     empty,
@@ -572,6 +449,7 @@ def _dyn_producer(
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
     ONE: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    o_desc, gu_desc, d_desc, q_desc = descs
     t = 0
     phase = 0
     while phase < 4:
@@ -601,42 +479,22 @@ def _dyn_producer(
             phase += 1
     slot = t % NUM_BUF
     mbarrier.wait(empty.index(slot), ((t // NUM_BUF) & 1) ^ 1)
-    info.index(slot).store(gl.full([1], -1, gl.int32, layout=ONE))
+    info.index(slot).store(gl.full([1], _SENTINEL, gl.int32, layout=ONE))
     mbarrier.arrive(ready.index(slot), count=1)
 
 
 @gluon.jit
 def _dyn_consumer(
-    attn_ptr,
-    res_in_ptr,
-    res_out_ptr,
-    g_post_ptr,
-    g_next_ptr,
-    o_ptr,
-    gu_ptr,
-    d_ptr,
-    qkv_ptr,
-    counter_ptr,
-    done_ptr,
-    take_ptr,
-    eps_post,
-    eps_next,
-    bufs,
-    ready,
-    empty,
-    info,
-    H: gl.constexpr,
-    I: gl.constexpr,
-    QKV: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    NUM_WARPS: gl.constexpr,
-):
+    vecs, eps, counter_ptr, done_ptr, take_ptr, bufs, ready, empty, info, H: gl.constexpr,
+    I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WARPS: gl.constexpr,
+):  # fmt: skip
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
     TILE: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, NUM_WARPS], [1, 0])
     VEC: gl.constexpr = gl.SliceLayout(0, TILE)
     ROWS: gl.constexpr = gl.SliceLayout(1, TILE)
     ONE: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    attn_ptr, res_in_ptr, res_out_ptr, o_ptr, d_ptr = vecs[0], vecs[1], vecs[2], vecs[5], vecs[7]
     dtype: gl.constexpr = attn_ptr.dtype.element_ty
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
@@ -662,78 +520,16 @@ def _dyn_consumer(
             chunk = code % 4
             if phase != cur:  # the matrix before must be complete, then its input made
                 _leader_sync(done_ptr + phase - 1, _blocks(phase - 1, H, I, QKV, BLOCK_N), _WAIT)
-                x0 = _phase_input(
-                    phase,
-                    attn_ptr,
-                    res_in_ptr,
-                    g_post_ptr,
-                    g_next_ptr,
-                    o_ptr,
-                    gu_ptr,
-                    d_ptr,
-                    ks,
-                    0,
-                    eps_post,
-                    eps_next,
-                    H,
-                    I,
-                    dtype,
-                )
-                if phase == 2:
-                    if CHUNKS > 1:
-                        x1 = _phase_input(
-                            phase,
-                            attn_ptr,
-                            res_in_ptr,
-                            g_post_ptr,
-                            g_next_ptr,
-                            o_ptr,
-                            gu_ptr,
-                            d_ptr,
-                            ks,
-                            1,
-                            eps_post,
-                            eps_next,
-                            H,
-                            I,
-                            dtype,
-                        )
-                    if CHUNKS > 2:
-                        x2 = _phase_input(
-                            phase,
-                            attn_ptr,
-                            res_in_ptr,
-                            g_post_ptr,
-                            g_next_ptr,
-                            o_ptr,
-                            gu_ptr,
-                            d_ptr,
-                            ks,
-                            2,
-                            eps_post,
-                            eps_next,
-                            H,
-                            I,
-                            dtype,
-                        )
+                x0, x1, x2 = _phase_inputs(phase, vecs, eps, ks, x1, x2, H, I)
                 cur = phase
             acc = _multiply_tile(bufs, empty, slot, x0, x1, x2, chunk, acc, TILE, BLOCK_N, H, True)
-            last = (phase != 2) | (chunk == CHUNKS - 1)
-            if last:
-                out = gl.where(
-                    phase == 0,
-                    o_ptr,
-                    gl.where(phase == 1, gu_ptr, gl.where(phase == 2, d_ptr, qkv_ptr)),
-                )
-                gl.store(out + block * BLOCK_N + rows, acc.to(dtype))
+            if (phase != 2) | (chunk == CHUNKS - 1):
+                gl.store(_out_ptr(phase, vecs) + block * BLOCK_N + rows, acc.to(dtype))
                 _count_done(done_ptr + phase)
         t += 1
     if pid == 0:  # the layer's residual: res_in + o + down, once down is complete
         _leader_sync(done_ptr + 2, _blocks(2, H, I, QKV, BLOCK_N), _WAIT)
-        h = (gl.load(o_ptr + ks).to(gl.float32) + gl.load(res_in_ptr + ks).to(gl.float32)).to(dtype)
-        gl.store(
-            res_out_ptr + ks, (h.to(gl.float32) + gl.load(d_ptr + ks).to(gl.float32)).to(dtype)
-        )
+        gl.store(res_out_ptr + ks, _layer_residual(o_ptr, res_in_ptr, d_ptr, ks, True, dtype))
     gl.thread_barrier()
     arrived = gl.atomic_add(counter_ptr, 1, sem="acq_rel")
     if arrived == programs - 1:  # everyone is out of the loop: ready for the next launch
@@ -745,31 +541,13 @@ def _dyn_consumer(
 
 @gluon.jit
 def _layer_stream_dyn_kernel(
-    attn_ptr,
-    res_in_ptr,
-    res_out_ptr,
-    g_post_ptr,
-    g_next_ptr,
-    o_ptr,
-    gu_ptr,
-    d_ptr,
-    qkv_ptr,
-    counter_ptr,
-    done_ptr,
-    take_ptr,
-    eps_post,
-    eps_next,
-    o_desc,
-    gu_desc,
-    d_desc,
-    q_desc,
-    H: gl.constexpr,
-    I: gl.constexpr,
-    QKV: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    NUM_BUF: gl.constexpr,
-    NUM_WARPS: gl.constexpr,
-):
+    vecs, eps, counter_ptr, done_ptr, take_ptr, o_desc, gu_desc, d_desc, q_desc,
+    H: gl.constexpr, I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_BUF: gl.constexpr, NUM_WARPS: gl.constexpr,
+):  # fmt: skip
+    """``_layer_stream_ws_kernel``'s arguments, with the row blocks consumed (``done_ptr``)
+    and claimed (``take_ptr``) of each matrix, [4] int32 each, zero between launches."""
+    descs = (o_desc, gu_desc, d_desc, q_desc)
     bufs, ready, empty = _ring(o_desc, NUM_BUF)
     info = gl.allocate_shared_memory(gl.int32, [NUM_BUF, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     gl.warp_specialize(
@@ -777,20 +555,11 @@ def _layer_stream_dyn_kernel(
             (
                 _dyn_consumer,
                 (
-                    attn_ptr,
-                    res_in_ptr,
-                    res_out_ptr,
-                    g_post_ptr,
-                    g_next_ptr,
-                    o_ptr,
-                    gu_ptr,
-                    d_ptr,
-                    qkv_ptr,
+                    vecs,
+                    eps,
                     counter_ptr,
                     done_ptr,
                     take_ptr,
-                    eps_post,
-                    eps_next,
                     bufs,
                     ready,
                     empty,
@@ -802,24 +571,7 @@ def _layer_stream_dyn_kernel(
                     NUM_WARPS,
                 ),
             ),
-            (
-                _dyn_producer,
-                (
-                    o_desc,
-                    gu_desc,
-                    d_desc,
-                    q_desc,
-                    bufs,
-                    ready,
-                    empty,
-                    info,
-                    take_ptr,
-                    H,
-                    I,
-                    QKV,
-                    BLOCK_N,
-                ),
-            ),
+            (_dyn_producer, (descs, bufs, ready, empty, info, take_ptr, H, I, QKV, BLOCK_N)),
         ],
         [1],
         [40],
@@ -846,25 +598,17 @@ def layer_stream_dyn(
     num_warps: int = 8,
 ):
     """``layer_stream_ws`` with row blocks handed out at run time."""
-    h, inter, qkv = attn.shape[1], wd.shape[1], wqkv.shape[0]
+    h, inter, qkv = _checked_sizes(attn, wd, wqkv)
     descs = _weight_descriptors(wo, wgu, wd, wqkv, block_n)
     o, gu, d = scratch
     counters = arrival_counters(COUNTERS + "_dyn", attn.device, 9)
+    vecs = (attn, residual, residual_out, g_post, g_next, o, gu, d, qkv_out)
     _layer_stream_dyn_kernel[(num_sms(attn.device),)](
-        attn,
-        residual,
-        residual_out,
-        g_post,
-        g_next,
-        o,
-        gu,
-        d,
-        qkv_out,
+        vecs,
+        (eps_post, eps_next),
         counters[0:1],
         counters[1:5],
         counters[5:9],
-        eps_post,
-        eps_next,
         *descs,
         H=h,
         I=inter,

@@ -155,7 +155,8 @@ def _share_of(configs: list, case: int, device: torch.device) -> list:
     if device.type == "cuda" or len(configs) <= _INTERPRETED_SHARE:
         return configs
     rest = configs[1:]
-    turn = [rest[(case * (_INTERPRETED_SHARE - 1) + j) % len(rest)] for j in range(2)]
+    more = _INTERPRETED_SHARE - 1
+    turn = [rest[(case * more + j) % len(rest)] for j in range(more)]
     return [configs[0], *dict.fromkeys(turn)]
 
 
