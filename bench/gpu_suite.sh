@@ -32,7 +32,8 @@
 # ablation    graph_ablation_gpu.py: the 8B's batch-1 decode graph captured without its norms,
 #             its attention, each weight shape's GEMVs, or all but the GEMVs: what each kind
 #             of launch costs in the chain; then with one launch setting changed at a time
-#             (decode attention's splits, tiles, warps; one shape's L2 prefetch) (~1.5 min)
+#             (decode attention's splits, tiles, warps; one shape's L2 prefetch); then the
+#             whole graph and the graph without attention at 1 to 2048 context tokens (~2 min)
 # attention   the decode attention's GPU tests (with the dependent-launch and overlap ones)
 #             beside the random-Qwen3 parity test, then b1 of both models (~3 min)
 # head        the decode graphs' head (lm_head and greedy argmax captured in them): its GPU
@@ -261,7 +262,7 @@ for phase in "$@"; do
       ;;
     ablation)
       stamp "what each kind of launch costs in the 8B's batch-1 decode graph (graph_ablation_gpu.py)"
-      graph_tool graph_ablation_gpu.py 240 30
+      graph_tool graph_ablation_gpu.py 300 40
       ;;
     attention)
       stamp "decode attention: its GPU tests and the random Qwen3's parity, side by side"

@@ -13,8 +13,13 @@ Then the same graph with one launch setting changed (variants, real results): de
 attention with another split count, tile or warp count, and one weight shape's GEMVs
 asking L2 to prefetch part of their weight while the kernel before them runs.
 
+Last, the whole graph and the graph without its attention at a few context lengths
+(``CONTEXT_SWEEP``): what the attention costs as the context grows from one token to the
+benchmark's 128-384 (a b1 TPOT run's contexts), apart from the rest of the graph.
+
 Writes ``graph_ablation_gpu.{json,md}``: per ablation or variant the graph time, its
-saving over the whole graph (negative: slower), per step and per layer.
+saving over the whole graph (negative: slower), per step and per layer; and the context
+sweep.
 
 Usage: python bench/graph_ablation_gpu.py [--model qwen3-8b] [--context 320] [--out DIR]
 """
@@ -186,6 +191,43 @@ def ablations(shape_labels: list[str]) -> dict[str, Callable[[], Any]]:
     return found
 
 
+CONTEXT_SWEEP = (1, 128, 256, 384, 2048)  # KV tokens a replay attends (capped by the model)
+
+
+def context_sweep(runner, contexts, reps: int, replays: int) -> list[dict[str, Any]]:
+    """Per context: the whole graph's and the graph without attention's ms."""
+    rows = []
+    for context in contexts:
+        row = {"context": context}
+        for key, change in (
+            ("graph_ms", contextlib.nullcontext),
+            ("no_attention_ms", without_attention),
+        ):
+            with change():
+                row[key] = 1e3 * runner.one_row_graph_seconds(context, replays, reps, head=False)
+        rows.append(row)
+    return rows
+
+
+def sweep_table(sweep: list[dict[str, Any]], layers: int) -> list[str]:
+    """The context sweep as Markdown rows: each context's graph, the graph without its
+    attention, the attention's share a layer, and the graph's growth over the first."""
+    lines = [
+        "| context tokens | graph ms | without attention ms | attention µs a layer "
+        "| graph vs first µs |",
+        "|---|---|---|---|---|",
+    ]
+    first = sweep[0]["graph_ms"] if sweep else 0.0
+    for row in sweep:
+        attention = 1e3 * (row["graph_ms"] - row["no_attention_ms"]) / layers
+        growth = 1e3 * (row["graph_ms"] - first)
+        lines.append(
+            f"| {row['context']} | {row['graph_ms']:.3f} | {row['no_attention_ms']:.3f} | "
+            f"{attention:.2f} | {growth:+.0f} |"
+        )
+    return lines
+
+
 def measure(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
     from jacana_engine.layers.graph_picks import shape_groups
 
@@ -215,6 +257,7 @@ def measure(model_name: str, context: int, reps: int, replays: int) -> dict[str,
         "decode_gemm_weight_gb": weight_bytes / 1e9,
         "dependent_launch": runner.dependent_launch,
         "rows": rows,
+        "context_sweep": context_sweep(runner, CONTEXT_SWEEP, reps, replays),
     }
 
 
@@ -242,6 +285,9 @@ def render(doc: dict[str, Any]) -> str:
         f"{r['saved_ms']:.3f} | {r['saved_us_per_layer']:.2f} |"
         for r in doc["rows"]
     ]
+    if doc.get("context_sweep"):
+        lines += ["", "The whole graph and the graph without its attention by context:", ""]
+        lines += sweep_table(doc["context_sweep"], doc["layers"])
     return "\n".join(lines)
 
 

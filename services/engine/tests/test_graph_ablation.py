@@ -132,3 +132,27 @@ def test_each_variant_changes_its_setting_and_restores_it():
         warps,
     )
     assert {label: [layer.skinny_configs for layer in g] for label, g in groups.items()} == before
+
+
+def test_the_context_sweep_times_each_context_with_and_without_attention():
+    from jacana_engine.models.attention import DecoderAttention
+
+    real = DecoderAttention.attend_heads
+    calls = []
+
+    class Runner:  # stands in for ModelRunner: one graph replay's seconds per call
+        def one_row_graph_seconds(self, context, replays, reps, head=True):
+            patched = DecoderAttention.attend_heads is not real
+            calls.append((context, patched, head))
+            return (4.0 + context / 1e4 - (0.2 if patched else 0.0)) / 1e3
+
+    sweep = ablation.context_sweep(Runner(), (1, 256), reps=3, replays=20)
+    assert calls == [(1, False, False), (1, True, False), (256, False, False), (256, True, False)]
+    assert DecoderAttention.attend_heads is real  # undone
+    assert [row["context"] for row in sweep] == [1, 256]
+    assert sweep[1]["graph_ms"] == pytest.approx(4.0256)
+    assert sweep[1]["no_attention_ms"] == pytest.approx(3.8256)
+    table = ablation.sweep_table(sweep, layers=4)
+    # attention: 0.2 ms over 4 layers = 50 µs a layer; growth over the first: 25.5 µs
+    assert table[2].startswith("| 1 | 4.000 | 3.800 | 50.00 | +0 |")
+    assert table[3] == "| 256 | 4.026 | 3.826 | 50.00 | +26 |"
