@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,35 @@ def environment() -> dict[str, Any]:
         pass
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
+        env.update(gpu_facts(torch.cuda.current_device()))
     return env
+
+
+# nvidia-smi's names of what sets a GPU's speed beyond its name: H200s of one name differ
+# in power limit (an NVL card's is lower than an SXM one's) and so in the SM clock that
+# latency-bound kernels follow, while their HBM bandwidth is the same
+GPU_FACTS = ("driver_version", "power.limit", "clocks.max.sm", "clocks.sm", "clocks.mem")
+
+
+def gpu_facts(index: int = 0) -> dict[str, str]:
+    """{"nvidia-smi " + field: value} of GPU ``index`` for the fields of ``GPU_FACTS``
+    (values as nvidia-smi prints them, with units); {} where nvidia-smi is missing or
+    fails."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(GPU_FACTS)}", "--format=csv,noheader",
+             "-i", str(index)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {}
+    values = [v.strip() for v in lines[0].split(",")]
+    if len(values) != len(GPU_FACTS):
+        return {}
+    return {f"nvidia-smi {field}": value for field, value in zip(GPU_FACTS, values, strict=True)}
 
 
 def cpu_model() -> str:

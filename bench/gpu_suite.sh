@@ -105,7 +105,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=services/engine/src:services/embeddings/src:services/drafter/src:libs/common/src:services/gateway/src:bench:tests${PYTHONPATH:+:$PYTHONPATH}
-nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.used,memory.total,power.limit,clocks.max.sm,clocks.sm,clocks.mem --format=csv,noheader
 eval "$(bash bench/gpu_assets.sh receive)"
 export JACANA_MODEL_CACHE=/tmp/jacana-assets
 smollm2=${JACANA_ASSET_SMOLLM2_135M_INSTRUCT_Q4_1_GGUF:-}
