@@ -68,7 +68,8 @@ def environment() -> dict[str, Any]:
         pass
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
-        env.update(gpu_facts(torch.cuda.current_device()))
+        device = torch.cuda.current_device()
+        env.update(gpu_facts(_nvidia_smi_id(device)) or gpu_facts(str(device)))
     return env
 
 
@@ -78,14 +79,24 @@ def environment() -> dict[str, Any]:
 GPU_FACTS = ("driver_version", "power.limit", "clocks.max.sm", "clocks.sm", "clocks.mem")
 
 
-def gpu_facts(index: int = 0) -> dict[str, str]:
-    """{"nvidia-smi " + field: value} of GPU ``index`` for the fields of ``GPU_FACTS``
-    (values as nvidia-smi prints them, with units); {} where nvidia-smi is missing or
-    fails."""
+def _nvidia_smi_id(device: int) -> str:
+    """How ``nvidia-smi -i`` names CUDA device ``device``: by its UUID, which
+    ``CUDA_VISIBLE_DEVICES`` and CUDA's own device order do not renumber (its index
+    where torch does not give the UUID)."""
+    import torch
+
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None else str(device)
+
+
+def gpu_facts(gpu: str = "0") -> dict[str, str]:
+    """{"nvidia-smi " + field: value} of the GPU that ``nvidia-smi -i`` calls ``gpu`` (an
+    index or a UUID) for the fields of ``GPU_FACTS`` (values as nvidia-smi prints them,
+    with units); {} where nvidia-smi is missing or fails."""
     try:
         done = subprocess.run(
             ["nvidia-smi", f"--query-gpu={','.join(GPU_FACTS)}", "--format=csv,noheader",
-             "-i", str(index)],
+             "-i", gpu],
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):

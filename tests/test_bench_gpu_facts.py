@@ -28,14 +28,14 @@ def test_facts_are_read_for_the_asked_gpu(tmp_path, monkeypatch):
         f'&& [ "$3 $4" = "-i 1" ] && echo "{ANSWER}" && exit 0\nexit 2\n',
     )
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert common.gpu_facts(1) == {
+    assert common.gpu_facts("1") == {
         "nvidia-smi driver_version": "580.95.05",
         "nvidia-smi power.limit": "700.00 W",
         "nvidia-smi clocks.max.sm": "1980 MHz",
         "nvidia-smi clocks.sm": "1980 MHz",
         "nvidia-smi clocks.mem": "3201 MHz",
     }
-    assert common.gpu_facts(0) == {}  # the stand-in knows GPU 1 only: a failed query
+    assert common.gpu_facts("0") == {}  # the stand-in knows GPU 1 only: a failed query
 
 
 def test_no_facts_without_a_working_nvidia_smi(tmp_path, monkeypatch):
