@@ -68,8 +68,11 @@ def environment() -> dict[str, Any]:
         pass
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
-        device = torch.cuda.current_device()
-        env.update(gpu_facts(_nvidia_smi_id(device)) or gpu_facts(str(device)))
+        for gpu in _nvidia_smi_ids(torch.cuda.current_device()):
+            facts = gpu_facts(gpu)
+            if facts:
+                env.update(facts)
+                break
     return env
 
 
@@ -79,14 +82,14 @@ def environment() -> dict[str, Any]:
 GPU_FACTS = ("driver_version", "power.limit", "clocks.max.sm", "clocks.sm", "clocks.mem")
 
 
-def _nvidia_smi_id(device: int) -> str:
-    """How ``nvidia-smi -i`` names CUDA device ``device``: by its UUID, which
-    ``CUDA_VISIBLE_DEVICES`` and CUDA's own device order do not renumber (its index
-    where torch does not give the UUID)."""
+def _nvidia_smi_ids(device: int) -> list[str]:
+    """How ``nvidia-smi -i`` may name CUDA device ``device``, best first: by its UUID,
+    which ``CUDA_VISIBLE_DEVICES`` and CUDA's own device order do not renumber (where
+    torch gives it), then by its index."""
     import torch
 
     uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
-    return f"GPU-{uuid}" if uuid is not None else str(device)
+    return ([f"GPU-{uuid}"] if uuid is not None else []) + [str(device)]
 
 
 def gpu_facts(gpu: str = "0") -> dict[str, str]:
