@@ -408,7 +408,7 @@ for phase in "$@"; do
       ;;
     stream)
       stamp "one persistent launch per decode layer against the separate kernels"
-      timeout 200 python3 bench/layer_stream_probe_gpu.py --reps 5 --out "$OUT" 2>&1 | tail -14
+      timeout 240 python3 bench/layer_stream_probe_gpu.py --reps 5 --out "$OUT" 2>&1 | tail -22
       timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_layer_stream_probe.py 2>&1 | tail -4
       ;;
     sweep)

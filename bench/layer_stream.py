@@ -54,6 +54,10 @@ class StreamConfig:
     per_sm: int = 0
     wait: int = 7  # bit k: barrier k+1 waits; the others do not (wrong results: timing only)
     max_programs: int = 0  # 0: no cap (a cap can divide every matrix's row blocks evenly)
+    # row blocks dealt out in turn (program p takes p, p + P, p + 2P, ...) rather than in
+    # one contiguous share each: the programs then read one narrow window of a matrix
+    # together, as a grid of many short programs does, not P places far apart
+    interleave: bool = False
 
 
 MAX_PER_SM = 4
@@ -108,9 +112,19 @@ def _grid_barrier(counter_ptr, target, INTERPRET: tl.constexpr, WAIT: tl.constex
 
 
 @triton.jit
-def _share(total, pid, programs):
-    """[start, end) of program ``pid``'s even share of ``total`` row blocks."""
-    return pid * total // programs, (pid + 1) * total // programs
+def _share(total, pid, programs, INTERLEAVE: tl.constexpr):
+    """(first, count, step) of program ``pid``'s row blocks of ``total``: its i-th block is
+    first + i * step. In turn (``INTERLEAVE``): pid, pid + programs, ...; else an even
+    contiguous share."""
+    if INTERLEAVE:
+        first = pid
+        count = (total - pid + programs - 1) // programs
+        step = programs
+    else:
+        first = pid * total // programs
+        count = (pid + 1) * total // programs - first
+        step = 1
+    return first, count, step
 
 
 @triton.jit
@@ -139,6 +153,7 @@ def _layer_stream_kernel(
     PDL: tl.constexpr,
     INTERPRET: tl.constexpr,  # the CPU interpreter (a grid of one program)
     WAIT: tl.constexpr = 7,  # bit k: barrier k+1 waits (others only arrive: timing their cost)
+    INTERLEAVE: tl.constexpr = False,  # StreamConfig.interleave
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -150,14 +165,14 @@ def _layer_stream_kernel(
         tl.extra.cuda.gdc_launch_dependents()
 
     # this program's row blocks of each matrix, and where each phase starts in its walk
-    o_lo, o_hi = _share(H // BLOCK_N, pid, programs)
-    gu_lo, gu_hi = _share(2 * I // BLOCK_N, pid, programs)
-    d_lo, d_hi = _share(H // BLOCK_N, pid, programs)
-    q_lo, q_hi = _share(QKV // BLOCK_N, pid, programs)
-    s1 = o_hi - o_lo
-    s2 = s1 + gu_hi - gu_lo
-    s3 = s2 + (d_hi - d_lo) * CHUNKS
-    steps = s3 + q_hi - q_lo
+    o_lo, o_n, step = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
+    gu_lo, gu_n, _ = _share(2 * I // BLOCK_N, pid, programs, INTERLEAVE)
+    d_lo, d_n, _ = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
+    q_lo, q_n, _ = _share(QKV // BLOCK_N, pid, programs, INTERLEAVE)
+    s1 = o_n
+    s2 = s1 + gu_n
+    s3 = s2 + d_n * CHUNKS
+    steps = s3 + q_n
 
     # the GEMV's input, chunk by chunk (down: 3), and the residual after attention: all
     # rounded to the activation dtype already, so held in it (half the registers)
@@ -173,11 +188,11 @@ def _layer_stream_kernel(
         chunk = tl.where(phase == 2, (j - s2) % CHUNKS, 0)
         block = tl.where(
             phase == 0,
-            o_lo + j,
+            o_lo + j * step,
             tl.where(
                 phase == 1,
-                gu_lo + j - s1,
-                tl.where(phase == 2, d_lo + (j - s2) // CHUNKS, q_lo + j - s3),
+                gu_lo + (j - s1) * step,
+                tl.where(phase == 2, d_lo + (j - s2) // CHUNKS * step, q_lo + (j - s3) * step),
             ),
         )
         row0 = block * BLOCK_N
@@ -344,7 +359,8 @@ def layer_stream(
     on_cuda = attn.device.type == "cuda"
     launch = dict(
         H=h, I=inter, QKV=qkv, BLOCK_N=config.block_n, STAGES=config.stages,
-        INTERPRET=not on_cuda, WAIT=config.wait, num_warps=config.num_warps, enable_fp_fusion=False,
+        INTERPRET=not on_cuda, WAIT=config.wait, INTERLEAVE=config.interleave,
+        num_warps=config.num_warps, enable_fp_fusion=False,
         **pdl_launch(pdl, attn.device),
     )  # fmt: skip
     if on_cuda and config.max_registers:

@@ -40,24 +40,36 @@ BOX = (16, 256)  # a hidden-wide chunk as TMA sees it (4096 = 16 x 256)
 
 
 @gluon.jit
+def _share(total, pid, programs, INTERLEAVE: gl.constexpr):
+    """(first, count, step): ``layer_stream._share`` (a Gluon kernel calls Gluon only)."""
+    if INTERLEAVE:
+        first = pid
+        count = (total - pid + programs - 1) // programs
+        step = programs
+    else:
+        first = pid * total // programs
+        count = (pid + 1) * total // programs - first
+        step = 1
+    return first, count, step
+
+
+@gluon.jit
 def _walk(
-    pid, programs, H: gl.constexpr, I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr
-):
-    """This program's first row block of each matrix and where each phase starts."""
+    pid, programs, H: gl.constexpr, I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr,
+    INTERLEAVE: gl.constexpr,
+):  # fmt: skip
+    """This program's first row block of each matrix, where each phase starts, and the
+    step from one of its row blocks to the next (``StreamConfig.interleave``)."""
     CHUNKS: gl.constexpr = I // H
-    o_lo = pid * (H // BLOCK_N) // programs
-    o_hi = (pid + 1) * (H // BLOCK_N) // programs
-    gu_lo = pid * (2 * I // BLOCK_N) // programs
-    gu_hi = (pid + 1) * (2 * I // BLOCK_N) // programs
-    d_lo = pid * (H // BLOCK_N) // programs
-    d_hi = (pid + 1) * (H // BLOCK_N) // programs
-    q_lo = pid * (QKV // BLOCK_N) // programs
-    q_hi = (pid + 1) * (QKV // BLOCK_N) // programs
-    s1 = o_hi - o_lo
-    s2 = s1 + gu_hi - gu_lo
-    s3 = s2 + (d_hi - d_lo) * CHUNKS
-    steps = s3 + q_hi - q_lo
-    return o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps
+    o_lo, o_n, step = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
+    gu_lo, gu_n, _ = _share(2 * I // BLOCK_N, pid, programs, INTERLEAVE)
+    d_lo, d_n, _ = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
+    q_lo, q_n, _ = _share(QKV // BLOCK_N, pid, programs, INTERLEAVE)
+    s1 = o_n
+    s2 = s1 + gu_n
+    s3 = s2 + d_n * CHUNKS
+    steps = s3 + q_n
+    return o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps, step
 
 
 @gluon.jit
@@ -70,13 +82,16 @@ def _producer(
     I: gl.constexpr,
     QKV: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    INTERLEAVE: gl.constexpr,
 ):
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
     o_desc, gu_desc, d_desc, q_desc = descs
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
-    o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps = _walk(pid, programs, H, I, QKV, BLOCK_N)
+    o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps, step = _walk(
+        pid, programs, H, I, QKV, BLOCK_N, INTERLEAVE
+    )
     for t in range(steps):
         slot = t % NUM_BUF
         mbarrier.wait(empty.index(slot), ((t // NUM_BUF) & 1) ^ 1)
@@ -84,17 +99,17 @@ def _producer(
         buf = bufs.index(slot)
         mbarrier.expect(bar, o_desc.block_type.nbytes)
         if t < s1:
-            tma.async_copy_global_to_shared(o_desc, [(o_lo + t) * BLOCK_N, 0, 0, 0], bar, buf)
+            row = (o_lo + t * step) * BLOCK_N
+            tma.async_copy_global_to_shared(o_desc, [row, 0, 0, 0], bar, buf)
         elif t < s2:
-            tma.async_copy_global_to_shared(
-                gu_desc, [(gu_lo + t - s1) * BLOCK_N, 0, 0, 0], bar, buf
-            )
+            row = (gu_lo + (t - s1) * step) * BLOCK_N
+            tma.async_copy_global_to_shared(gu_desc, [row, 0, 0, 0], bar, buf)
         elif t < s3:
-            step = t - s2
-            row = (d_lo + step // CHUNKS) * BLOCK_N
-            tma.async_copy_global_to_shared(d_desc, [row, step % CHUNKS, 0, 0], bar, buf)
+            row = (d_lo + (t - s2) // CHUNKS * step) * BLOCK_N
+            tma.async_copy_global_to_shared(d_desc, [row, (t - s2) % CHUNKS, 0, 0], bar, buf)
         else:
-            tma.async_copy_global_to_shared(q_desc, [(q_lo + t - s3) * BLOCK_N, 0, 0, 0], bar, buf)
+            row = (q_lo + (t - s3) * step) * BLOCK_N
+            tma.async_copy_global_to_shared(q_desc, [row, 0, 0, 0], bar, buf)
 
 
 _ARRIVE_AND_WAIT = gl.constexpr(leader_sync_ptx(arrive=True, block_barrier=False))
@@ -201,7 +216,7 @@ def _multiply_tile(
 def _consumer(
     vecs, eps, counter_ptr, bufs, ready, empty, H: gl.constexpr, I: gl.constexpr,
     QKV: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WARPS: gl.constexpr, WAIT: gl.constexpr,
-    COMPUTE: gl.constexpr,
+    COMPUTE: gl.constexpr, INTERLEAVE: gl.constexpr,
 ):  # fmt: skip
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
@@ -212,7 +227,9 @@ def _consumer(
     dtype: gl.constexpr = attn_ptr.dtype.element_ty
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
-    o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps = _walk(pid, programs, H, I, QKV, BLOCK_N)
+    o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps, step = _walk(
+        pid, programs, H, I, QKV, BLOCK_N, INTERLEAVE
+    )
     ks = gl.arange(0, H, layout=VEC)
     rows = gl.arange(0, BLOCK_N, layout=ROWS)
     x0 = gl.load(attn_ptr + ks)  # written by the kernel before: launched after it
@@ -240,11 +257,11 @@ def _consumer(
         acc = _multiply_tile(bufs, empty, slot, x0, x1, x2, chunk, acc, TILE, BLOCK_N, H, COMPUTE)
         block = gl.where(
             phase == 0,
-            o_lo + t,
+            o_lo + t * step,
             gl.where(
                 phase == 1,
-                gu_lo + t - s1,
-                gl.where(phase == 2, d_lo + (t - s2) // CHUNKS, q_lo + t - s3),
+                gu_lo + (t - s1) * step,
+                gl.where(phase == 2, d_lo + (t - s2) // CHUNKS * step, q_lo + (t - s3) * step),
             ),
         )
         last = ((phase != 2) | (chunk == CHUNKS - 1)).to(gl.int32)
@@ -275,6 +292,7 @@ def _layer_stream_ws_kernel(
     vecs, eps, counter_ptr, o_desc, gu_desc, d_desc, q_desc, H: gl.constexpr,
     I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
     NUM_WARPS: gl.constexpr, WAIT: gl.constexpr, COMPUTE: gl.constexpr,
+    INTERLEAVE: gl.constexpr,
 ):  # fmt: skip
     """``vecs``: the "_VECS order" tuple; ``eps``: (post-attention, next layer's); the
     four matrices' descriptors (``_weight_descriptors``; Triton 3.6 launches none inside
@@ -299,9 +317,10 @@ def _layer_stream_ws_kernel(
                     NUM_WARPS,
                     WAIT,
                     COMPUTE,
+                    INTERLEAVE,
                 ),
             ),
-            (_producer, (descs, bufs, ready, empty, H, I, QKV, BLOCK_N)),
+            (_producer, (descs, bufs, ready, empty, H, I, QKV, BLOCK_N, INTERLEAVE)),
         ],
         [1],
         [40],
@@ -364,8 +383,10 @@ def layer_stream_ws(
     max_registers: int | None = None,
     wait: bool = True,
     compute: bool = True,
+    interleave: bool = False,
 ):
-    """``layer_stream``'s contract, hidden size 4096 only, on an sm90 GPU."""
+    """``layer_stream``'s contract, hidden size 4096 only, on an sm90 GPU (``interleave``:
+    ``StreamConfig.interleave``)."""
     h, inter, qkv = _checked_sizes(attn, wd, wqkv)
     descs = _weight_descriptors(wo, wgu, wd, wqkv, block_n)
     o, gu, d = scratch
@@ -385,6 +406,7 @@ def layer_stream_ws(
         NUM_WARPS=num_warps,
         WAIT=wait,
         COMPUTE=compute,
+        INTERLEAVE=interleave,
         num_warps=num_warps,
         enable_fp_fusion=False,
         maxnreg=max_registers,

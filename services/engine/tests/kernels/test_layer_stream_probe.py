@@ -82,10 +82,11 @@ def _rel(out, ref):
 
 @pytest.mark.parametrize("h,inter,qkv", [(64, 128, 96), (32, 96, 48), (32, 32, 64)])
 @pytest.mark.parametrize("block_n", [1, 2, 4])
-def test_matches_the_reference_chain(device, seed, h, inter, qkv, block_n):
+@pytest.mark.parametrize("interleave", [False, True])
+def test_matches_the_reference_chain(device, seed, h, inter, qkv, block_n, interleave):
     dtype = torch.float32
     inputs = _inputs(h, inter, qkv, dtype, device)
-    config = StreamConfig(block_n=block_n, stages=3, num_warps=4)
+    config = StreamConfig(block_n=block_n, stages=3, num_warps=4, interleave=interleave)
     qkv_out, res_out = _run(inputs, config, dtype, device)
     ref_qkv, ref_res = _reference(*inputs)
     assert _rel(qkv_out, ref_qkv) < 1e-5, f"seed {seed}"
@@ -112,7 +113,10 @@ def test_refuses_what_it_cannot_run(device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [StreamConfig(), StreamConfig(block_n=4, stages=4)])
+@pytest.mark.parametrize(
+    "config",
+    [StreamConfig(), StreamConfig(block_n=4, stages=4), StreamConfig(interleave=True)],
+)
 def test_qwen3_8b_layer_matches_the_separate_kernels(gpu, device, seed, config):
     from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
     from jacana_engine.kernels.skinny_gemm import skinny_linear
