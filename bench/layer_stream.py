@@ -58,6 +58,10 @@ class StreamConfig:
     # one contiguous share each: the programs then read one narrow window of a matrix
     # together, as a grid of many short programs does, not P places far apart
     interleave: bool = False
+    # with this many steps' lead (> stages to matter; 0: off) each step also asks L2 for
+    # a later tile (``cp.async.bulk.prefetch.L2``): while a program waits at a grid
+    # barrier its pipelined loads stop, but HBM keeps filling L2 with what comes next
+    l2_ahead: int = 0
 
 
 MAX_PER_SM = 4
@@ -128,6 +132,53 @@ def _share(total, pid, programs, INTERLEAVE: tl.constexpr):
 
 
 @triton.jit
+def _tile(j, walk, weights, rows, H: tl.constexpr, I: tl.constexpr, CHUNKS: tl.constexpr,  # noqa: E741
+          BLOCK_N: tl.constexpr):  # fmt: skip
+    """Step ``j`` of a program's walk: (matrix 0-3, chunk of a down row, first row, the
+    [BLOCK_N] pointers to its rows' chunk). ``walk``: (s1, s2, s3, each matrix's first row
+    block, step between row blocks); ``weights``: the four matrices."""
+    s1, s2, s3, o_lo, gu_lo, d_lo, q_lo, step = walk
+    wo_ptr, wgu_ptr, wd_ptr, wqkv_ptr = weights
+    phase = (j >= s1).to(tl.int32) + (j >= s2).to(tl.int32) + (j >= s3).to(tl.int32)
+    chunk = tl.where(phase == 2, (j - s2) % CHUNKS, 0)
+    block = tl.where(
+        phase == 0,
+        o_lo + j * step,
+        tl.where(
+            phase == 1,
+            gu_lo + (j - s1) * step,
+            tl.where(phase == 2, d_lo + (j - s2) // CHUNKS * step, q_lo + (j - s3) * step),
+        ),
+    )
+    row0 = block * BLOCK_N
+    w_base = tl.where(
+        phase == 0,
+        wo_ptr,
+        tl.where(phase == 1, wgu_ptr, tl.where(phase == 2, wd_ptr, wqkv_ptr)),
+    )
+    stride = tl.where(phase == 2, I, H)
+    return phase, chunk, row0, w_base + (row0 + rows).to(tl.int64)[:, None] * stride + chunk * H
+
+
+@triton.jit
+def _prefetch_tile_to_l2(w_rows, H: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Ask L2 for the [BLOCK_N, H] tile at ``w_rows`` ([BLOCK_N, 1] row pointers) in
+    256-byte pieces, about one a thread (``cp.async.bulk.prefetch.L2``: a hint, no
+    registers held until it lands)."""
+    elem: tl.constexpr = w_rows.dtype.element_ty.primitive_bitwidth // 8
+    PIECES: tl.constexpr = H * elem // 256
+    ptrs = w_rows.to(tl.pointer_type(tl.int8)) + tl.arange(0, PIECES)[None, :] * 256
+    tl.inline_asm_elementwise(
+        "cp.async.bulk.prefetch.L2.global [$1], 256;\n\tmov.u32 $0, 0;",
+        "=r,l",
+        [ptrs],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
 def _layer_stream_kernel(
     attn_ptr,  # [H] attention output, o_proj's input
     res_in_ptr,  # [H] residual stream entering the layer (read only)
@@ -154,6 +205,7 @@ def _layer_stream_kernel(
     INTERPRET: tl.constexpr,  # the CPU interpreter (a grid of one program)
     WAIT: tl.constexpr = 7,  # bit k: barrier k+1 waits (others only arrive: timing their cost)
     INTERLEAVE: tl.constexpr = False,  # StreamConfig.interleave
+    L2_AHEAD: tl.constexpr = 0,  # StreamConfig.l2_ahead
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -173,6 +225,8 @@ def _layer_stream_kernel(
     s2 = s1 + gu_n
     s3 = s2 + d_n * CHUNKS
     steps = s3 + q_n
+    walk = (s1, s2, s3, o_lo, gu_lo, d_lo, q_lo, step)
+    weights = (wo_ptr, wgu_ptr, wd_ptr, wqkv_ptr)
 
     # the GEMV's input, chunk by chunk (down: 3), and the residual after attention: all
     # rounded to the activation dtype already, so held in it (half the registers)
@@ -184,25 +238,12 @@ def _layer_stream_kernel(
     for j in tl.range(0, steps, num_stages=STAGES):
         # Which matrix and tile: weight loads depend on j only, so the pipeline issues
         # them STAGES - 1 steps ahead, across the barriers below.
-        phase = (j >= s1).to(tl.int32) + (j >= s2).to(tl.int32) + (j >= s3).to(tl.int32)
-        chunk = tl.where(phase == 2, (j - s2) % CHUNKS, 0)
-        block = tl.where(
-            phase == 0,
-            o_lo + j * step,
-            tl.where(
-                phase == 1,
-                gu_lo + (j - s1) * step,
-                tl.where(phase == 2, d_lo + (j - s2) // CHUNKS * step, q_lo + (j - s3) * step),
-            ),
-        )
-        row0 = block * BLOCK_N
-        w_base = tl.where(
-            phase == 0,
-            wo_ptr,
-            tl.where(phase == 1, wgu_ptr, tl.where(phase == 2, wd_ptr, wqkv_ptr)),
-        )
-        stride = tl.where(phase == 2, I, H)
-        w_rows = w_base + (row0 + rows).to(tl.int64)[:, None] * stride + chunk * H
+        phase, chunk, row0, w_rows = _tile(j, walk, weights, rows, H, I, CHUNKS, BLOCK_N)
+        if L2_AHEAD > 0:  # the tile L2_AHEAD steps on (the last one again near the end)
+            ahead = _tile(
+                tl.minimum(j + L2_AHEAD, steps - 1), walk, weights, rows, H, I, CHUNKS, BLOCK_N
+            )
+            _prefetch_tile_to_l2(ahead[3], H, BLOCK_N)
         w = tl.load(w_rows + ks[None, :])  # [BLOCK_N, H]
 
         if j == 0:  # o_proj's input: written by the kernel before (attention)
@@ -360,7 +401,8 @@ def layer_stream(
     launch = dict(
         H=h, I=inter, QKV=qkv, BLOCK_N=config.block_n, STAGES=config.stages,
         INTERPRET=not on_cuda, WAIT=config.wait, INTERLEAVE=config.interleave,
-        num_warps=config.num_warps, enable_fp_fusion=False,
+        L2_AHEAD=config.l2_ahead if on_cuda else 0, num_warps=config.num_warps,
+        enable_fp_fusion=False,
         **pdl_launch(pdl, attn.device),
     )  # fmt: skip
     if on_cuda and config.max_registers:

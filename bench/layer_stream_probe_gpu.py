@@ -21,6 +21,10 @@ variants deal the row blocks out in turn, so the grid reads one narrow window th
 through the matrix, as the separate kernels' grids of many short programs do (and the
 lm_head GEMV, which streams at ~4.48 TB/s against the stream's ~4.1).
 
+The "L2 n ahead" variants of ``stream`` also ask L2, at each step, for the tile n steps
+on, so that HBM keeps streaming while a program waits at a grid barrier (its pipelined
+loads stop there).
+
 Timing-only variants leave out the grid barriers' waits ("no waits": wrong results) or
 the consumers' arithmetic ("no arithmetic"), to split a layer's time.
 
@@ -62,6 +66,13 @@ CONFIGS = {  # name: rows a tile x pipeline depth, warps, register cap, programs
     "stream 8x3 interleaved": StreamConfig(block_n=8, stages=3, per_sm=1, interleave=True),
     "stream 8x3 interleaved, no waits": StreamConfig(
         block_n=8, stages=3, per_sm=1, wait=0, interleave=True
+    ),
+    **{
+        f"stream 8x3, L2 {ahead} ahead": StreamConfig(block_n=8, stages=3, per_sm=1, l2_ahead=ahead)
+        for ahead in (4, 6, 8)
+    },
+    "stream 8x3, L2 6 ahead, no waits": StreamConfig(
+        block_n=8, stages=3, per_sm=1, wait=0, l2_ahead=6
     ),
 }
 WS_CONFIGS = {  # bench/layer_stream_ws.py: rows a tile, ring slots, consumer warps, register cap,

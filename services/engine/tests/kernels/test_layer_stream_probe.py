@@ -115,7 +115,12 @@ def test_refuses_what_it_cannot_run(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "config",
-    [StreamConfig(), StreamConfig(block_n=4, stages=4), StreamConfig(interleave=True)],
+    [
+        StreamConfig(),
+        StreamConfig(block_n=4, stages=4),
+        StreamConfig(interleave=True),
+        StreamConfig(l2_ahead=6),
+    ],
 )
 def test_qwen3_8b_layer_matches_the_separate_kernels(gpu, device, seed, config):
     from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
