@@ -198,3 +198,30 @@ def test_requests_ending_in_overlapped_steps_are_forgotten_by_the_proposer(toy):
     ]
     assert engine.overlapped_steps_total > 50
     assert len(proposer.finished) == 3  # each told once, the first two mid-run
+
+
+def test_inputs_stay_in_place_only_for_the_leading_rows_of_a_graph_step():
+    """A follow-up finds its tokens already staged only when the step before was the
+    graphs' head (its argmax wrote them) and it keeps that step's leading rows in order,
+    each pending: a dropped row at the end keeps them in place, one in the middle does not."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from jacana_engine.decode_overlap import LaunchedStep
+    from jacana_engine.scheduler import ScheduledSequence
+
+    seqs = [SimpleNamespace(name=n) for n in "abc"]
+    step = [ScheduledSequence(s, 4, 1, True) for s in seqs]
+
+    def follow(*rows):
+        return [dataclasses.replace(step[r], start=5, pending_token=True) for r in rows]
+
+    ids = torch.tensor([7, 8, 9])
+    graph = LaunchedStep.from_graph(step, ids, ids.clone(), None)
+    copied = LaunchedStep.start(step, ids)
+    assert graph.inputs_in_place(follow(0, 1, 2)) and graph.inputs_in_place(follow(0, 1))
+    assert not graph.inputs_in_place(follow(0, 2)) and not graph.inputs_in_place(follow(1, 2))
+    assert not copied.inputs_in_place(follow(0, 1, 2))
+    unpending = [dataclasses.replace(f, pending_token=False) for f in follow(0, 1)]
+    assert not graph.inputs_in_place(unpending)
+    assert graph.token_ids() == [7, 8, 9]

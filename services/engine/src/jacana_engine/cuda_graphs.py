@@ -32,7 +32,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -40,11 +40,18 @@ from jacana_engine.attention_metadata import AttentionMetadata, kv_slots
 from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.scheduler import ScheduledSequence
 
+if TYPE_CHECKING:
+    from jacana_engine.kernels.argmax import TokenCopies  # Triton: CUDA builds only
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 _SMALL_SIZES = (1, 2, 4, 8)
+# Rows of the pinned ring the head graphs write their tokens into, one a replay in turn:
+# the host reads a step's row before this many later replays (overlapped decoding reads
+# step n's right after launching step n + 1).
+TOKEN_RING = 4
 
 
 def capture_sizes(max_batch: int) -> list[int]:
@@ -105,8 +112,9 @@ def warm_and_capture(
 
 # forward(input_ids [T], positions [T], meta) -> hidden [T, hidden]
 ForwardFn = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor]
-# head(hidden [B, hidden]) -> (logits [B, vocab] in the model dtype, greedy tokens [B] int64)
-HeadFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# head(hidden [B, hidden], copies) -> (logits [B, vocab] in the model dtype, greedy tokens
+# [B] int64), the tokens written to ``copies`` too (kernels/argmax.py)
+HeadFn = Callable[[torch.Tensor, "TokenCopies"], tuple[torch.Tensor, torch.Tensor]]
 
 
 class DecodeStaging:
@@ -115,8 +123,9 @@ class DecodeStaging:
     Layout (what the graphs' device buffer mirrors), for ``N = max_batch * max_query``
     token rows, one pinned byte buffer ``host`` (so a step is one host-to-device copy,
     ``step_bytes`` long) holding, end to end:
-    - ``host64`` [4 * N] int64: input_ids | positions | slot_mapping | real_rows (the
-      rows of real tokens, in chunk order: what the caller keeps of the output);
+    - ``host64`` [4 * N + 1] int64: input_ids | positions | slot_mapping | real_rows (the
+      rows of real tokens, in chunk order: what the caller keeps of the output) | the
+      token ring row the step's head writes (``DecodeGraphs``);
     - ``host32`` [max_batch * (1 + max_blocks)] int32: seq_lens | block_tables
       [max_batch, max_blocks].
     Each step writes the ``padded * q`` token rows and ``padded`` sequences its graph
@@ -138,7 +147,8 @@ class DecodeStaging:
         self.max_blocks = max_blocks
         self.block_size = block_size
         self.rows = max_batch * max_query  # N
-        self._bytes64 = 4 * self.rows * 8
+        self.ring_slot_at = 4 * self.rows  # host64's entry of the token ring row
+        self._bytes64 = (4 * self.rows + 1) * 8
         size = self._bytes64 + max_batch * (1 + max_blocks) * 4
         self.host = torch.zeros(size, dtype=torch.uint8, pin_memory=pin)
         self.host64, self.host32 = self.views(self.host)
@@ -152,9 +162,13 @@ class DecodeStaging:
         self._row_written = [0] * max_batch
 
     def views(self, buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(int64 [4 * N], int32 [max_batch * (1 + max_blocks)]) views of a uint8 buffer
+        """(int64 [4 * N + 1], int32 [max_batch * (1 + max_blocks)]) views of a uint8 buffer
         laid out as ``host`` (``host`` itself, or its device mirror)."""
         return int64_int32_views(buffer, self._bytes64)
+
+    def stage_ring_slot(self, slot: int) -> None:
+        """The token ring row that the next step's head writes."""
+        self._i64[self.ring_slot_at] = slot
 
     def step_bytes(self, padded: int) -> int:
         """The leading bytes of ``host`` a step of ``padded`` sequences reads: all of
@@ -239,7 +253,10 @@ class DecodeGraphs:
     head: when given, the plain-decode graphs (``q = 1``) also run it on the hidden
         states they compute: the lm_head and the greedy argmax then replay inside the
         graph, chained to the final norm (``head_outputs``), instead of as launches of
-        their own after it.
+        their own after it. The argmax also writes each row's token into the staged input
+        ids (where the next step of the same rows reads it: ``run(tokens_in_place=True)``)
+        and into a row of a pinned host ring (``tokens_on_host``): between two such steps
+        the device then runs only the inputs' copy, and nothing waits on another stream.
     """
 
     def __init__(
@@ -282,7 +299,9 @@ class DecodeGraphs:
         self._heads: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # padded size -> head's
         self._last: tuple[int, int] | None = None  # (padded size, width) of the last run
         self._copied: torch.cuda.Event | None = None  # the last step's H2D copies
-        self._head_read: torch.cuda.Event | None = None  # see hold_head_outputs
+        # [TOKEN_RING, max_batch] int64, pinned: the head's tokens, a row a replay in turn
+        self._ring = torch.zeros(TOKEN_RING, n, dtype=torch.int64, pin_memory=True)
+        self._ring_slot = 0  # the row the last run's head wrote
         self.capture_seconds = 0.0
         self.replays = 0
         self.verify_replays = 0
@@ -326,7 +345,7 @@ class DecodeGraphs:
                 meta = self._meta(bs, q)
                 head = self._head if q == 1 else None
                 graph, (out, head_out) = warm_and_capture(
-                    lambda: self._step(ids, pos, meta, head),  # noqa: B023 (called at once)
+                    lambda: self._step(ids, pos, meta, head, bs),  # noqa: B023 (called at once)
                     self.device,
                     pool,
                 )
@@ -346,10 +365,20 @@ class DecodeGraphs:
         )
         return self.capture_seconds
 
-    def _step(self, ids, pos, meta, head):
+    def _step(self, ids, pos, meta, head, bs):
         """What a graph captures: the forward, then ``head`` on its output when given."""
         out = self._forward(ids, pos, meta)
-        return out, (head(out) if head is not None else None)
+        return out, (head(out, self._token_copies(bs)) if head is not None else None)
+
+    def _token_copies(self, bs: int) -> TokenCopies:
+        """Where a head graph of ``bs`` sequences also writes its tokens: the staged input
+        ids of its rows, and the ring row the step stages."""
+        from jacana_engine.kernels.argmax import TokenCopies
+
+        at = self.staging.ring_slot_at
+        return TokenCopies(
+            next_ids=self._token_view(0, bs), ring=self._ring, slot=self._dev64[at : at + 1]
+        )
 
     # -- replay ------------------------------------------------------------------------
 
@@ -372,7 +401,6 @@ class DecodeGraphs:
             raise ValueError(f"seq_len {seq_len} outside 1..{self.max_model_len}")
         if self._copied is not None:
             self._copied.synchronize()
-        self._wait_for_head_readers()
         self.staging.fill_context(bs, seq_len)
         self._dev.copy_(self.staging.host)
         graph = self._graphs[(bs, 1)]
@@ -395,16 +423,16 @@ class DecodeGraphs:
         logits, tokens = self._heads[self._last[0]]
         return logits[:rows], tokens[:rows]
 
-    def hold_head_outputs(self, read: torch.cuda.Event | None) -> None:
-        """The head's outputs of the last run are being read on another stream until
-        ``read`` (``decode_overlap.LaunchedStep.copied``): the next replay waits for it on
-        the device before it overwrites them."""
-        self._head_read = read
-
-    def _wait_for_head_readers(self) -> None:
-        if self._head_read is not None:
-            torch.cuda.current_stream(self.device).wait_event(self._head_read)
-            self._head_read = None
+    def tokens_on_host(self, rows: int) -> tuple[torch.Tensor, torch.cuda.Event]:
+        """The last ``run``'s greedy tokens as its head writes them to the host: (a view
+        [rows] int64 of pinned memory, the event after which it holds them), recorded
+        now on the current stream. Read it before ``TOKEN_RING`` more runs. Only after a
+        plain-decode run of graphs with a head (``head_outputs`` is not None)."""
+        if self.head_outputs(rows) is None:
+            raise RuntimeError("the last run wrote no tokens: not a plain decode step with a head")
+        ready = torch.cuda.Event()
+        ready.record()
+        return self._ring[self._ring_slot, :rows], ready
 
     def padded_size(self, batch: int) -> int | None:
         return padded_size(self.sizes, batch)
@@ -426,6 +454,7 @@ class DecodeGraphs:
         scheduled: Sequence[ScheduledSequence],
         q: int,
         token_patch: Callable[[torch.Tensor], None] | None = None,
+        tokens_in_place: bool = False,
     ) -> torch.Tensor:
         """Stage one step at width ``q`` (``query_width``) and replay its graph: the
         hidden states of the real tokens, chunks end to end as ``build_batch`` lays them
@@ -433,21 +462,28 @@ class DecodeGraphs:
 
         token_patch: called with the staged input ids on the device ([padded * q]) after
         they are copied and before the replay (device work only): fills in tokens the
-        host does not know yet (``decode_overlap.py``)."""
+        host does not know yet (``decode_overlap.py``).
+        tokens_in_place: the input ids are already on the device, row for row: the last
+        run was a plain decode step with a head over the same leading sequences (its
+        argmax wrote them), and this one is too (q = 1); the copy leaves them out."""
         bs = self.padded_size(len(scheduled))
         if bs is None or (bs, q) not in self._graphs:
             raise ValueError(f"no captured graph holds {len(scheduled)} sequences at width {q}")
         if self._copied is not None:  # the staging buffers may still be in flight
             self._copied.synchronize()
+        if tokens_in_place and (q != 1 or token_patch is not None):
+            raise ValueError("tokens in place only for plain decode steps, without a patch")
         real = self.staging.fill(scheduled, q, bs)
         rows = self.staging.rows
+        self._ring_slot = self.replays % TOKEN_RING
+        self.staging.stage_ring_slot(self._ring_slot)
         used = self.staging.step_bytes(bs)  # one copy: a copy's fixed cost is ~5 µs
-        self._dev[:used].copy_(self.staging.host[:used], non_blocking=True)
+        first = rows * 8 if tokens_in_place else 0  # input ids are host64's first N
+        self._dev[first:used].copy_(self.staging.host[first:used], non_blocking=True)
         self._copied = torch.cuda.Event()
         self._copied.record()
         if token_patch is not None:
             token_patch(self._token_view(0, bs * q))
-        self._wait_for_head_readers()
         self._graphs[(bs, q)].replay()
         self._last = (bs, q)
         self.replays += 1

@@ -19,6 +19,13 @@ is computed and dropped. Its KV write there lands in its own unfilled tail block
 is freed with the sequence and was never offered to the prefix cache (only blocks full
 of known tokens are).
 
+Where the tokens travel. A greedy step of the decode graphs with a head
+(``cuda_graphs.py``) has its argmax write each token where the next step reads it (the
+staged input ids: a follow-up of the same leading rows copies everything but them) and
+into pinned host memory (read once the step's event has passed), so between two such
+steps the device runs only the inputs' copy. Any other step's tokens come home by a copy
+on a side stream, and its follow-up's inputs are patched on the device.
+
 Ownership: the engine holds at most one :class:`LaunchedStep` (device tensors of the
 tokens in flight and their pinned host copy); sequences do not know about it, except
 that the chunk of a follow-up step is marked ``pending_token``.
@@ -50,15 +57,16 @@ class LaunchedStep:
     device_ids: torch.Tensor
     _host: torch.Tensor  # [N] int64, pinned on CUDA: the copy in flight
     _ready: torch.cuda.Event | None
+    # the graph's argmax also wrote the tokens into the next step's staged input ids
+    wrote_next_inputs: bool = False
 
     @classmethod
     def start(cls, scheduled: list[ScheduledSequence], device_ids: torch.Tensor) -> LaunchedStep:
         """Queue the copy of ``device_ids`` to the host behind the step's kernels, on a
         stream of its own: the next step's input copies then follow the kernels at once
-        instead of queueing behind it (two copies' fixed costs, ~7 µs at batch 1). Whoever
-        writes ``device_ids`` again must wait for ``copied`` first (a decode graph's own
-        argmax output: ``DecodeGraphs.hold_head_outputs``); a tensor of the caching
-        allocator stays held by the step until ``token_ids`` has waited for the copy."""
+        instead of queueing behind it (two copies' fixed costs, ~7 µs at batch 1).
+        ``device_ids`` must not be written again before ``copied`` (a tensor of the
+        caching allocator stays held by the step until ``token_ids`` has waited)."""
         if device_ids.device.type != "cuda":
             return cls(scheduled, device_ids, device_ids, None)
         host = torch.empty(device_ids.shape, dtype=device_ids.dtype, pin_memory=True)
@@ -70,6 +78,19 @@ class LaunchedStep:
             ready.record(copier)
         return cls(scheduled, device_ids, host, ready)
 
+    @classmethod
+    def from_graph(
+        cls,
+        scheduled: list[ScheduledSequence],
+        device_ids: torch.Tensor,
+        host_ids: torch.Tensor,
+        ready: torch.cuda.Event,
+    ) -> LaunchedStep:
+        """A step of the decode graphs' head (``DecodeGraphs.tokens_on_host``): its tokens
+        are ``device_ids`` on the device, ``host_ids`` (pinned) once ``ready`` has passed,
+        and the next step's staged input ids."""
+        return cls(scheduled, device_ids, host_ids, ready, wrote_next_inputs=True)
+
     @property
     def copied(self) -> torch.cuda.Event | None:
         """Recorded when the tokens' copy to the host is done (None off CUDA)."""
@@ -80,6 +101,19 @@ class LaunchedStep:
         if self._ready is not None:
             self._ready.synchronize()
         return self._host.tolist()
+
+    def inputs_in_place(self, follow: Seq[ScheduledSequence]) -> bool:
+        """Whether the step ``follow`` finds its inputs already staged on the device:
+        this step's graph wrote them, and ``follow``'s rows are the leading rows of this
+        step, each pending its token (``DecodeGraphs.run(tokens_in_place=True)``)."""
+        return (
+            self.wrote_next_inputs
+            and len(follow) <= len(self.scheduled)
+            and all(
+                f.pending_token and f.seq is s.seq
+                for f, s in zip(follow, self.scheduled, strict=False)
+            )
+        )
 
     def patch_inputs(self, follow: Seq[ScheduledSequence]):
         """A ``token_patch`` for the step ``follow`` (rows in order, one token each):

@@ -234,20 +234,20 @@ class ModelRunner:
         for it: forward, logits and sampling are queued on the device, the tokens come
         back through the returned handle. Chunks marked ``pending_token`` take their
         input from ``pending`` (the step still in flight) on the device."""
-        patch = pending.patch_inputs(scheduled) if pending is not None else None
         width = self.graphs.query_width(scheduled) if self.graphs is not None else None
+        in_place = width == 1 and pending is not None and pending.inputs_in_place(scheduled)
+        patch = pending.patch_inputs(scheduled) if pending is not None and not in_place else None
         head = None
         if width == 1:
-            hidden = self.graphs.run(scheduled, 1, token_patch=patch)  # [N, hidden]
-            head = self.graphs.head_outputs(len(scheduled))
+            hidden = self.graphs.run(scheduled, 1, token_patch=patch, tokens_in_place=in_place)
+            head = self.graphs.head_outputs(len(scheduled))  # [N, hidden] above
         else:
             hidden = self._forward(build_batch(scheduled, self.block_size), token_patch=patch)
         sampling = [s.seq for s in scheduled]
         if head is not None and all(seq.sampling_params.greedy for seq in sampling):
-            # the graph's own argmax: no launch after the replay
-            step = LaunchedStep.start(scheduled, head[1])
-            self.graphs.hold_head_outputs(step.copied)
-            return step
+            # the graph's own argmax: no launch after the replay, no copy of the tokens
+            host, ready = self.graphs.tokens_on_host(len(scheduled))
+            return LaunchedStep.from_graph(scheduled, head[1], host, ready)
         logits = self._logits(head, hidden)  # [N, vocab] float32
         if self.device_sampler is not None:
             steps = [s.seq.num_output_tokens + s.pending_token for s in scheduled]
@@ -395,16 +395,17 @@ class ModelRunner:
         finally:
             self.model.use_dependent_launch(False)
 
-    def _graph_head(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _graph_head(self, hidden: torch.Tensor, copies) -> tuple[torch.Tensor, torch.Tensor]:
         """What a plain-decode graph runs after the forward: the logits [B, vocab] in the
         model dtype and their greedy argmax [B] (``kernels/argmax.py``, which reads them
         as they are: no float32 copy), the argmax launched dependently where the
-        forward's kernels are, so it launches while the lm_head GEMV runs."""
+        forward's kernels are, so it launches while the lm_head GEMV runs, and writing
+        the tokens to ``copies`` (``TokenCopies``) too."""
         from jacana_engine.kernels.argmax import argmax_rows  # Triton: CUDA builds only
 
         logits = self.model.logits_in_model_dtype(hidden)
         pdl = self.dependent_launch and hidden.shape[0] <= PDL_MAX_TOKENS
-        return logits, argmax_rows(logits, pdl=pdl)
+        return logits, argmax_rows(logits, pdl=pdl, copies=copies)
 
     def one_row_screen_seconds(self, context: int = TUNING_CONTEXT) -> float:
         """``one_row_graph_seconds`` from one run of ``SCREEN_REPLAYS`` replays: the

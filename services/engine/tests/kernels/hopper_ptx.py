@@ -16,7 +16,8 @@ Cases:
   L2 (``SkinnyConfig.l2_prefetch_bytes``);
 - ``skinny_2x2048`` / ``skinny_2x2048_ahead``: the 8B qkv's 2x2048 with PDL, without and
   with ``lookahead``;
-- ``argmax_pdl``: the greedy argmax over bf16 logits, launched dependently.
+- ``argmax_pdl``: the greedy argmax over bf16 logits, launched dependently, with its
+  token copies (``TokenCopies``).
 
 Beside the instruction counts, ``loads_before_wait`` and ``loads_after_wait`` count the
 PTX global loads before ``griddepcontrol.wait`` and between it and the first branch
@@ -105,8 +106,10 @@ def _argmax() -> dict:
     from jacana_engine.kernels import argmax
 
     pointers = {"x_ptr": "*bf16", "out_ptr": "*i64", "best_ptr": "*fp32",
-                "index_ptr": "*i32", "counter_ptr": "*i32"}  # fmt: skip
-    constexprs = dict(NUM_SPANS=75, SPAN=argmax.SPAN, MERGE=128, PDL=True)  # 151936 / 2048
+                "index_ptr": "*i32", "counter_ptr": "*i32", "next_ptr": "*i64",
+                "ring_ptr": "*i64", "slot_ptr": "*i64"}  # fmt: skip
+    # 151936 / 2048 spans; with the token copies, as the decode graphs' head launches it
+    constexprs = dict(NUM_SPANS=75, SPAN=argmax.SPAN, MERGE=128, PDL=True, COPIES=True)
     return _counts(argmax._argmax_kernel, constexprs, pointers)
 
 

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from jacana_engine.kernels.argmax import SPAN, argmax_rows
+from jacana_engine.kernels.argmax import SPAN, TokenCopies, argmax_rows
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -88,6 +88,27 @@ def test_compiles_for_hopper_reading_the_logits_only_after_the_wait():
     assert counts["atom."] == 1 and counts["loads_after_wait"] >= 1, counts
 
 
+def test_copies_go_to_the_next_ids_and_the_staged_ring_row():
+    """With ``copies`` each row's token also lands in ``next_ids`` and in the ring row the
+    slot tensor names when the kernel runs; the other ring rows keep what they held."""
+    dev = _device()
+    gen = torch.Generator().manual_seed(4)
+    ring = torch.full((3, 6), -1, dtype=torch.int64, pin_memory=dev.type == "cuda")
+    next_ids = torch.full((6,), -1, dtype=torch.int64, device=dev)
+    slot = torch.zeros(1, dtype=torch.int64, device=dev)
+    copies = TokenCopies(next_ids=next_ids, ring=ring, slot=slot)
+    for step, rows in ((0, 4), (2, 2), (1, 4)):
+        slot.fill_(step)
+        x = torch.randn(rows, 2 * SPAN + 5, generator=gen).to(dev)
+        tokens = argmax_rows(x, copies=copies)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        assert torch.equal(tokens, x.argmax(dim=-1))
+        assert next_ids[:rows].tolist() == tokens.tolist() == ring[step, :rows].tolist()
+        assert ring[step, rows:].tolist() == [-1] * (6 - rows)
+    assert ring[0, :4].tolist() != ring[1, :4].tolist()
+
+
 def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="must be \\[M, V\\]"):
         argmax_rows(torch.zeros(3))
@@ -98,6 +119,14 @@ def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="int64"):
         argmax_rows(torch.zeros(2, 3), out=torch.zeros(2, dtype=torch.int32))
     assert argmax_rows(torch.zeros(0, 5)).shape == (0,)
+    ids, slot = torch.zeros(4, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    with pytest.raises(ValueError, match="ring must be a contiguous"):
+        copies = TokenCopies(next_ids=ids, ring=torch.zeros(2, 1, dtype=torch.int64), slot=slot)
+        argmax_rows(torch.zeros(2, 3), copies=copies)
+    with pytest.raises(ValueError, match="next_ids must be int64"):
+        ring = torch.zeros(2, 4, dtype=torch.int64)
+        copies = TokenCopies(next_ids=ids.int(), ring=ring, slot=slot)
+        argmax_rows(torch.zeros(2, 3), copies=copies)
 
 
 @pytest.mark.gpu

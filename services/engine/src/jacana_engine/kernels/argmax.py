@@ -14,9 +14,16 @@ same.
 
 With ``pdl`` the kernel may launch while the GEMV that writes the logits runs
 (``kernels/_pdl.py``), and waits for it before reading.
+
+With ``copies`` (``TokenCopies``) the merging program also writes the token where a
+decode graph's next step and the host read it: into the next step's input ids on the
+device, and into a row of a pinned host ring that the device writes through (no copy
+launched after the graph, no second stream to wait for; ``cuda_graphs.py``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -35,6 +42,18 @@ SPAN = 2048  # entries one program scans: a single load of 4 KiB in bfloat16
 _NO_INDEX = tl.constexpr(2**31 - 1)  # above every index: what an index minimum starts from
 
 
+@dataclass(frozen=True)
+class TokenCopies:
+    """Where ``argmax_rows`` also writes row i's token: ``next_ids[i]`` ([>= M] int64 on
+    the device) and ``ring[slot, i]`` (``ring`` [R, >= M] int64, contiguous, in pinned
+    host memory the device writes through; ``slot`` a [1] int64 device tensor read when
+    the kernel runs, so a captured graph writes the row the step staged)."""
+
+    next_ids: torch.Tensor
+    ring: torch.Tensor
+    slot: torch.Tensor
+
+
 @triton.jit
 def _first_max(values, index):
     """(max of ``values``, the smallest ``index`` holding it) over a 1-D block."""
@@ -49,12 +68,17 @@ def _argmax_kernel(
     best_ptr,  # [M, NUM_SPANS] float32 scratch: each span's best value
     index_ptr,  # [M, NUM_SPANS] int32 scratch: its first index
     counter_ptr,  # [M] int32 arrival counters, zero between launches
+    next_ptr,  # with COPIES: [M] int64, the token again
+    ring_ptr,  # with COPIES: [R, ring_width] int64 (pinned host), row *slot_ptr gets it
+    slot_ptr,  # with COPIES: [1] int64
     stride_row,
     V,
+    ring_width,
     NUM_SPANS: tl.constexpr,
     SPAN: tl.constexpr,
     MERGE: tl.constexpr,  # next power of 2 of NUM_SPANS
     PDL: tl.constexpr,
+    COPIES: tl.constexpr,
 ):
     row = tl.program_id(0)
     span = tl.program_id(1)
@@ -79,7 +103,11 @@ def _argmax_kernel(
         spans_best = tl.load(best_ptr + row * NUM_SPANS + s, mask=held, other=float("-inf"))
         spans_first = tl.load(index_ptr + row * NUM_SPANS + s, mask=held, other=_NO_INDEX)
         _, token = _first_max(spans_best, spans_first)
-        tl.store(out_ptr + row, token.to(tl.int64))
+        token = token.to(tl.int64)
+        tl.store(out_ptr + row, token)
+        if COPIES:
+            tl.store(next_ptr + row, token)
+            tl.store(ring_ptr + tl.load(slot_ptr) * ring_width + row, token)
         tl.store(counter_ptr + row, 0)  # every span has arrived: ready for the next launch
 
 
@@ -88,10 +116,12 @@ def argmax_rows(
     *,
     out: torch.Tensor | None = None,  # [M] int64
     pdl: bool = False,
+    copies: TokenCopies | None = None,
 ) -> torch.Tensor:  # [M] int64 on x's device
     """The first index of each row's maximum (``torch.argmax(x, dim=-1)``, module doc).
-    ``pdl``: launch dependently (CUDA only; kernels/_pdl.py). Launches on one device
-    must be stream-ordered (they share the arrival counters)."""
+    ``pdl``: launch dependently (CUDA only; kernels/_pdl.py). ``copies``: where the
+    tokens also go (``TokenCopies``). Launches on one device must be stream-ordered
+    (they share the arrival counters)."""
     if x.dim() != 2 or x.shape[1] == 0:
         raise ValueError(f"x must be [M, V] with V > 0, got {tuple(x.shape)}")
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
@@ -103,6 +133,11 @@ def argmax_rows(
     out = token_ids_out(out, rows, x.device)
     if rows == 0:
         return out
+    if copies is not None:
+        _check_copies(copies, rows)
+        next_ids, ring, slot = copies.next_ids, copies.ring, copies.slot
+    else:
+        next_ids, ring, slot = out, out, out  # not read
     num_spans = triton.cdiv(vocab, SPAN)
     best = torch.empty(rows, num_spans, dtype=torch.float32, device=x.device)
     index = torch.empty(rows, num_spans, dtype=torch.int32, device=x.device)
@@ -113,12 +148,29 @@ def argmax_rows(
         best,
         index,
         counters,
+        next_ids,
+        ring,
+        slot,
         x.stride(0),
         vocab,
+        ring.shape[-1],
         NUM_SPANS=num_spans,
         SPAN=SPAN,
         MERGE=next_power_of_2(num_spans),
+        COPIES=copies is not None,
         num_warps=4,
         **pdl_launch(pdl, x.device),
     )
     return out
+
+
+def _check_copies(copies: TokenCopies, rows: int) -> None:
+    for name, t in (("next_ids", copies.next_ids), ("ring", copies.ring), ("slot", copies.slot)):
+        if t.dtype != torch.int64:
+            raise ValueError(f"copies.{name} must be int64, not {t.dtype}")
+    if copies.next_ids.dim() != 1 or copies.next_ids.shape[0] < rows:
+        raise ValueError(f"copies.next_ids must be [>= {rows}]")
+    if copies.ring.dim() != 2 or copies.ring.shape[1] < rows or not copies.ring.is_contiguous():
+        raise ValueError(f"copies.ring must be a contiguous [R, >= {rows}]")
+    if copies.slot.numel() != 1:
+        raise ValueError("copies.slot must hold one index")
