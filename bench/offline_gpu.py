@@ -158,7 +158,9 @@ def run_closed_loop(
     median (``itl_ms``), their largest, and how much the slow ones add to the mean
     (``itl_tail_ms`` = mean - median: a one-off stall shows there, not in the median),
     and the Python garbage collector's pauses over the run, per output token
-    (``gc_ms_a_token``: one cause such a stall could have)."""
+    (``gc_ms_a_token``: one cause such a stall could have). With one request at a time,
+    also the intervals in order (``itl_series_ms``: whether slow steps come with the
+    growing context, or now and then)."""
     sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
     pending = list(enumerate(prompts))
     submitted: dict[str, float] = {}
@@ -208,7 +210,7 @@ def run_closed_loop(
         "itl_tail_ms": 1e3 * (statistics.fmean(intervals) - itl) if intervals else None,
         "itl_max_ms": 1e3 * max(intervals) if intervals else None,
         "gc_ms_a_token": 1e3 * gc_pauses.seconds / total if total else None,
-    }
+    } | ({"itl_series_ms": [round(1e3 * x, 4) for x in intervals]} if concurrency == 1 else {})
 
 
 def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
@@ -355,6 +357,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
         ours: dict[str, list[float]] = {}
         theirs: dict[str, list[float]] = {}
         parts = StepParts()
+        series = []  # itl_series_ms of each rep (one request at a time only)
         for rep in range(args.reps):
             prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=1000 * rep + 7)
             with parts.measure(engine):
@@ -362,6 +365,8 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
             for k in METRICS:
                 if r.get(k) is not None:
                     ours.setdefault(k, []).append(r[k])
+            if "itl_series_ms" in r:
+                series.append(r["itl_series_ms"])
             if hf is not None:
                 for k, v in hf_workload(hf, prompts, wl).items():
                     theirs.setdefault(k, []).append(v)
@@ -370,7 +375,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
             "jacana": {k: spread(v) for k, v in ours.items()},
             "transformers": {k: spread(v) for k, v in theirs.items()},
             "jacana_step_ms": parts.per_step_ms(),
-        }
+        } | ({"jacana_itl_series_ms": series} if series else {})
         medians = {
             peer: {k: round(v["median"], 3) for k, v in results[name][peer].items()}
             for peer in ("jacana", "transformers")
