@@ -50,6 +50,9 @@
 # prefillgraphs  the one-sequence prefill graphs' GPU tests, then b1 and ttft1024 of both
 #             models (5 reps) without and with prefill_graph_tokens=2048, on one tuning
 #             cache (~3 min)
+# band        Qwen3-8B b1 (5 reps) with nvidia-smi sampled every 50 ms (clocks, power,
+#             temperatures, clock event reasons), then b1_band.py: the steps' pace beside
+#             what the card reported, in 0.1 s windows (~2 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -325,6 +328,16 @@ for phase in "$@"; do
           --tuning-cache /tmp/jacana-prefill-tuning.json --name "offline_prefill_graphs_$tokens" \
           --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| (b1|ttft1024) \|" | tail -24
       done
+      ;;
+    band)
+      stamp "8B b1 beside nvidia-smi's samples"
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,clocks_event_reasons.active \
+        --format=csv,noheader -lms 50 >"$OUT/b1_band_smi.csv" 2>&1 &
+      smi=$!
+      timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads b1 \
+        --reps 5 --name offline_b1_band --out "$OUT" 2>&1 | grep -E "tpot_ms" | tail -2
+      kill "$smi" 2>/dev/null
+      python3 bench/b1_band.py "$OUT/offline_b1_band.json" "$OUT/b1_band_smi.csv" | tail -60
       ;;
     timeline)
       stamp "8B b1 with its profiled step timeline"

@@ -160,7 +160,8 @@ def run_closed_loop(
     and the Python garbage collector's pauses over the run, per output token
     (``gc_ms_a_token``: one cause such a stall could have). With one request at a time,
     also the intervals in order (``itl_series_ms``: whether slow steps come with the
-    growing context, or now and then)."""
+    growing context, or now and then) and the wall-clock time of the first token
+    (``itl_series_t0_unix``, to line them up with ``nvidia-smi``'s samples)."""
     sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
     pending = list(enumerate(prompts))
     submitted: dict[str, float] = {}
@@ -168,6 +169,7 @@ def run_closed_loop(
     last: dict[str, float] = {}
     count: dict[str, int] = {}
     intervals: list[float] = []  # seconds a token, each output after a request's first
+    first_unix: list[float] = []  # time.time() of each request's first token
     gc_pauses = GcPauses()
     _sync()
     start = time.perf_counter()
@@ -190,6 +192,8 @@ def run_closed_loop(
                     if out.request_id in last:
                         gap = (now - last[out.request_id]) / len(out.new_token_ids)
                         intervals += [gap] * len(out.new_token_ids)
+                    if out.request_id not in first:
+                        first_unix.append(time.time())
                     first.setdefault(out.request_id, now)
                     last[out.request_id] = now
                     count[out.request_id] += len(out.new_token_ids)
@@ -210,7 +214,14 @@ def run_closed_loop(
         "itl_tail_ms": 1e3 * (statistics.fmean(intervals) - itl) if intervals else None,
         "itl_max_ms": 1e3 * max(intervals) if intervals else None,
         "gc_ms_a_token": 1e3 * gc_pauses.seconds / total if total else None,
-    } | ({"itl_series_ms": [round(1e3 * x, 4) for x in intervals]} if concurrency == 1 else {})
+    } | (
+        {
+            "itl_series_ms": [round(1e3 * x, 4) for x in intervals],
+            "itl_series_t0_unix": first_unix[0],
+        }
+        if concurrency == 1 and first_unix
+        else {}
+    )
 
 
 def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:
@@ -366,7 +377,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
                 if r.get(k) is not None:
                     ours.setdefault(k, []).append(r[k])
             if "itl_series_ms" in r:
-                series.append(r["itl_series_ms"])
+                series.append({"t0_unix": r["itl_series_t0_unix"], "ms": r["itl_series_ms"]})
             if hf is not None:
                 for k, v in hf_workload(hf, prompts, wl).items():
                     theirs.setdefault(k, []).append(v)
