@@ -190,6 +190,9 @@ def test_one_leading_byte_range_holds_everything_a_step_reads():
         assert i32.numel() == MAX_BATCH + padded * MAX_BLOCKS
         assert torch.equal(i32, staging.host32[: i32.numel()])
     assert staging.step_bytes(MAX_BATCH) == staging.host.numel()
+    staging.stage_ring_slot(3)  # the head's ring row, the int64 part's last entry
+    assert staging.host64[staging.ring_slot_at].item() == 3
+    assert staging.ring_slot_at == staging.host64.numel() - 1 == 4 * staging.rows
     tables = staging.host32[MAX_BATCH:].view(MAX_BATCH, MAX_BLOCKS)
     assert tables[2, : len(seqs[2].block_table)].tolist() == seqs[2].block_table
 

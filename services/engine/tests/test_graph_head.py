@@ -30,6 +30,10 @@ def test_the_graph_head_writes_the_logits_and_tokens_of_its_hidden_states(peaked
     prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in range(5, 69, 8)]
     assert_same_outputs(overlapped, serial, prompts)
     assert overlapped.overlapped_steps_total > 0 and serial.overlapped_steps_total == 0
+    # most follow-ups found their tokens staged by the graph's argmax; those after a row
+    # dropped mid-batch were patched on the device
+    graphs = overlapped.runner.graphs
+    assert 0 < graphs.tokens_in_place_runs < overlapped.overlapped_steps_total
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     overlapped.generate(prompts[:3], params)  # the last replay: three rows, padded
     runner, graphs = overlapped.runner, overlapped.runner.graphs

@@ -305,6 +305,7 @@ class DecodeGraphs:
         self.capture_seconds = 0.0
         self.replays = 0
         self.verify_replays = 0
+        self.tokens_in_place_runs = 0  # runs whose input ids the last head wrote
 
     # -- static views ------------------------------------------------------------------
 
@@ -479,6 +480,7 @@ class DecodeGraphs:
         self.staging.stage_ring_slot(self._ring_slot)
         used = self.staging.step_bytes(bs)  # one copy: a copy's fixed cost is ~5 µs
         first = rows * 8 if tokens_in_place else 0  # input ids are host64's first N
+        self.tokens_in_place_runs += tokens_in_place
         self._dev[first:used].copy_(self.staging.host[first:used], non_blocking=True)
         self._copied = torch.cuda.Event()
         self._copied.record()
