@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from jacana_engine import device_sampling
+from jacana_engine.host_to_device import index_on
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.scheduler import ScheduledSequence, Scheduler
 from jacana_engine.sequence import SequenceStatus
@@ -125,9 +126,7 @@ class LaunchedStep:
         if rows == sources:  # same sequences in the same rows: one device copy
             n = len(rows)
             return lambda inputs: inputs[:n].copy_(ids[:n])
-        pinned = ids.device.type == "cuda"
-        rows_t = _index_tensor(rows, ids.device, pinned)
-        sources_t = _index_tensor(sources, ids.device, pinned)
+        rows_t, sources_t = index_on(rows, ids.device), index_on(sources, ids.device)
         return lambda inputs: inputs.index_copy_(0, rows_t, ids.index_select(0, sources_t))
 
 
@@ -139,13 +138,6 @@ def _copy_stream(device: torch.device) -> torch.cuda.Stream:
     if device not in _copy_streams:
         _copy_streams[device] = torch.cuda.Stream(device)
     return _copy_streams[device]
-
-
-def _index_tensor(values: list[int], device: torch.device, pinned: bool) -> torch.Tensor:
-    # From pinned memory the copy is asynchronous; from pageable memory it may wait for
-    # the device, which is what overlapping is for avoiding.
-    host = torch.tensor(values, dtype=torch.int64)
-    return (host.pin_memory() if pinned else host).to(device, non_blocking=pinned)
 
 
 def overlappable(scheduled: Seq[ScheduledSequence]) -> bool:

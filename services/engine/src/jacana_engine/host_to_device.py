@@ -13,15 +13,16 @@ from collections.abc import Sequence
 import torch
 
 
-def to_device(values: torch.Tensor, device: torch.device) -> torch.Tensor:
+def to_device(values: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """``values`` (a CPU tensor) on ``device``: on CUDA through pinned memory, without
     waiting for the device (torch's pinned-memory cache keeps the buffer until the copy
     has run)."""
+    device = torch.device(device)
     if device.type != "cuda":
         return values.to(device)
     return values.pin_memory().to(device, non_blocking=True)
 
 
-def index_on(rows: Sequence[int], device: torch.device) -> torch.Tensor:  # [len(rows)] int64
+def index_on(rows: Sequence[int], device: torch.device | str) -> torch.Tensor:  # [len(rows)] int64
     """Row indices for ``tensor[index]`` on ``device`` (see :func:`to_device`)."""
     return to_device(torch.tensor(rows, dtype=torch.int64), device)

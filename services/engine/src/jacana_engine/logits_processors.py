@@ -27,6 +27,7 @@ from typing import ClassVar, Protocol
 
 import torch
 
+from jacana_engine.host_to_device import index_on, to_device
 from jacana_engine.sampling_params import SamplingParams
 
 
@@ -125,7 +126,7 @@ def token_counts(
     for i, tokens in enumerate(token_lists):
         if tokens:
             padded[i, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.int64)
-    padded = padded.to(device, non_blocking=True)
+    padded = to_device(padded, device)
     counts = torch.zeros((len(token_lists), vocab_size + 1), dtype=torch.float32, device=device)
     counts.scatter_add_(1, padded, torch.ones_like(padded, dtype=torch.float32))
     return counts[:, :vocab_size]  # [M, V]
@@ -136,7 +137,7 @@ def _column(
 ) -> torch.Tensor:
     """One parameter of every active row as a [M, 1] float32 column on ``device``."""
     values = [get(h.sampling_params) for h in history]
-    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True).unsqueeze(1)
+    return to_device(torch.tensor(values, dtype=torch.float32), device).unsqueeze(1)
 
 
 def _scatter(
@@ -144,11 +145,8 @@ def _scatter(
 ) -> None:
     """``logits[rows[j], tokens[j]] (+)= values[j]`` for all j, in one ``index_put_``."""
     device = logits.device
-    index = (
-        torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True),
-        torch.tensor(tokens, dtype=torch.int64).to(device, non_blocking=True),
-    )
-    source = torch.tensor(values, dtype=logits.dtype).to(device, non_blocking=True)
+    index = (index_on(rows, device), index_on(tokens, device))
+    source = to_device(torch.tensor(values, dtype=logits.dtype), device)
     logits.index_put_(index, source, accumulate=add)
 
 
@@ -185,7 +183,7 @@ class RepetitionPenalty(LogitsProcessor):
         return params.repetition_penalty != 1.0
 
     def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
-        index = torch.tensor(rows, dtype=torch.int64).to(logits.device, non_blocking=True)
+        index = index_on(rows, logits.device)
         seen_lists = [[*h.prompt_token_ids, *h.output_token_ids] for h in history]
         seen = token_counts(seen_lists, self.vocab_size, logits.device) > 0  # [M, V]
         penalty = _column(history, lambda p: p.repetition_penalty, logits.device)  # [M, 1]
@@ -206,7 +204,7 @@ class FrequencyPresencePenalty(LogitsProcessor):
 
     def apply(self, logits: torch.Tensor, rows: list[int], history: list[TokenHistory]) -> None:
         device = logits.device
-        index = torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True)
+        index = index_on(rows, device)
         counts = token_counts([h.output_token_ids for h in history], self.vocab_size, device)
         frequency = _column(history, lambda p: p.frequency_penalty, device)  # [M, 1]
         presence = _column(history, lambda p: p.presence_penalty, device)  # [M, 1]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from jacana_engine.host_to_device import index_on, to_device
 from jacana_engine.logits_processors import LogitsProcessors, TokenHistory
 from jacana_engine.outputs import TokenLogprob
 from jacana_engine.sampling_params import SamplingParams
@@ -104,7 +105,7 @@ class SamplingBatch:
         ]
 
         def tensor(values: list, dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+            return to_device(torch.tensor(values, dtype=dtype), device)
 
         return cls(
             # Greedy rows are never scaled; 1.0 keeps the batched division finite.
@@ -153,7 +154,7 @@ class Sampler:
         row i belongs to ``history[i]``."""
         params = [h.sampling_params for h in history]
         wanted = [i for i, p in enumerate(params) if p.logprobs is not None]
-        rows = torch.tensor(wanted, dtype=torch.int64).to(logits.device) if wanted else None
+        rows = index_on(wanted, logits.device) if wanted else None
         raw = logits[rows] if rows is not None else None  # [M, V], a copy taken before edits
         if self.processors is not None and self.processors.needed(params):
             self.processors(logits, history)
@@ -205,7 +206,7 @@ class Sampler:
             else:
                 noise[row].exponential_(generator=generator)
         if shared:
-            index = torch.tensor(shared, device=probs.device)
+            index = index_on(shared, probs.device)
             drawn = torch.empty((len(shared), probs.shape[-1]), device=probs.device)
             noise[index] = drawn.exponential_(generator=self._default_generator)
         # Exp(1) can round to 0; p / 0 must not become inf or nan.
