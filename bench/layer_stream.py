@@ -132,13 +132,27 @@ def _share(total, pid, programs, INTERLEAVE: tl.constexpr):
 
 
 @triton.jit
-def _tile(j, walk, weights, rows, H: tl.constexpr, I: tl.constexpr, CHUNKS: tl.constexpr,  # noqa: E741
-          BLOCK_N: tl.constexpr):  # fmt: skip
-    """Step ``j`` of a program's walk: (matrix 0-3, chunk of a down row, first row, the
-    [BLOCK_N] pointers to its rows' chunk). ``walk``: (s1, s2, s3, each matrix's first row
-    block, step between row blocks); ``weights``: the four matrices."""
+def walk(pid, programs, H: tl.constexpr, I: tl.constexpr, QKV: tl.constexpr,  # noqa: E741
+         BLOCK_N: tl.constexpr, INTERLEAVE: tl.constexpr):  # fmt: skip
+    """Program ``pid``'s walk through o, gate_up, down (``I // H`` steps a row block) and
+    qkv: (s1, s2, s3, each matrix's first row block, the step between its row blocks) as
+    ``_tile`` takes it, and the walk's length. Also the Gluon kernels' (layer_stream_ws)."""
+    CHUNKS: tl.constexpr = I // H
+    o_lo, o_n, step = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
+    gu_lo, gu_n, _ = _share(2 * I // BLOCK_N, pid, programs, INTERLEAVE)
+    d_lo, d_n, _ = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
+    q_lo, q_n, _ = _share(QKV // BLOCK_N, pid, programs, INTERLEAVE)
+    s1 = o_n
+    s2 = s1 + gu_n
+    s3 = s2 + d_n * CHUNKS
+    return (s1, s2, s3, o_lo, gu_lo, d_lo, q_lo, step), s3 + q_n
+
+
+@triton.jit
+def place(j, walk, CHUNKS: tl.constexpr):
+    """Step ``j`` of a walk (``walk``'s first result): (matrix 0-3, chunk of a down row,
+    row block). Also the Gluon kernels' (layer_stream_ws)."""
     s1, s2, s3, o_lo, gu_lo, d_lo, q_lo, step = walk
-    wo_ptr, wgu_ptr, wd_ptr, wqkv_ptr = weights
     phase = (j >= s1).to(tl.int32) + (j >= s2).to(tl.int32) + (j >= s3).to(tl.int32)
     chunk = tl.where(phase == 2, (j - s2) % CHUNKS, 0)
     block = tl.where(
@@ -150,6 +164,17 @@ def _tile(j, walk, weights, rows, H: tl.constexpr, I: tl.constexpr, CHUNKS: tl.c
             tl.where(phase == 2, d_lo + (j - s2) // CHUNKS * step, q_lo + (j - s3) * step),
         ),
     )
+    return phase, chunk, block
+
+
+@triton.jit
+def _tile(j, walk, weights, rows, H: tl.constexpr, I: tl.constexpr, CHUNKS: tl.constexpr,  # noqa: E741
+          BLOCK_N: tl.constexpr):  # fmt: skip
+    """Step ``j`` of a program's walk: (matrix 0-3, chunk of a down row, first row, the
+    [BLOCK_N] pointers to its rows' chunk). ``walk``: (s1, s2, s3, each matrix's first row
+    block, step between row blocks); ``weights``: the four matrices."""
+    wo_ptr, wgu_ptr, wd_ptr, wqkv_ptr = weights
+    phase, chunk, block = place(j, walk, CHUNKS)
     row0 = block * BLOCK_N
     w_base = tl.where(
         phase == 0,
@@ -217,15 +242,8 @@ def _layer_stream_kernel(
         tl.extra.cuda.gdc_launch_dependents()
 
     # this program's row blocks of each matrix, and where each phase starts in its walk
-    o_lo, o_n, step = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
-    gu_lo, gu_n, _ = _share(2 * I // BLOCK_N, pid, programs, INTERLEAVE)
-    d_lo, d_n, _ = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
-    q_lo, q_n, _ = _share(QKV // BLOCK_N, pid, programs, INTERLEAVE)
-    s1 = o_n
-    s2 = s1 + gu_n
-    s3 = s2 + d_n * CHUNKS
-    steps = s3 + q_n
-    walk = (s1, s2, s3, o_lo, gu_lo, d_lo, q_lo, step)
+    path, steps = walk(pid, programs, H, I, QKV, BLOCK_N, INTERLEAVE)
+    s1, s2, s3 = path[0], path[1], path[2]
     weights = (wo_ptr, wgu_ptr, wd_ptr, wqkv_ptr)
 
     # the GEMV's input, chunk by chunk (down: 3), and the residual after attention: all
@@ -238,10 +256,10 @@ def _layer_stream_kernel(
     for j in tl.range(0, steps, num_stages=STAGES):
         # Which matrix and tile: weight loads depend on j only, so the pipeline issues
         # them STAGES - 1 steps ahead, across the barriers below.
-        phase, chunk, row0, w_rows = _tile(j, walk, weights, rows, H, I, CHUNKS, BLOCK_N)
+        phase, chunk, row0, w_rows = _tile(j, path, weights, rows, H, I, CHUNKS, BLOCK_N)
         if L2_AHEAD > 0:  # the tile L2_AHEAD steps on (the last one again near the end)
             ahead = _tile(
-                tl.minimum(j + L2_AHEAD, steps - 1), walk, weights, rows, H, I, CHUNKS, BLOCK_N
+                tl.minimum(j + L2_AHEAD, steps - 1), path, weights, rows, H, I, CHUNKS, BLOCK_N
             )
             _prefetch_tile_to_l2(ahead[3], H, BLOCK_N)
         w = tl.load(w_rows + ks[None, :])  # [BLOCK_N, H]

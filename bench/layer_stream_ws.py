@@ -22,7 +22,7 @@ tile is [BLOCK_N, 1, 16, 256], BLOCK_N rows of one hidden-wide chunk.
 from __future__ import annotations
 
 import torch
-from layer_stream import leader_sync_ptx
+from layer_stream import leader_sync_ptx, place, walk
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
@@ -40,36 +40,18 @@ BOX = (16, 256)  # a hidden-wide chunk as TMA sees it (4096 = 16 x 256)
 
 
 @gluon.jit
-def _share(total, pid, programs, INTERLEAVE: gl.constexpr):
-    """(first, count, step): ``layer_stream._share`` (a Gluon kernel calls Gluon only)."""
-    if INTERLEAVE:
-        first = pid
-        count = (total - pid + programs - 1) // programs
-        step = programs
+def _load_tile(descs, phase, row, chunk, bar, buf):
+    """Start the TMA copy of matrix ``phase``'s tile at ``row`` (and hidden-wide ``chunk``
+    of a down row) into ``buf``, completing ``bar``."""
+    o_desc, gu_desc, d_desc, q_desc = descs
+    if phase == 0:
+        tma.async_copy_global_to_shared(o_desc, [row, 0, 0, 0], bar, buf)
+    elif phase == 1:
+        tma.async_copy_global_to_shared(gu_desc, [row, 0, 0, 0], bar, buf)
+    elif phase == 2:
+        tma.async_copy_global_to_shared(d_desc, [row, chunk, 0, 0], bar, buf)
     else:
-        first = pid * total // programs
-        count = (pid + 1) * total // programs - first
-        step = 1
-    return first, count, step
-
-
-@gluon.jit
-def _walk(
-    pid, programs, H: gl.constexpr, I: gl.constexpr, QKV: gl.constexpr, BLOCK_N: gl.constexpr,
-    INTERLEAVE: gl.constexpr,
-):  # fmt: skip
-    """This program's first row block of each matrix, where each phase starts, and the
-    step from one of its row blocks to the next (``StreamConfig.interleave``)."""
-    CHUNKS: gl.constexpr = I // H
-    o_lo, o_n, step = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
-    gu_lo, gu_n, _ = _share(2 * I // BLOCK_N, pid, programs, INTERLEAVE)
-    d_lo, d_n, _ = _share(H // BLOCK_N, pid, programs, INTERLEAVE)
-    q_lo, q_n, _ = _share(QKV // BLOCK_N, pid, programs, INTERLEAVE)
-    s1 = o_n
-    s2 = s1 + gu_n
-    s3 = s2 + d_n * CHUNKS
-    steps = s3 + q_n
-    return o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps, step
+        tma.async_copy_global_to_shared(q_desc, [row, 0, 0, 0], bar, buf)
 
 
 @gluon.jit
@@ -86,30 +68,19 @@ def _producer(
 ):
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
-    o_desc, gu_desc, d_desc, q_desc = descs
+    tile_bytes = descs[0].block_type.nbytes
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
-    o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps, step = _walk(
-        pid, programs, H, I, QKV, BLOCK_N, INTERLEAVE
-    )
+    # layer_stream's walk and place are Triton functions: Gluon code may call them
+    path, steps = walk(pid, programs, H, I, QKV, BLOCK_N, INTERLEAVE)
     for t in range(steps):
         slot = t % NUM_BUF
         mbarrier.wait(empty.index(slot), ((t // NUM_BUF) & 1) ^ 1)
         bar = ready.index(slot)
         buf = bufs.index(slot)
-        mbarrier.expect(bar, o_desc.block_type.nbytes)
-        if t < s1:
-            row = (o_lo + t * step) * BLOCK_N
-            tma.async_copy_global_to_shared(o_desc, [row, 0, 0, 0], bar, buf)
-        elif t < s2:
-            row = (gu_lo + (t - s1) * step) * BLOCK_N
-            tma.async_copy_global_to_shared(gu_desc, [row, 0, 0, 0], bar, buf)
-        elif t < s3:
-            row = (d_lo + (t - s2) // CHUNKS * step) * BLOCK_N
-            tma.async_copy_global_to_shared(d_desc, [row, (t - s2) % CHUNKS, 0, 0], bar, buf)
-        else:
-            row = (q_lo + (t - s3) * step) * BLOCK_N
-            tma.async_copy_global_to_shared(q_desc, [row, 0, 0, 0], bar, buf)
+        mbarrier.expect(bar, tile_bytes)
+        phase, chunk, block = place(t, path, CHUNKS)
+        _load_tile(descs, phase, block * BLOCK_N, chunk, bar, buf)
 
 
 _ARRIVE_AND_WAIT = gl.constexpr(leader_sync_ptx(arrive=True, block_barrier=False))
@@ -227,9 +198,9 @@ def _consumer(
     dtype: gl.constexpr = attn_ptr.dtype.element_ty
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
-    o_lo, gu_lo, d_lo, q_lo, s1, s2, s3, steps, step = _walk(
-        pid, programs, H, I, QKV, BLOCK_N, INTERLEAVE
-    )
+    # layer_stream.walk, a Triton function: Gluon code may call one
+    path, steps = walk(pid, programs, H, I, QKV, BLOCK_N, INTERLEAVE)
+    s1, s2, s3 = path[0], path[1], path[2]
     ks = gl.arange(0, H, layout=VEC)
     rows = gl.arange(0, BLOCK_N, layout=ROWS)
     x0 = gl.load(attn_ptr + ks)  # written by the kernel before: launched after it
@@ -250,20 +221,10 @@ def _consumer(
                 gl.store(res_out_ptr + ks, h2)
             x0, x1, x2 = _phase_inputs(3, vecs, eps, ks, x1, x2, H, I)
 
-        phase = (t >= s1).to(gl.int32) + (t >= s2).to(gl.int32) + (t >= s3).to(gl.int32)
-        chunk = gl.where(phase == 2, (t - s2) % CHUNKS, 0)
+        phase, chunk, block = place(t, path, CHUNKS)
         slot = t % NUM_BUF
         mbarrier.wait(ready.index(slot), (t // NUM_BUF) & 1)
         acc = _multiply_tile(bufs, empty, slot, x0, x1, x2, chunk, acc, TILE, BLOCK_N, H, COMPUTE)
-        block = gl.where(
-            phase == 0,
-            o_lo + t * step,
-            gl.where(
-                phase == 1,
-                gu_lo + (t - s1) * step,
-                gl.where(phase == 2, d_lo + (t - s2) // CHUNKS * step, q_lo + (t - s3) * step),
-            ),
-        )
         last = ((phase != 2) | (chunk == CHUNKS - 1)).to(gl.int32)
         out = _out_ptr(phase, vecs) + block * BLOCK_N + rows
         gl.store(out, acc.to(dtype), mask=rows * 0 + last > 0)
@@ -471,7 +432,7 @@ def _dyn_producer(
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
     ONE: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-    o_desc, gu_desc, d_desc, q_desc = descs
+    tile_bytes = descs[0].block_type.nbytes
     t = 0
     phase = 0
     while phase < 4:
@@ -486,16 +447,8 @@ def _dyn_producer(
                 )
                 bar = ready.index(slot)
                 buf = bufs.index(slot)
-                mbarrier.expect(bar, o_desc.block_type.nbytes)
-                row = block * BLOCK_N
-                if phase == 0:
-                    tma.async_copy_global_to_shared(o_desc, [row, 0, 0, 0], bar, buf)
-                elif phase == 1:
-                    tma.async_copy_global_to_shared(gu_desc, [row, 0, 0, 0], bar, buf)
-                elif phase == 2:
-                    tma.async_copy_global_to_shared(d_desc, [row, c, 0, 0], bar, buf)
-                else:
-                    tma.async_copy_global_to_shared(q_desc, [row, 0, 0, 0], bar, buf)
+                mbarrier.expect(bar, tile_bytes)
+                _load_tile(descs, phase, block * BLOCK_N, c, bar, buf)
                 t += 1
         else:
             phase += 1
