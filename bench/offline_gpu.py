@@ -169,10 +169,10 @@ def run_closed_loop(
     last: dict[str, float] = {}
     count: dict[str, int] = {}
     intervals: list[float] = []  # seconds a token, each output after a request's first
-    first_unix: list[float] = []  # time.time() of each request's first token
     gc_pauses = GcPauses()
     _sync()
     start = time.perf_counter()
+    start_unix = time.time()  # the wall clock at ``start``: perf_counter times map onto it
 
     def submit() -> None:
         i, p = pending.pop(0)
@@ -192,8 +192,6 @@ def run_closed_loop(
                     if out.request_id in last:
                         gap = (now - last[out.request_id]) / len(out.new_token_ids)
                         intervals += [gap] * len(out.new_token_ids)
-                    if out.request_id not in first:
-                        first_unix.append(time.time())
                     first.setdefault(out.request_id, now)
                     last[out.request_id] = now
                     count[out.request_id] += len(out.new_token_ids)
@@ -217,9 +215,9 @@ def run_closed_loop(
     } | (
         {
             "itl_series_ms": [round(1e3 * x, 4) for x in intervals],
-            "itl_series_t0_unix": first_unix[0],
+            "itl_series_t0_unix": start_unix + min(first.values()) - start,
         }
-        if concurrency == 1 and first_unix
+        if concurrency == 1 and first
         else {}
     )
 

@@ -103,25 +103,25 @@ class LaunchedStep:
             self._ready.synchronize()
         return self._host.tolist()
 
+    def _pending_rows(self, follow: Seq[ScheduledSequence]) -> tuple[list[int], list[int]]:
+        """(the rows of ``follow`` pending a token, the row of this step sampling each)."""
+        index = {id(s.seq): i for i, s in enumerate(self.scheduled)}
+        rows = [r for r, s in enumerate(follow) if s.pending_token]
+        return rows, [index[id(follow[r].seq)] for r in rows]
+
     def inputs_in_place(self, follow: Seq[ScheduledSequence]) -> bool:
         """Whether the step ``follow`` finds its inputs already staged on the device:
         this step's graph wrote them, and ``follow``'s rows are the leading rows of this
         step, each pending its token (``DecodeGraphs.run(tokens_in_place=True)``)."""
-        return (
-            self.wrote_next_inputs
-            and len(follow) <= len(self.scheduled)
-            and all(
-                f.pending_token and f.seq is s.seq
-                for f, s in zip(follow, self.scheduled, strict=False)
-            )
-        )
+        if not self.wrote_next_inputs:
+            return False
+        rows, sources = self._pending_rows(follow)
+        return rows == sources == list(range(len(follow)))
 
     def patch_inputs(self, follow: Seq[ScheduledSequence]):
         """A ``token_patch`` for the step ``follow`` (rows in order, one token each):
         writes this step's sampled token into each pending row's input, on the device."""
-        index = {id(s.seq): i for i, s in enumerate(self.scheduled)}
-        rows = [r for r, s in enumerate(follow) if s.pending_token]
-        sources = [index[id(follow[r].seq)] for r in rows]
+        rows, sources = self._pending_rows(follow)
         ids = self.device_ids
         if rows == sources:  # same sequences in the same rows: one device copy
             n = len(rows)

@@ -240,7 +240,7 @@ class ModelRunner:
         head = None
         if width == 1:
             hidden = self.graphs.run(scheduled, 1, token_patch=patch, tokens_in_place=in_place)
-            head = self.graphs.head_outputs(len(scheduled))  # [N, hidden] above
+            head = self.graphs.head_outputs(len(scheduled))
         else:
             hidden = self._forward(build_batch(scheduled, self.block_size), token_patch=patch)
         sampling = [s.seq for s in scheduled]
