@@ -186,7 +186,7 @@ def _tile(j, walk, weights, rows, H: tl.constexpr, I: tl.constexpr, CHUNKS: tl.c
 
 
 @triton.jit
-def _prefetch_tile_to_l2(w_rows, H: tl.constexpr, BLOCK_N: tl.constexpr):
+def _prefetch_tile_to_l2(w_rows, H: tl.constexpr):
     """Ask L2 for the [BLOCK_N, H] tile at ``w_rows`` ([BLOCK_N, 1] row pointers) in
     256-byte pieces, about one a thread (``cp.async.bulk.prefetch.L2``: a hint, no
     registers held until it lands)."""
@@ -261,7 +261,7 @@ def _layer_stream_kernel(
             ahead = _tile(
                 tl.minimum(j + L2_AHEAD, steps - 1), path, weights, rows, H, I, CHUNKS, BLOCK_N
             )
-            _prefetch_tile_to_l2(ahead[3], H, BLOCK_N)
+            _prefetch_tile_to_l2(ahead[3], H)
         w = tl.load(w_rows + ks[None, :])  # [BLOCK_N, H]
 
         if j == 0:  # o_proj's input: written by the kernel before (attention)
