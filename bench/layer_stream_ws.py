@@ -68,7 +68,7 @@ def _producer(
 ):
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
-    tile_bytes = descs[0].block_type.nbytes
+    tile_bytes: gl.constexpr = descs[0].block_type.nbytes
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
     # layer_stream's walk and place are Triton functions: Gluon code may call them
@@ -432,7 +432,7 @@ def _dyn_producer(
     CHUNKS: gl.constexpr = I // H
     NUM_BUF: gl.constexpr = bufs.type.shape[0]
     ONE: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-    tile_bytes = descs[0].block_type.nbytes
+    tile_bytes: gl.constexpr = descs[0].block_type.nbytes
     t = 0
     phase = 0
     while phase < 4:
