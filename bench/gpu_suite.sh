@@ -53,6 +53,10 @@
 # band        Qwen3-8B b1 (5 reps) with nvidia-smi sampled every 50 ms (clocks, power,
 #             temperatures, clock event reasons), then b1_band.py: the steps' pace beside
 #             what the card reported, in 0.1 s windows (~2 min)
+# power       power_probe_gpu.py: the 8B layer chain's GEMVs (skinny picks, other tiles,
+#             cuBLAS, the tensor-core gemv_mma probe after its sweep) each replayed for 3 s
+#             from an idle card: cold and hot pace, watts, joules a replay, SM clock, power-cap
+#             share from NVML (~3 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -338,6 +342,10 @@ for phase in "$@"; do
         --reps 5 --name offline_b1_band --out "$OUT" 2>&1 | grep -E "tpot_ms" | tail -2
       kill "$smi" 2>/dev/null
       python3 bench/b1_band.py "$OUT/offline_b1_band.json" "$OUT/b1_band_smi.csv" | tail -60
+      ;;
+    power)
+      stamp "the 8B layer chain's energy and sustained pace by GEMV launch"
+      timeout 400 python3 bench/power_probe_gpu.py --out "$OUT" 2>&1 | grep -v "^{" | tail -24
       ;;
     timeline)
       stamp "8B b1 with its profiled step timeline"

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -88,6 +89,19 @@ WS_CONFIGS = {  # bench/layer_stream_ws.py: rows a tile, ring slots, consumer wa
 DYN_CONFIGS = {"dyn 8x3": (8, 3, 8)}  # layer_stream_dyn: rows a tile, ring slots, consumer warps
 
 
+# (shape name, x, weight, out, gated=False) -> out: one GEMV of a layer, however launched
+Gemv = Callable[..., torch.Tensor]
+
+
+def skinny_gemv(picks: dict[str, SkinnyConfig]) -> Gemv:
+    """The engine's skinny kernel with one launch config per shape name."""
+
+    def gemv(name: str, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, gated=False):
+        return skinny_linear(x, weight, out, config=picks[name], gated=gated)
+
+    return gemv
+
+
 class Chain:
     def __init__(self, layers: int) -> None:
         dev = torch.device("cuda")
@@ -116,19 +130,22 @@ class Chain:
         )
         self.normed = torch.empty(1, H, **bf)
 
-    def layer_separate(self, i: int, w: dict) -> None:
+    def layer_separate(self, i: int, w: dict, gemv: Gemv | None = None, pdl: bool = True) -> None:
+        """One layer of separate launches: ``gemv`` runs its four GEMVs (by default the
+        skinny kernel with ``PICKS``), the norms launch with PDL where ``pdl``."""
+        gemv = gemv or skinny_gemv(PICKS)
         attn = self.qkv[:, :H]
         res_in, res_out = self.res[i % 2], self.res[(i + 1) % 2]
-        o = skinny_linear(attn, w["wo"], self.o, config=PICKS["o"])
+        o = gemv("o", attn, w["wo"], self.o)
         normed, h1 = fused_add_rms_norm(
-            o, res_in, w["g_post"], EPS, out=self.normed, residual_out=res_out, pdl=True
+            o, res_in, w["g_post"], EPS, out=self.normed, residual_out=res_out, pdl=pdl
         )
-        skinny_linear(normed, w["wgu"], self.gu, config=PICKS["gate_up"])
-        skinny_linear(self.gu, w["wd"], self.d, config=PICKS["down"], gated=True)
+        gemv("gate_up", normed, w["wgu"], self.gu)
+        gemv("down", self.gu, w["wd"], self.d, gated=True)
         normed2, _ = fused_add_rms_norm(
-            self.d, h1, w["g_next"], EPS, out=self.normed, residual_out=res_out, pdl=True
+            self.d, h1, w["g_next"], EPS, out=self.normed, residual_out=res_out, pdl=pdl
         )
-        skinny_linear(normed2, w["wqkv"], self.qkv, config=PICKS["qkv"])
+        gemv("qkv", normed2, w["wqkv"], self.qkv)
 
     def layer_stream(self, i: int, w: dict, variant: str) -> None:
         args = (

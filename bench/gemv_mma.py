@@ -1,0 +1,105 @@
+"""A decode GEMV on tensor cores, the weight as the MMA's wide operand (a probe kernel).
+
+The engine's one-row skinny kernel multiplies in float32 on the CUDA cores: every weight
+element is converted and fused-multiply-added by an instruction of its own. At batch 1
+on an H200 that chain of GEMVs draws ~640 W where a copy moving the same HBM bytes draws
+~510 W (``power_probe_gpu.md``), and a Qwen3-8B decode reaches the 700 W cap. Here each
+program multiplies a [BLOCK_R, BLOCK_K] tile of the weight by x's [BLOCK_K, 16] (its
+<= 16 rows, the rest zero) with ``tl.dot``: one MMA instruction takes a whole block of
+weight elements in bfloat16 and the SMs have far less to issue per byte. The sums are
+float32, in the tensor cores' order (not the skinny kernel's bits).
+
+    gemv_mma(x [M, K], weight [N, K], out [M, N], config=MmaConfig(...), gated=False)
+
+``gated``: x holds gate then up (K each) and the product is with silu(gate) * up,
+rounded as ``kernels.activation.silu_and_mul`` rounds it. K must be a multiple of
+BLOCK_K. Runs on the CPU under ``TRITON_INTERPRET=1`` (small shapes, for tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from jacana_engine.kernels._pdl import pdl_launch
+from jacana_engine.kernels.activation import silu_mul_rounded
+
+X_COLUMNS = 16  # x's rows as the MMA's narrow operand: tl.dot needs at least 16
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    """Rows of the weight a program, K a step, warps, pipeline stages, dependent launch."""
+
+    block_r: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 4
+    pdl: bool = False
+
+    def label(self) -> str:
+        return f"{self.block_r}x{self.block_k} w{self.num_warps} s{self.num_stages}" + (
+            " pdl" if self.pdl else ""
+        )
+
+
+@triton.jit
+def _gemv_mma_kernel(
+    x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, GATED: tl.constexpr, PDL: tl.constexpr,
+    UPCAST: tl.constexpr,  # multiply in float32: the interpreter's tl.dot misreads bfloat16
+):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R] of the weight
+    cols = tl.arange(0, 16)  # [16] x's rows, past M zero
+    ks = tl.arange(0, BLOCK_K)
+    r_mask = rows < N
+    c_mask = cols < M
+    w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_wn  # [BLOCK_R, 1]
+    x_cols = x_ptr + cols.to(tl.int64)[None, :] * stride_xm  # [1, 16]
+    dtype = x_ptr.dtype.element_ty
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    acc = tl.zeros([BLOCK_R, 16], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + ks
+        w = tl.load(w_rows + k[None, :], mask=r_mask[:, None], other=0.0)  # [BLOCK_R, BLOCK_K]
+        if GATED:
+            gate = tl.load(x_cols + k[:, None], mask=c_mask[None, :], other=0.0)
+            up = tl.load(x_cols + K + k[:, None], mask=c_mask[None, :], other=0.0)
+            xt = silu_mul_rounded(gate.to(tl.float32), up.to(tl.float32), dtype)
+        else:
+            xt = tl.load(x_cols + k[:, None], mask=c_mask[None, :], other=0.0)  # [BLOCK_K, 16]
+        if UPCAST:
+            acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(w, xt, acc, out_dtype=tl.float32)
+    out = out_ptr + cols.to(tl.int64)[None, :] * stride_om + rows[:, None]  # out[m, r], transposed
+    tl.store(out, acc.to(dtype), mask=r_mask[:, None] & c_mask[None, :])
+
+
+def gemv_mma(
+    x: torch.Tensor,  # [M, K] ([M, 2K] gate then up when gated), M <= 16
+    weight: torch.Tensor,  # [N, K], unit stride on K
+    out: torch.Tensor,  # [M, N] in x's dtype
+    *,
+    config: MmaConfig,
+    gated: bool = False,
+) -> torch.Tensor:
+    """``x @ weight.T`` (``silu_and_mul(x) @ weight.T`` when gated) into ``out``."""
+    m, width = x.shape
+    k = width // 2 if gated else width
+    n = weight.shape[0]
+    if m > X_COLUMNS or weight.shape[1] != k or k % config.block_k or weight.stride(1) != 1:
+        raise ValueError(f"gemv_mma: x {tuple(x.shape)}, weight {tuple(weight.shape)}, {config}")
+    grid = (triton.cdiv(n, config.block_r),)
+    _gemv_mma_kernel[grid](
+        x, weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
+        BLOCK_R=config.block_r, BLOCK_K=config.block_k, GATED=gated, UPCAST=not x.is_cuda,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+        **pdl_launch(config.pdl, x.device),
+    )  # fmt: skip
+    return out

@@ -1,0 +1,304 @@
+"""Energy and sustained pace of a batch-1 decode layer chain, by how its GEMVs are launched.
+
+On the H200s lent so far a Qwen3-8B batch-1 decode reaches the card's 700 W power cap
+about half a second into a request; the SM clock then falls from 1,980 MHz to
+1,650-1,900 and each step takes up to 8% longer (``offline_b1_band_v17_band.md``). A
+GEMV streams its weight at a pace set by HBM, but the energy it spends on the way (the
+products in float32, x read again by every program, the tiles' trips through registers)
+is the SMs', and at the cap that energy is time.
+
+This replays ``layer_stream_probe_gpu.Chain``'s ``separate`` chain (36 Qwen3-8B layers:
+four skinny GEMVs and two norms each, PDL) in one CUDA graph back to back for a few
+seconds per variant, after an idle pause that lets the card's power average fall, and
+reads NVML (``nvml.py``) beside it: the pace of the first ``--cold`` seconds (before the
+cap) and of the last ``--hot`` seconds, the energy a replay takes, the mean SM clock and
+how often the software power cap was active. Variants: the skinny kernel's launch
+configs (the in-graph picks, a few tile shapes, its ``tl.dot`` path with the row padded
+to 16), cuBLAS, ``gemv_mma.py`` (the weight as the tensor cores' wide operand: first each
+shape alone over every ``MMA_CONFIGS`` entry, then the chain on each shape's fastest, and
+the picks with only gate_up, or gate_up and qkv, moved to it), and a memory-only
+reference (copies moving about the same bytes).
+
+Usage: python bench/power_probe_gpu.py [--out DIR] [--layers 36] [--reps 2] [--seconds 3]
+Writes ``power_probe_gpu.json`` / ``.md``. Needs an sm90 GPU (PDL) and libnvidia-ml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
+from gemv_mma import MmaConfig, gemv_mma
+from layer_stream_probe_gpu import INTER, PICKS, QKV, Chain, Gemv, H, skinny_gemv
+from nvml import SW_POWER_CAP, Nvml
+
+from jacana_engine.gpu_timing import replay_seconds
+from jacana_engine.kernels.activation import silu_and_mul
+from jacana_engine.kernels.skinny_gemm import SkinnyConfig, pick_config
+
+SHAPES = {"o": (H, H), "gate_up": (2 * INTER, H), "down": (H, INTER), "qkv": (QKV, H)}  # (N, K)
+
+
+def _everywhere(block_n: int, block_k: int) -> dict[str, SkinnyConfig]:
+    return {name: SkinnyConfig(1, block_n, block_k, False, pdl=True) for name in SHAPES}
+
+
+SKINNY_VARIANTS = {
+    "picks": PICKS,
+    "8x1024": _everywhere(8, 1024),
+    "16x512": _everywhere(16, 512),
+    "32x256": _everywhere(32, 256),
+    "dot 16-row pad": {
+        name: dataclasses.replace(pick_config(1, n, k, use_dot=True), pdl=True)
+        for name, (n, k) in SHAPES.items()
+    },
+}
+MMA_CONFIGS = [  # gemv_mma's sweep: rows a program x K a step, pipeline stages
+    MmaConfig(block_r, block_k, num_stages=stages, pdl=True)
+    for block_r in (16, 32, 64, 128)
+    for block_k in (64, 128, 256)
+    for stages in (3, 5)
+]
+
+
+def cublas_gemv(name: str, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, gated=False):
+    return torch.matmul(silu_and_mul(x) if gated else x, weight.t(), out=out)
+
+
+def mma_gemv(picks: dict[str, MmaConfig], others: Gemv | None = None) -> Gemv:
+    """gemv_mma for the shapes in ``picks``, ``others`` for the rest."""
+
+    def gemv(name: str, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, gated=False):
+        if name not in picks:
+            return others(name, x, weight, out, gated=gated)
+        return gemv_mma(x, weight, out, config=picks[name], gated=gated)
+
+    return gemv
+
+
+class Layers(Chain):
+    """The probe's chain, its GEMVs launched per variant, and a memory-only reference."""
+
+    def __init__(self, layers: int) -> None:
+        super().__init__(layers)
+        for t in (self.normed, self.gu, self.o, self.d):  # inputs of the shapes' sweeps
+            t.normal_()
+        bf = dict(device="cuda", dtype=torch.bfloat16)
+        # the copies' destinations: two [INTER, H] slabs (HBM, not L2)
+        self.sinks = (torch.empty(INTER, H, **bf), torch.empty(H, INTER, **bf))
+        self.gemvs: dict[str, tuple[Gemv, bool]] = {  # variant: (gemv, norms with PDL)
+            name: (skinny_gemv(picks), True) for name, picks in SKINNY_VARIANTS.items()
+        } | {"cublas": (cublas_gemv, False)}
+
+    def layer_copy(self, w: dict) -> None:
+        # 2 x 100.7 MB read and written: 403 MB of HBM traffic against the GEMVs' 386 MB read
+        self.sinks[0].copy_(w["wgu"][:INTER])
+        self.sinks[1].copy_(w["wd"])
+
+    def step_variant(self, variant: str) -> None:
+        for i, w in enumerate(self.layers):
+            if variant == "copy":
+                self.layer_copy(w)
+            else:
+                self.layer_separate(i, w, *self.gemvs[variant])
+
+    def shape_args(self, name: str) -> tuple[torch.Tensor, torch.Tensor, str, bool]:
+        """(x, out, the weight's key in a layer, gated) of shape ``name``'s GEMV."""
+        return {
+            "o": (self.qkv[:, :H], self.o, "wo", False),
+            "gate_up": (self.normed, self.gu, "wgu", False),
+            "down": (self.gu, self.d, "wd", True),
+            "qkv": (self.normed, self.qkv, "wqkv", False),
+        }[name]
+
+    def time_shape(self, name: str, gemv: Gemv) -> float | None:
+        """µs a call of shape ``name``'s GEMV, once per layer's weight (all from HBM) in
+        one graph; None where it does not compile or run (past the shared memory)."""
+        x, out, key, gated = self.shape_args(name)
+
+        def calls() -> None:
+            for w in self.layers:
+                gemv(name, x, w[key], out, gated=gated)
+
+        try:
+            graph = capture(calls)
+        except Exception:
+            return None
+        return replay_seconds(graph, 10) * 1e6 / len(self.layers)
+
+    def compare(self, name: str, picks: dict[str, MmaConfig]) -> dict[str, float]:
+        """max |mma - skinny| / max |skinny| of shape ``name`` on the first layer's weight."""
+        x, out, key, gated = self.shape_args(name)
+        ref = skinny_gemv(PICKS)(name, x, self.layers[0][key], out.clone(), gated=gated)
+        got = mma_gemv(picks)(name, x, self.layers[0][key], out.clone(), gated=gated)
+        err = (got.float() - ref.float()).abs().max() / ref.float().abs().max()
+        return {"rel_diff_vs_skinny": float(err)}
+
+    def sweep_mma(self) -> dict[str, dict]:
+        """Every ``MMA_CONFIGS`` entry on every shape beside the skinny picks and cuBLAS
+        (µs a call); each shape's fastest gemv_mma config makes the "mma" variant."""
+        report, best = {}, {}
+        for name in SHAPES:
+            times = {
+                cfg.label(): self.time_shape(name, mma_gemv({name: cfg})) for cfg in MMA_CONFIGS
+            }
+            fastest = min((t, label) for label, t in times.items() if t is not None)
+            best[name] = _LABELS[fastest[1]]
+            times["skinny picks"] = self.time_shape(name, skinny_gemv(PICKS))
+            times["cublas"] = self.time_shape(name, cublas_gemv)
+            report[name] = {"us": times, "best": best[name].label()} | self.compare(name, best)
+            print(name, report[name]["best"], report[name]["rel_diff_vs_skinny"], flush=True)
+            ranked = sorted((t, k) for k, t in times.items() if t is not None)
+            print({k: round(t, 2) for t, k in ranked})
+        self.gemvs["mma"] = (mma_gemv(best), True)
+        for shapes in (("gate_up",), ("gate_up", "qkv")):  # the rest on the skinny picks
+            label = "picks, " + " + ".join(shapes) + " on mma"
+            self.gemvs[label] = (mma_gemv({s: best[s] for s in shapes}, skinny_gemv(PICKS)), True)
+        return report
+
+
+_LABELS = {cfg.label(): cfg for cfg in MMA_CONFIGS}
+
+
+def capture(step: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
+@dataclasses.dataclass
+class Batch:
+    """One batch of back-to-back replays: when it ended (s from the run's start), its
+    replays, its GPU seconds, the card's energy counter after it (mJ), SM clock, reasons."""
+
+    t: float
+    replays: int
+    gpu_s: float
+    energy_mj: int
+    sm_mhz: int
+    reasons: int
+
+
+def sustain(graph: torch.cuda.CUDAGraph, nvml: Nvml, seconds: float, replays: int) -> list[Batch]:
+    """Replay ``graph`` in batches of ``replays`` for ``seconds``, reading NVML after each."""
+    batches = [Batch(0.0, 0, 0.0, nvml.energy_mj(), nvml.sm_mhz(), nvml.event_reasons())]
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        gpu_s = start.elapsed_time(end) / 1e3
+        reading = (nvml.energy_mj(), nvml.sm_mhz(), nvml.event_reasons())
+        batches.append(Batch(time.perf_counter() - t0, replays, gpu_s, *reading))
+    return batches
+
+
+def summarize(batches: list[Batch], cold_s: float, hot_s: float) -> dict[str, float]:
+    """The pace of the first ``cold_s`` and the last ``hot_s`` seconds; the hot window's
+    energy a replay, power, mean SM clock and share of batches under the power cap."""
+    end = batches[-1].t
+    cold = [b for b in batches[1:] if b.t <= cold_s]
+    hot_from = next(i for i, b in enumerate(batches) if b.t >= end - hot_s)
+    hot = batches[hot_from + 1 :]
+    replays = sum(b.replays for b in hot)
+    joules = (batches[-1].energy_mj - batches[hot_from].energy_mj) / 1e3
+    return {
+        "cold_ms": 1e3 * sum(b.gpu_s for b in cold) / max(1, sum(b.replays for b in cold)),
+        "hot_ms": 1e3 * sum(b.gpu_s for b in hot) / replays,
+        "hot_w": joules / (end - batches[hot_from].t),
+        "hot_j_per_replay": joules / replays,
+        "hot_sm_mhz": statistics.fmean(b.sm_mhz for b in hot),
+        "hot_power_capped": sum(bool(b.reasons & SW_POWER_CAP) for b in hot) / len(hot),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--layers", type=int, default=36)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0, help="replaying, per variant")
+    parser.add_argument("--idle", type=float, default=1.5, help="pause before each variant")
+    parser.add_argument("--cold", type=float, default=0.25)
+    parser.add_argument("--hot", type=float, default=1.5)
+    parser.add_argument("--name", default="power_probe_gpu")
+    args = parser.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        raise SystemExit("needs a CUDA GPU of compute capability 9.0 or later (PDL)")
+    nvml = Nvml(torch.cuda.current_device())
+    chain = Layers(args.layers)
+    sweep = chain.sweep_mma()
+    variants = [*chain.gemvs, "copy"]
+    graphs = {v: capture(lambda v=v: chain.step_variant(v)) for v in variants}
+    assert torch.isfinite(chain.qkv).all(), "the chain's output is not finite"
+    # batches of ~50 ms, from one replay's time
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graphs["picks"].replay()
+    end.record()
+    end.synchronize()
+    per_batch = max(1, round(0.05 / (start.elapsed_time(end) / 1e3)))
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+    for rep in range(args.reps):  # interleaved, each variant from an idle card
+        for v in variants:
+            time.sleep(args.idle)
+            idle_w = nvml.power_w()
+            batches = sustain(graphs[v], nvml, args.seconds, per_batch)
+            runs[v].append(summarize(batches, args.cold, args.hot) | {"idle_w": idle_w})
+            print(rep, v, {k: round(x, 3) for k, x in runs[v][-1].items()}, flush=True)
+    layer_bytes = sum(n * k for n, k in SHAPES.values()) * 2
+    rows = {
+        v: {key: spread([r[key] for r in rs]) for key in rs[0]}
+        | {"hot_tb_s": layer_bytes * args.layers / statistics.median(r["hot_ms"] for r in rs) / 1e9}
+        for v, rs in runs.items()
+    }
+    doc = {
+        "benchmark": args.name,
+        "environment": environment(),
+        "device": torch.cuda.get_device_name(),
+        "settings": vars(args) | {"out": str(args.out), "replays_per_batch": per_batch},
+        "variants": rows,
+        "runs": runs,
+        "mma_sweep_us": sweep,
+    }
+    lines = [
+        "# Energy and sustained pace of a batch-1 decode layer chain, by GEMV launch",
+        "",
+        f"{args.layers} Qwen3-8B-shaped layers [o, add+norm, gate_up, down gated, add+norm, "
+        f"qkv] in one CUDA graph ({layer_bytes * args.layers / 1e9:.2f} GB of weights), "
+        f"replayed back to back for {args.seconds} s after {args.idle} s idle; cold: the "
+        f"first {args.cold} s, hot: the last {args.hot} s. Median (min–max) of {args.reps} "
+        f"reps. {doc['device']}. `copy` moves about the same HBM bytes (403 MB a layer, "
+        "read + written) as a memory-only reference.",
+        "",
+        "| variant | cold ms | hot ms | hot TB/s | hot W | J a replay | hot SM MHz | "
+        "power-capped share |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for v, r in rows.items():
+        lines.append(
+            f"| {v} | {fmt_spread(r['cold_ms'], 3)} | {fmt_spread(r['hot_ms'], 3)} | "
+            f"{r['hot_tb_s']:.2f} | {fmt_spread(r['hot_w'], 0)} | "
+            f"{fmt_spread(r['hot_j_per_replay'], 3)} | {fmt_spread(r['hot_sm_mhz'], 0)} | "
+            f"{fmt_spread(r['hot_power_capped'], 2)} |"
+        )
+    write_results(args.out, args.name, doc, "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
