@@ -197,3 +197,79 @@ def test_nothing_changes_when_no_graph_can_be_timed():
 
     picks.tune_one_row_in_graph(model, broken, pdl=False)
     assert [layer.skinny_configs[1] for layer in model] == start
+
+
+def _cfg(block_n: int, block_k: int = 512):
+    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
+
+    return SkinnyConfig(1, block_n, block_k, False, pdl=True)
+
+
+def test_the_lean_twin_takes_the_fastest_wide_tile_within_the_tolerance():
+    narrow, wide, wider, too_slow = _cfg(2), _cfg(8), _cfg(16), _cfg(32)
+    rows = [
+        {"group": "a", "choice": narrow, "seconds": 1.000, "stage": "final"},
+        {"group": "a", "choice": wider, "seconds": 1.020, "stage": "screen"},
+        {"group": "a", "choice": wide, "seconds": 1.030, "stage": "screen"},
+        {"group": "a", "choice": wide, "seconds": 1.008, "stage": "final"},  # the last counts
+        {"group": "a", "choice": picks.CUBLAS, "seconds": 0.900, "stage": "final"},
+        {"group": "b", "choice": narrow, "seconds": 1.000, "stage": "final"},
+        {"group": "b", "choice": too_slow, "seconds": 1.011, "stage": "final"},
+        {"group": "c", "choice": wider, "seconds": 1.000, "stage": "final"},
+    ]
+    best = {"a": narrow, "b": narrow, "c": wider, "d": picks.CUBLAS}
+    lean = picks.lean_assignment(best, rows)
+    # a: the wide tile's full timing is within 1%, cuBLAS is no tile; b: nothing wide
+    # within 1%; c: already wide; d: cuBLAS stays
+    assert lean == {"a": wide, "b": narrow, "c": wider, "d": picks.CUBLAS}
+    assert picks.lean_assignment(best, rows, tolerance=0.05)["b"] == too_slow
+
+
+def test_the_faster_under_sustained_load_wins_and_each_is_timed_in_turn():
+    groups = {"a": [Linear(1024, 96)]}
+    best, lean = {"a": _cfg(2)}, {"a": _cfg(8)}
+    timed = []
+
+    def sustained(lean_seconds: float):
+        def seconds() -> float:
+            block_n = groups["a"][0].skinny_configs[1].block_n
+            timed.append(block_n)
+            return lean_seconds if block_n == 8 else 2.0
+
+        return seconds
+
+    assert picks.sustained_choice(groups, best, lean, sustained(1.5)) == lean
+    assert timed == [2, 8] * picks.SUSTAINED_ROUNDS
+    assert picks.sustained_choice(groups, best, lean, sustained(2.5)) == best
+    timed.clear()
+    assert picks.sustained_choice(groups, best, dict(best), sustained(1.5)) == best
+    assert not timed  # no twin, nothing to time
+
+    def broken() -> float:
+        raise RuntimeError("capture failed")
+
+    assert picks.sustained_choice(groups, best, lean, broken) == best
+
+
+def test_the_search_ends_on_the_lean_twin_when_it_is_faster_under_load():
+    """Cold, each shape's narrowest tile wins by a hair; under load every wide tile is
+    faster: the layers end on each shape's fastest wide tile."""
+    model = _model()
+
+    def cold(layer, cfg) -> float:
+        if cfg is None:
+            return 10.0
+        return 4.0 if cfg.block_n < picks.LEAN_BLOCK_N else 4.01 + cfg.block_n * 1e-4
+
+    def hot(layer, cfg) -> float:
+        return 5.0 if cfg is None or cfg.block_n < picks.LEAN_BLOCK_N else 4.5
+
+    sustained = _graph_time(model, hot)
+    best = picks.tune_one_row_in_graph(
+        model, _graph_time(model, cold), pdl=False, sustained_seconds=sustained
+    )
+    assert sustained.calls == 2 * picks.SUSTAINED_ROUNDS
+    for layer in model:
+        wide = [c for c in _candidates(layer) if c.block_n >= picks.LEAN_BLOCK_N]
+        assert layer.skinny_configs[1] == min(wide, key=lambda c: c.block_n)
+    assert all(c.block_n >= picks.LEAN_BLOCK_N for c in best.values())

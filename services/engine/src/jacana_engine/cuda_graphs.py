@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata, kv_slots
-from jacana_engine.gpu_timing import replay_seconds
+from jacana_engine.gpu_timing import replay_seconds, sustained_replay_seconds
 from jacana_engine.scheduler import ScheduledSequence
 
 if TYPE_CHECKING:
@@ -389,13 +389,15 @@ class DecodeGraphs:
         seq_len: int,
         replays: int = 20,
         reps: int = 1,
+        sustain_s: float = 0.0,
     ) -> float:
         """GPU seconds of one replay of the captured plain-decode graph of padded size
         ``bs``, its inputs staged as ``bs`` sequences of ``seq_len`` KV tokens that write
         nothing (``DecodeStaging.fill_context``), as it runs in a step of that context
         length (its outputs are not meant to be read; a graph with a head runs it too):
         after 3 warm-up replays, the median of ``reps`` runs of ``replays`` (CUDA
-        events)."""
+        events); with ``sustain_s``, instead its pace at the end of that many seconds of
+        replays back to back (``gpu_timing.sustained_replay_seconds``)."""
         if (bs, 1) not in self._graphs:
             raise ValueError(f"no plain-decode graph of padded size {bs} was captured")
         if not 1 <= seq_len <= self.max_model_len:
@@ -407,6 +409,8 @@ class DecodeGraphs:
         graph = self._graphs[(bs, 1)]
         for _ in range(3):
             graph.replay()
+        if sustain_s > 0:
+            return sustained_replay_seconds(graph, sustain_s)
         return statistics.median(replay_seconds(graph, replays) for _ in range(reps))
 
     def output(self, bs: int, q: int = 1) -> torch.Tensor:

@@ -3,6 +3,7 @@ device's clock."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -23,3 +24,20 @@ def call_seconds(call: Callable[[], object], calls: int = 1) -> float:
 def replay_seconds(graph: torch.cuda.CUDAGraph, replays: int = 1) -> float:
     """Seconds of GPU time per replay of ``graph`` (:func:`call_seconds`)."""
     return call_seconds(graph.replay, replays)
+
+
+def sustained_replay_seconds(
+    graph: torch.cuda.CUDAGraph, seconds: float, tail: float = 0.4, batch: int = 10
+) -> float:
+    """Seconds of GPU time per replay of ``graph`` replayed back to back for ``seconds``
+    of wall clock (in timed batches of ``batch`` replays), over the batches that end in
+    its last ``tail`` share: the pace once the card has settled into the power and clock
+    state that this work holds it at (an H200 at batch-1 decode reaches its power cap
+    within about half a second and lowers its SM clock)."""
+    batches: list[tuple[float, float]] = []  # (when it ended, seconds a replay)
+    start = time.perf_counter()
+    while not batches or time.perf_counter() - start < seconds:
+        per_replay = replay_seconds(graph, batch)
+        batches.append((time.perf_counter() - start, per_replay))
+    settled = [s for end, s in batches if end >= (1 - tail) * seconds] or [batches[-1][1]]
+    return sum(settled) / len(settled)

@@ -58,6 +58,9 @@ PDL_MAX_TOKENS = SKINNY_MAX_ROWS
 # KV tokens each sequence of a start-up timing graph attends (a mid-length decode step)
 TUNING_CONTEXT = 320
 SCREEN_REPLAYS = 5  # replays that screen a one-row choice in the in-graph search
+# seconds of back-to-back replays that time a batch-1 graph under sustained load: an H200
+# reaches its power cap within ~0.5 s of batch-1 decode (layers/graph_picks.py)
+SUSTAIN_SECONDS = 1.2
 
 PROMPT_LOGPROB_ROWS = 256  # prompt positions per logits slice: [256, V] float32 at a time
 
@@ -316,6 +319,7 @@ class ModelRunner:
                     pdl=self.dependent_launch,
                     cache=cache,
                     screen_seconds=self.one_row_screen_seconds,
+                    sustained_seconds=self.one_row_sustained_seconds,
                 )
             if config.l2_prefetch_bytes:  # onto the final one-row picks
                 prefetch_to_l2(self.model, config.l2_prefetch_bytes)
@@ -413,19 +417,31 @@ class ModelRunner:
         Qwen3-8B, ~100 choices)."""
         return self.one_row_graph_seconds(context, replays=SCREEN_REPLAYS, reps=1)
 
+    def one_row_sustained_seconds(self, context: int = TUNING_CONTEXT) -> float:
+        """``one_row_graph_seconds`` once the card has run the graph back to back for
+        ``SUSTAIN_SECONDS`` (its power and clock settled): the in-graph search's last
+        word between its best and that best's lean twin."""
+        return self.one_row_graph_seconds(context, sustain_s=SUSTAIN_SECONDS)
+
     def one_row_graph_seconds(
-        self, context: int = TUNING_CONTEXT, replays: int = 20, reps: int = 3, head: bool = True
+        self,
+        context: int = TUNING_CONTEXT,
+        replays: int = 20,
+        reps: int = 3,
+        head: bool = True,
+        sustain_s: float = 0.0,
     ) -> float:
         """GPU seconds of one replay of a batch-1 decode graph captured now with the
         launch configs the layers hold now, over a ``context``-token context (at most
         ``max_model_len``, and at most the KV pool, whose first blocks it attends; median
-        of ``reps`` runs of ``replays``). ``head``: the lm_head and argmax in it, as
-        serving captures it; off, the forward alone (the layers' launches only)."""
+        of ``reps`` runs of ``replays``; with ``sustain_s``, its pace after that many
+        seconds back to back). ``head``: the lm_head and argmax in it, as serving
+        captures it; off, the forward alone (the layers' launches only)."""
         pool_tokens = self.num_blocks * self.block_size
         graphs = self.decode_graphs([1], head=head)
         graphs.capture()
         return graphs.replay_seconds(
-            1, min(context, self.max_model_len, pool_tokens), replays, reps
+            1, min(context, self.max_model_len, pool_tokens), replays, reps, sustain_s
         )
 
     def _decode_splits(self, padded_batch: int) -> int:

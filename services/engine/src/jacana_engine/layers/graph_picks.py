@@ -13,6 +13,17 @@ layers of that shape and a batch-1 graph is captured afresh and timed (the calle
 ``graph_seconds``). Coordinate descent: a shape's best is kept while the next is
 searched. Batch 1 only: it is the latency-bound case, and larger batches keep the
 chain's picks.
+
+Those timings are short and the card is cool. Served without pause, a batch-1 decode
+draws an H200 to its 700 W power cap within about half a second and its SM clock falls
+to 1,650-1,900 MHz (``bench/results/offline_b1_band_v17_band.md``); what a choice costs
+in energy then costs time. A narrow tile reads x again in every program (BLOCK_N rows a
+program: x once per BLOCK_N weight rows) and draws more power for the same bytes of
+weight (``bench/results/power_probe_gpu_v17.md``). So with a ``sustained_seconds`` timer
+the search's best is set against its lean twin (:func:`lean_assignment`: each group on
+its fastest choice of at least ``LEAN_BLOCK_N`` rows a tile, within ``LEAN_TOLERANCE``
+of the best), each replayed back to back long enough for the card to settle, and the one
+faster under that load is kept (:func:`sustained_choice`).
 """
 
 from __future__ import annotations
@@ -38,6 +49,9 @@ CUBLAS = None  # the choice "no skinny config at one row": the layer runs on cuB
 # 0.1-0.4% of each other in the graph (bench/results/graph_picks_gpu.md), a screen's
 # noise is of that order, so its three fastest go on to the full timing.
 FINALISTS = 3
+LEAN_BLOCK_N = 8  # rows a tile at least: x is read again for at most 1/8 of the weight
+LEAN_TOLERANCE = 0.01  # a lean choice competes within 1% of its group's best graph time
+SUSTAINED_ROUNDS = 2  # the best and its lean twin each timed under load this many times, in turn
 
 
 def shape_groups(model: nn.Module, exclude: tuple[nn.Module, ...] = ()) -> dict[str, list[Linear]]:
@@ -157,6 +171,69 @@ def search_one_row(
     return InGraphSearch(start, best, start_seconds, time_of(best), rows)
 
 
+def lean_assignment(
+    best: Mapping[str, Any],
+    rows: list[dict[str, Any]],
+    *,
+    min_block_n: int = LEAN_BLOCK_N,
+    tolerance: float = LEAN_TOLERANCE,
+) -> dict[str, Any]:
+    """``best`` with each group whose skinny choice has fewer than ``min_block_n`` rows a
+    tile moved to the fastest of its timed choices (``rows``, the descent's; a choice's
+    last timing counts) that has at least that many, if one timed within ``tolerance`` of
+    the group's best; other groups, and cuBLAS, as they are."""
+    last: dict[tuple[str, Any], float] = {}
+    for row in rows:  # a full timing after a screen replaces the screen's
+        last[(row["group"], row["choice"])] = row["seconds"]
+    lean = dict(best)
+    for group, choice in best.items():
+        if choice is CUBLAS or choice.block_n >= min_block_n:
+            continue
+        timed = {c: s for (g, c), s in last.items() if g == group}
+        limit = timed.get(choice, min(timed.values(), default=0.0)) * (1 + tolerance)
+        wide = [
+            (s, i, c)
+            for i, (c, s) in enumerate(timed.items())
+            if c is not CUBLAS and c.block_n >= min_block_n and s <= limit
+        ]
+        if wide:
+            lean[group] = min(wide)[2]
+    return lean
+
+
+def sustained_choice(
+    groups: Mapping[str, list[Linear]],
+    best: dict[str, Any],
+    lean: dict[str, Any],
+    sustained_seconds: Callable[[], float],
+    rounds: int = SUSTAINED_ROUNDS,
+) -> dict[str, Any]:
+    """``lean`` if it runs faster than ``best`` under sustained load, else ``best``: each
+    set on the layers and timed with ``sustained_seconds`` (a graph replayed back to back
+    until the card settles), in turn, ``rounds`` times; the lower mean wins. ``best``
+    where they are the same or a timing fails."""
+    if lean == best:
+        return best
+    times: dict[str, list[float]] = {"best": [], "lean": []}
+    for _ in range(rounds):
+        for name, assignment in (("best", best), ("lean", lean)):
+            apply_one_row(groups, assignment)
+            try:
+                times[name].append(sustained_seconds())
+            except Exception as exc:  # no graph to time: keep what the search found
+                log.warning("sustained timing skipped: %s: %s", type(exc).__name__, exc)
+                return best
+    best_s, lean_s = (sum(t) / len(t) for t in times.values())
+    log.info(
+        "batch-1 graph under sustained load: %.3f ms with the search's best, %.3f ms with "
+        "its lean twin (%s)",
+        1e3 * best_s,
+        1e3 * lean_s,
+        _labels({g: c for g, c in lean.items() if c != best[g]}),
+    )
+    return lean if lean_s < best_s else best
+
+
 def tune_one_row_in_graph(
     model: nn.Module,
     graph_seconds: Callable[[], float],
@@ -165,12 +242,15 @@ def tune_one_row_in_graph(
     exclude: tuple[nn.Module, ...] = (),
     cache: TuningCache | None = None,
     screen_seconds: Callable[[], float] | None = None,
+    sustained_seconds: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Search every shape's one-row choice in the graph (module docstring; screened with
     ``screen_seconds`` where given) and leave the best set on the layers, or the chain's
     picks unless the best's second timing beats theirs (noise, or no graph that could
-    run); returns the choice per group. With a ``cache`` the answer is kept per group,
-    keyed by the whole graph's shapes, and read back next time."""
+    run); with ``sustained_seconds``, that best or its lean twin, whichever is faster
+    under sustained load (:func:`sustained_choice`). Returns the choice per group. With
+    a ``cache`` the answer is kept per group, keyed by the whole graph's shapes, and read
+    back next time."""
     groups = shape_groups(model, exclude)
     if not groups:
         return {}
@@ -185,7 +265,6 @@ def tune_one_row_in_graph(
     best, seconds = found.best, found.best_seconds
     if not seconds < found.start_seconds:  # a tie, noise, or no graph that ran at all
         best, seconds = found.start, found.start_seconds
-    apply_one_row(groups, best)
     log.info(
         "one-row decode GEMMs timed in the batch-1 graph: %.3f ms with the chain's picks, "
         "%.3f ms with %s",
@@ -193,6 +272,9 @@ def tune_one_row_in_graph(
         1e3 * seconds,
         _labels(best),
     )
+    if sustained_seconds is not None:
+        best = sustained_choice(groups, best, lean_assignment(best, found.rows), sustained_seconds)
+    apply_one_row(groups, best)
     if cache is not None:
         for group, key in keys.items():
             cache.put(key, {} if best[group] is CUBLAS else {1: best[group]})
