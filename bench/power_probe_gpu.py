@@ -2,7 +2,7 @@
 
 On the H200s lent so far a Qwen3-8B batch-1 decode reaches the card's 700 W power cap
 about half a second into a request; the SM clock then falls from 1,980 MHz to
-1,650-1,900 and each step takes up to 8% longer (``offline_b1_band_v17_band.md``). A
+1,480-1,900 and each step takes 3-19% longer (``offline_b1_band_v17_band.md``). A
 GEMV streams its weight at a pace set by HBM, but the energy it spends on the way (the
 products in float32, x read again by every program, the tiles' trips through registers)
 is the SMs', and at the cap that energy is time.

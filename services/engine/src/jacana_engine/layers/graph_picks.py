@@ -16,7 +16,7 @@ chain's picks.
 
 Those timings are short and the card is cool. Served without pause, a batch-1 decode
 draws an H200 to its 700 W power cap within about half a second and its SM clock falls
-to 1,650-1,900 MHz (``bench/results/offline_b1_band_v17_band.md``); what a choice costs
+to 1,480-1,900 MHz (``bench/results/offline_b1_band_v17_band.md``); what a choice costs
 in energy then costs time. A narrow tile reads x again in every program (BLOCK_N rows a
 program: x once per BLOCK_N weight rows) and draws more power for the same bytes of
 weight (``bench/results/power_probe_gpu_v17.md``). So with a ``sustained_seconds`` timer
