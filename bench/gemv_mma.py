@@ -7,7 +7,10 @@ on an H200 that chain of GEMVs draws ~640 W where a copy moving the same HBM byt
 program multiplies a [BLOCK_R, BLOCK_K] tile of the weight by x's [BLOCK_K, 16] (its
 <= 16 rows, the rest zero) with ``tl.dot``: one MMA instruction takes a whole block of
 weight elements in bfloat16 and the SMs have far less to issue per byte. The sums are
-float32, in the tensor cores' order (not the skinny kernel's bits).
+float32, in the tensor cores' order (not the skinny kernel's bits). ``MmaConfig.peel``
+loads the first weight tile before a dependent launch's wait; at one row a gated x is
+activated on its one row, not on the 16 padded columns (the first measurement had
+neither: ``power_probe_gpu_v17.md``).
 
     gemv_mma(x [M, K], weight [N, K], out [M, N], config=MmaConfig(...), gated=False)
 
@@ -32,24 +35,57 @@ X_COLUMNS = 16  # x's rows as the MMA's narrow operand: tl.dot needs at least 16
 
 @dataclass(frozen=True)
 class MmaConfig:
-    """Rows of the weight a program, K a step, warps, pipeline stages, dependent launch."""
+    """Rows of the weight a program, K a step, warps, pipeline stages, dependent launch,
+    and whether the first weight tile is loaded before the dependent launch's wait (as
+    the skinny kernel's ``prefetch_tiles``), so it streams while the kernel before runs."""
 
     block_r: int
     block_k: int
     num_warps: int = 4
     num_stages: int = 4
     pdl: bool = False
+    peel: bool = False
 
     def label(self) -> str:
-        return f"{self.block_r}x{self.block_k} w{self.num_warps} s{self.num_stages}" + (
-            " pdl" if self.pdl else ""
+        return (
+            f"{self.block_r}x{self.block_k} w{self.num_warps} s{self.num_stages}"
+            + (" pdl" if self.pdl else "")
+            + (" peel" if self.peel else "")
         )
+
+
+@triton.jit
+def _x_tile(x_cols, x_row, k, c_mask, K, GATED: tl.constexpr, ONE_ROW: tl.constexpr, dtype):
+    """x's [BLOCK_K, 16] tile at columns ``k``, transposed (its rows as columns, the
+    padding zero), activated where GATED. With ONE_ROW the activation runs on the one real
+    row ([BLOCK_K]) and is placed in column 0, not on 16 columns of padding."""
+    if GATED and ONE_ROW:
+        gate = tl.load(x_row + k).to(tl.float32)
+        up = tl.load(x_row + K + k).to(tl.float32)
+        act = silu_mul_rounded(gate, up, dtype)  # [BLOCK_K]
+        first = (tl.arange(0, 16) == 0)[None, :]
+        return tl.where(first, act[:, None], tl.zeros([1, 16], dtype))
+    if GATED:
+        gate = tl.load(x_cols + k[:, None], mask=c_mask[None, :], other=0.0)
+        up = tl.load(x_cols + K + k[:, None], mask=c_mask[None, :], other=0.0)
+        return silu_mul_rounded(gate.to(tl.float32), up.to(tl.float32), dtype)
+    return tl.load(x_cols + k[:, None], mask=c_mask[None, :], other=0.0)
+
+
+@triton.jit
+def _mma(acc, w, xt, UPCAST: tl.constexpr):
+    """acc [BLOCK_R, 16] += w [BLOCK_R, BLOCK_K] @ xt [BLOCK_K, 16] in float32."""
+    if UPCAST:
+        return tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(w, xt, acc, out_dtype=tl.float32)
 
 
 @triton.jit
 def _gemv_mma_kernel(
     x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, GATED: tl.constexpr, PDL: tl.constexpr,
+    PEEL: tl.constexpr,  # the first weight tile loaded before the PDL wait
+    ONE_ROW: tl.constexpr,  # M == 1: a gated x activates one row, not 16 columns
     UPCAST: tl.constexpr,  # multiply in float32: the interpreter's tl.dot misreads bfloat16
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R] of the weight
@@ -62,21 +98,21 @@ def _gemv_mma_kernel(
     dtype = x_ptr.dtype.element_ty
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
+    if PEEL:  # weights are never written by other kernels: no need to wait for them
+        w_first = tl.load(w_rows + ks[None, :], mask=r_mask[:, None], other=0.0)
+    if PDL:
         tl.extra.cuda.gdc_wait()
     acc = tl.zeros([BLOCK_R, 16], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    start = 0
+    if PEEL:
+        xt = _x_tile(x_cols, x_ptr, ks, c_mask, K, GATED, ONE_ROW, dtype)
+        acc = _mma(acc, w_first, xt, UPCAST)
+        start = BLOCK_K
+    for k0 in range(start, K, BLOCK_K):
         k = k0 + ks
         w = tl.load(w_rows + k[None, :], mask=r_mask[:, None], other=0.0)  # [BLOCK_R, BLOCK_K]
-        if GATED:
-            gate = tl.load(x_cols + k[:, None], mask=c_mask[None, :], other=0.0)
-            up = tl.load(x_cols + K + k[:, None], mask=c_mask[None, :], other=0.0)
-            xt = silu_mul_rounded(gate.to(tl.float32), up.to(tl.float32), dtype)
-        else:
-            xt = tl.load(x_cols + k[:, None], mask=c_mask[None, :], other=0.0)  # [BLOCK_K, 16]
-        if UPCAST:
-            acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(w, xt, acc, out_dtype=tl.float32)
+        xt = _x_tile(x_cols, x_ptr, k, c_mask, K, GATED, ONE_ROW, dtype)  # [BLOCK_K, 16]
+        acc = _mma(acc, w, xt, UPCAST)
     out = out_ptr + cols.to(tl.int64)[None, :] * stride_om + rows[:, None]  # out[m, r], transposed
     tl.store(out, acc.to(dtype), mask=r_mask[:, None] & c_mask[None, :])
 
@@ -98,7 +134,8 @@ def gemv_mma(
     grid = (triton.cdiv(n, config.block_r),)
     _gemv_mma_kernel[grid](
         x, weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
-        BLOCK_R=config.block_r, BLOCK_K=config.block_k, GATED=gated, UPCAST=not x.is_cuda,
+        BLOCK_R=config.block_r, BLOCK_K=config.block_k, GATED=gated, PEEL=config.peel,
+        ONE_ROW=m == 1, UPCAST=not x.is_cuda,
         num_warps=config.num_warps, num_stages=config.num_stages,
         **pdl_launch(config.pdl, x.device),
     )  # fmt: skip

@@ -59,11 +59,13 @@ SKINNY_VARIANTS = {
         for name, (n, k) in SHAPES.items()
     },
 }
-MMA_CONFIGS = [  # gemv_mma's sweep: rows a program x K a step, pipeline stages
-    MmaConfig(block_r, block_k, num_stages=stages, pdl=True)
+MMA_CONFIGS = [  # gemv_mma's sweep: rows a program x K a step, pipeline stages, first
+    # tile before the wait (64-wide K steps never won: power_probe_gpu_v17.json)
+    MmaConfig(block_r, block_k, num_stages=stages, pdl=True, peel=peel)
     for block_r in (16, 32, 64, 128)
-    for block_k in (64, 128, 256)
+    for block_k in (128, 256)
     for stages in (3, 5)
+    for peel in (False, True)
 ]
 
 

@@ -25,15 +25,17 @@ from gemv_mma import MmaConfig, gemv_mma
 from jacana_engine.kernels.reference import silu_and_mul_reference, skinny_linear_ref
 
 
+@pytest.mark.parametrize("peel", [False, True])
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("m", [1, 3, 16])
-def test_the_tensor_core_gemv_computes_the_product(device, seed, m, gated):
+def test_the_tensor_core_gemv_computes_the_product(device, seed, m, gated, peel):
     # small here (the interpreter); N not a multiple of the tile: the masked last block
     n, k = (200, 256) if device.type == "cpu" else (4096, 4096)
     x = torch.randn(m, 2 * k if gated else k, device=device).to(torch.bfloat16)
     w = (torch.randn(n, k, device=device) * k**-0.5).to(torch.bfloat16)
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
-    gemv_mma(x, w, out, config=MmaConfig(64, 128, pdl=device.type == "cuda"), gated=gated)
+    config = MmaConfig(64, 128, pdl=device.type == "cuda", peel=peel)
+    gemv_mma(x, w, out, config=config, gated=gated)
     ref = skinny_linear_ref(silu_and_mul_reference(x) if gated else x, w).float()
     err = float((out.float() - ref).abs().max() / ref.abs().max())
     assert err < 2e-2, f"seed {seed}: relative error {err}"
