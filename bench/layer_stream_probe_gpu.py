@@ -206,14 +206,22 @@ def check(chain: Chain, variant: str) -> dict:
     }
 
 
-def time_variant(chain: Chain, variant: str, replays: int) -> float:
-    """Microseconds per layer, one rep."""
-    chain.step(variant)
+def capture(step: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    """``step`` run once eagerly (compiles, and raises there rather than in a capture),
+    then captured in a CUDA graph that has been replayed once."""
+    step()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        chain.step(variant)
+        step()
     graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_variant(chain: Chain, variant: str, replays: int) -> float:
+    """Microseconds per layer, one rep."""
+    graph = capture(lambda: chain.step(variant))
     return replay_seconds(graph, replays) * 1e6 / len(chain.layers)
 
 

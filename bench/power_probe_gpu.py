@@ -29,13 +29,12 @@ import argparse
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 from gemv_mma import MmaConfig, gemv_mma
-from layer_stream_probe_gpu import INTER, PICKS, QKV, Chain, Gemv, H, skinny_gemv
+from layer_stream_probe_gpu import INTER, PICKS, QKV, Chain, Gemv, H, capture, skinny_gemv
 from nvml import SW_POWER_CAP, Nvml
 
 from jacana_engine.gpu_timing import replay_seconds
@@ -168,17 +167,6 @@ class Layers(Chain):
 _LABELS = {cfg.label(): cfg for cfg in MMA_CONFIGS}
 
 
-def capture(step: Callable[[], None]) -> torch.cuda.CUDAGraph:
-    step()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
 @dataclasses.dataclass
 class Batch:
     """One batch of back-to-back replays: when it ended (s from the run's start), its
@@ -197,13 +185,7 @@ def sustain(graph: torch.cuda.CUDAGraph, nvml: Nvml, seconds: float, replays: in
     batches = [Batch(0.0, 0, 0.0, nvml.energy_mj(), nvml.sm_mhz(), nvml.event_reasons())]
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        gpu_s = start.elapsed_time(end) / 1e3
+        gpu_s = replay_seconds(graph, replays) * replays
         reading = (nvml.energy_mj(), nvml.sm_mhz(), nvml.event_reasons())
         batches.append(Batch(time.perf_counter() - t0, replays, gpu_s, *reading))
     return batches
@@ -247,13 +229,7 @@ def main() -> None:
     variants = [*chain.gemvs, "copy"]
     graphs = {v: capture(lambda v=v: chain.step_variant(v)) for v in variants}
     assert torch.isfinite(chain.qkv).all(), "the chain's output is not finite"
-    # batches of ~50 ms, from one replay's time
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graphs["picks"].replay()
-    end.record()
-    end.synchronize()
-    per_batch = max(1, round(0.05 / (start.elapsed_time(end) / 1e3)))
+    per_batch = max(1, round(0.05 / replay_seconds(graphs["picks"])))  # batches of ~50 ms
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     for rep in range(args.reps):  # interleaved, each variant from an idle card
         for v in variants:
