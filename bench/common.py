@@ -41,6 +41,19 @@ def fmt_ratio(ratio: float, per_rep: dict[str, Any]) -> str:
     return f"**{ratio:.2f}×** ({per_rep['min']:.2f}–{per_rep['max']:.2f})"
 
 
+# Common English words the embedding benchmarks build their sentences from
+_VOCABULARY = (
+    "the a of to and in is was for on that with as by it at from his an were are which "
+    "this be have had not but they one all their or has been more when who will would "
+    "time people year city new first two world state government company market system "
+    "water river music school history science language house street night morning game "
+    "report children family policy energy research health computer network model data "
+    "early later during between against under across toward quickly slowly carefully "
+    "announced described reported found built opened started grew moved changed said"
+)
+WORDS = _VOCABULARY.split()
+
+
 def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     """``n`` prompts of ``length`` token ids drawn uniformly (never all zeros), each distinct,
     so no prompt shares a cached prefix with another."""

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 from common import (
+    WORDS,
     cpu_machine,
     cpu_machine_line,
     fmt_ratio,
@@ -54,24 +55,13 @@ SERVICE = "jacana.embeddings.v1.Embeddings"
 # Sentences per timed run, by concurrency: enough for a few seconds per peer.
 DEFAULT_SENTENCES = {1: 96, 16: 384, 256: 768}
 
-_VOCABULARY = (
-    "the a of to and in is was for on that with as by it at from his an were are which "
-    "this be have had not but they one all their or has been more when who will would "
-    "time people year city new first two world state government company market system "
-    "water river music school history science language house street night morning game "
-    "report children family policy energy research health computer network model data "
-    "early later during between against under across toward quickly slowly carefully "
-    "announced described reported found built opened started grew moved changed said"
-)
-_WORDS = _VOCABULARY.split()
-
 
 def sentences(count: int, seed: int) -> list[str]:
     """Varied, deterministic sentences of 4 to 48 words (about 6 to 60 tokens)."""
     rng = random.Random(seed)
     out = []
     for i in range(count):
-        words = [rng.choice(_WORDS) for _ in range(rng.choice((4, 8, 12, 16, 24, 32, 48)))]
+        words = [rng.choice(WORDS) for _ in range(rng.choice((4, 8, 12, 16, 24, 32, 48)))]
         out.append(f"{i}: {' '.join(words).capitalize()}.")
     return out
 

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import fmt_spread, spread, write_results
+from common import WORDS, fmt_spread, spread, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_SENTENCES_PER_S = 20_000  # on one H200, 128-token inputs
@@ -53,16 +53,6 @@ MINILM_SHAPES = {
     "intermediate_size": 1536,
     "max_position_embeddings": 512,
 }
-_VOCABULARY = (
-    "the a of to and in is was for on that with as by it at from his an were are which "
-    "this be have had not but they one all their or has been more when who will would "
-    "time people year city new first two world state government company market system "
-    "water river music school history science language house street night morning game "
-    "report children family policy energy research health computer network model data "
-    "early later during between against under across toward quickly slowly carefully "
-    "announced described reported found built opened started grew moved changed said"
-)
-_WORDS = _VOCABULARY.split()
 
 
 def import_model_code():
@@ -98,7 +88,7 @@ def write_synthetic_model(path: Path) -> None:
     config = transformers.BertConfig(**MINILM_SHAPES, architectures=["BertModel"])
     transformers.BertModel(config).eval().save_pretrained(path)
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    names = specials + _WORDS
+    names = specials + WORDS
     names += [f"w{i}" for i in range(MINILM_SHAPES["vocab_size"] - len(names))]
     tok = Tokenizer(models.WordPiece({n: i for i, n in enumerate(names)}, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -168,7 +158,7 @@ def resolve_model(args: argparse.Namespace, model_spec, scratch: Path) -> tuple[
 
 def make_texts(tokenize, count: int, tokens: int, seed: int) -> list[str]:
     """``count`` distinct texts of exactly ``tokens`` tokens each, special tokens included."""
-    one_token = [w for w in _WORDS if len(tokenize([w])[0]) == 3]  # [CLS] word [SEP]
+    one_token = [w for w in WORDS if len(tokenize([w])[0]) == 3]  # [CLS] word [SEP]
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(one_token), size=(count, tokens - 2))
     texts = [" ".join(one_token[i] for i in row) for row in picks]
