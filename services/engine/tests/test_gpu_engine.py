@@ -29,8 +29,8 @@ written to ``$JACANA_GPU_REPORT`` (a JSON file) when it is set.
 Transformers' run-to-run set: the continuations transformers itself produces for a
 prompt when only the way it is run changes (alone, left-padded in a batch with all the
 other prompts, in pairs and in fours of consecutive prompts, each with SDPA and with
-eager attention; alone with torch's memory-efficient and math SDPA backends besides the
-flash one it picks; alone with a static KV cache; alone without a KV cache; alone
+eager attention; alone with torch's memory-efficient, cuDNN and math SDPA backends
+besides the flash one it picks; alone with a static KV cache; alone without a KV cache; alone
 with cuBLAS's full-precision bf16 reductions). The report also counts the prompts whose
 continuation lies inside that set, and names those outside it.
 
@@ -186,7 +186,8 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
     runs = [alone(), hf_batched_greedy(model, prompts), *grouped(2), *grouped(4)]
     with _attention(model, "eager"):
         runs += [alone(), hf_batched_greedy(model, prompts), *grouped(2), *grouped(4)]
-    for backend in ("EFFICIENT_ATTENTION", "MATH"):  # alone() above: torch's pick, flash
+    # alone() above: torch's pick, flash; the others where they take the inputs
+    for backend in ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
         try:
             with _sdpa_backend(backend):
                 runs.append(alone())
