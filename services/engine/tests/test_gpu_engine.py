@@ -44,6 +44,7 @@ import contextlib
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -192,7 +193,7 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
             with _sdpa_backend(backend):
                 runs.append(alone())
         except RuntimeError as exc:  # the backend does not take these inputs on this GPU
-            print(f"run-to-run set without SDPA backend {backend}: {exc}")
+            warnings.warn(f"run-to-run set without SDPA backend {backend}: {exc}", stacklevel=1)
     with _full_precision_bf16_reductions():
         runs.append(alone())
     runs.append(alone(use_cache=False))
@@ -201,7 +202,7 @@ def hf_run_to_run_set(model, prompts: list[list[int]]) -> list[list[list[int]]]:
         # of inductor work per prompt shape); the eager forward is the same arithmetic
         runs.append(alone(cache_implementation="static", disable_compile=True))
     except (TypeError, ValueError, NotImplementedError) as exc:  # not in this version
-        print(f"run-to-run set without a static-cache run: {exc}")
+        warnings.warn(f"run-to-run set without a static-cache run: {exc}", stacklevel=1)
     per_prompt = zip(*runs, strict=True)  # each: one prompt's continuation in every run
     return [[list(t) for t in dict.fromkeys(tuple(t) for t in found)] for found in per_prompt]
 
