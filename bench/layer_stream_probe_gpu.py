@@ -51,7 +51,12 @@ from layer_stream_ws import layer_stream_dyn, layer_stream_ws
 
 from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
-from jacana_engine.kernels.skinny_gemm import SkinnyConfig, skinny_linear
+from jacana_engine.kernels.skinny_gemm import (
+    NormPrologue,
+    ResidualStats,
+    SkinnyConfig,
+    skinny_linear,
+)
 
 H, INTER, QKV = 4096, 12288, 6144
 EPS = 1e-6
@@ -129,6 +134,8 @@ class Chain:
             torch.empty(1, H, **bf),
         )
         self.normed = torch.empty(1, H, **bf)
+        # the deferred layers' residual epilogues store per-program partial sums here (unread)
+        self.stats = torch.empty(1, H, device=dev, dtype=torch.float32)
 
     def layer_separate(self, i: int, w: dict, gemv: Gemv | None = None, pdl: bool = True) -> None:
         """One layer of separate launches: ``gemv`` runs its four GEMVs (by default the
@@ -146,6 +153,20 @@ class Chain:
             self.d, h1, w["g_next"], EPS, out=self.normed, residual_out=res_out, pdl=pdl
         )
         gemv("qkv", normed2, w["wqkv"], self.qkv)
+
+    def layer_deferred(self, w: dict, picks: dict[str, SkinnyConfig] = PICKS) -> None:
+        """One layer with no norm launches (``NormPrologue.deferred``): o_proj and down add
+        the residual in their epilogue, in place in ``res[0]``; gate_up and qkv take the
+        norm's weight as x loads and 1/rms after the product. Two dependencies a layer
+        fewer than ``layer_separate``, on the same one-row picks."""
+        h, attn = self.res[0], self.qkv[:, :H]
+        tail = ResidualStats(h, self.stats)
+        skinny_linear(attn, w["wo"], h, config=picks["o"], then_stats=tail)
+        norm = NormPrologue(w["g_post"], EPS, deferred=True)
+        skinny_linear(h, w["wgu"], self.gu, config=picks["gate_up"], norm=norm)
+        skinny_linear(self.gu, w["wd"], h, config=picks["down"], gated=True, then_stats=tail)
+        norm = NormPrologue(w["g_next"], EPS, deferred=True)
+        skinny_linear(h, w["wqkv"], self.qkv, config=picks["qkv"], norm=norm)
 
     def layer_stream(self, i: int, w: dict, variant: str) -> None:
         args = (

@@ -16,8 +16,10 @@ how often the software power cap was active. Variants: the skinny kernel's launc
 configs (the in-graph picks, a few tile shapes, its ``tl.dot`` path with the row padded
 to 16), cuBLAS, ``gemv_mma.py`` (the weight as the tensor cores' wide operand: first each
 shape alone over its ``mma_configs``, then the chain on each shape's fastest, and
-the picks with only gate_up, or gate_up and qkv, moved to it), and a memory-only
-reference (copies moving about the same bytes).
+the picks with only gate_up, or gate_up and qkv, moved to it), the picks with no
+norm launches (``Chain.layer_deferred``: the residual added in the o and down GEMVs'
+epilogues, the norms deferred into gate_up and qkv, checked against the separate norms
+on one layer first), and a memory-only reference (copies moving about the same bytes).
 
 Usage: python bench/power_probe_gpu.py [--out DIR] [--layers 36] [--reps 2] [--seconds 3]
 Writes ``power_probe_gpu.json`` / ``.md``. Needs an sm90 GPU (PDL) and libnvidia-ml.
@@ -41,6 +43,7 @@ from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.kernels.activation import silu_and_mul
 from jacana_engine.kernels.skinny_gemm import SkinnyConfig, pick_config
 
+DEFERRED = "picks, norms deferred into the GEMVs"  # Chain.layer_deferred
 SHAPES = {"o": (H, H), "gate_up": (2 * INTER, H), "down": (H, INTER), "qkv": (QKV, H)}  # (N, K)
 
 
@@ -114,6 +117,8 @@ class Layers(Chain):
         for i, w in enumerate(self.layers):
             if variant == "copy":
                 self.layer_copy(w)
+            elif variant == DEFERRED:
+                self.layer_deferred(w)
             else:
                 self.layer_separate(i, w, *self.gemvs[variant])
 
@@ -140,6 +145,24 @@ class Layers(Chain):
         except Exception:
             return None
         return replay_seconds(graph, 10) * 1e6 / len(self.layers)
+
+    def deferred_vs_separate(self) -> dict[str, float]:
+        """One layer from the same inputs with separate and with deferred norms: max |diff|
+        / max |separate| of the qkv output and of the residual after the layer."""
+        w, qkv0, res0 = self.layers[0], self.qkv.clone(), self.res[0].clone()
+        self.layer_separate(0, w)
+        ref = self.qkv.clone(), self.res[1].clone()
+        self.qkv.copy_(qkv0)
+        self.res[0].copy_(res0)
+        self.layer_deferred(w)
+        got = self.qkv.clone(), self.res[0].clone()
+        self.qkv.copy_(qkv0)
+        self.res[0].copy_(res0)
+        rel = [
+            float((g.float() - r.float()).abs().max() / r.float().abs().max())
+            for g, r in zip(got, ref, strict=True)
+        ]
+        return {"qkv_rel_diff": rel[0], "residual_rel_diff": rel[1]}
 
     def compare(self, name: str, picks: dict[str, MmaConfig]) -> dict[str, float]:
         """max |mma - skinny| / max |skinny| of shape ``name`` on the first layer's weight."""
@@ -237,7 +260,9 @@ def main() -> None:
     nvml = Nvml(torch.cuda.current_device())
     chain = Layers(args.layers)
     sweep = chain.sweep_mma()
-    variants = [*chain.gemvs, "copy"]
+    variants = [*chain.gemvs, DEFERRED, "copy"]
+    deferred_check = chain.deferred_vs_separate()
+    print("norms deferred into the GEMVs against the separate norms:", deferred_check)
     graphs = {v: capture(lambda v=v: chain.step_variant(v)) for v in variants}
     assert torch.isfinite(chain.qkv).all(), "the chain's output is not finite"
     per_batch = max(1, round(0.05 / replay_seconds(graphs["picks"])))  # batches of ~50 ms
@@ -263,6 +288,7 @@ def main() -> None:
         "variants": rows,
         "runs": runs,
         "mma_sweep_us": sweep,
+        "deferred_vs_separate": deferred_check,
     }
     lines = [
         "# Energy and sustained pace of a batch-1 decode layer chain, by GEMV launch",

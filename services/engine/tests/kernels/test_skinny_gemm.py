@@ -340,6 +340,32 @@ def test_norm_prologue_equals_rms_norm_then_the_kernel(device, seed, checks, wit
                 assert torch.equal(res_out, summed), what
 
 
+def test_a_deferred_norm_is_the_product_of_the_unrounded_norm(device, seed, checks):
+    """``NormPrologue(deferred=True)``: the weight times x as it loads, 1/rms applied to the
+    product. Against the float64 product of the unrounded normalized rows (what it
+    computes, up to float32 sums), and within a bf16 ulp of the rounded path (the RMSNorm
+    kernel, then the GEMM), which rounds the normalized rows twice."""
+    for case, (dtype, m, k, n, configs) in enumerate(_gated_cases(device)):
+        x = (3 * torch.randn(m, k, device=device)).to(dtype)
+        nw = (1 + 0.1 * torch.randn(k, device=device)).to(dtype)
+        w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+        xd = x.double()
+        normed = xd * torch.rsqrt(xd.pow(2).mean(dim=1, keepdim=True) + 1e-6) * nw.double()
+        exact = normed @ w.double().t()
+        for cfg in _share_of(configs, case, device):
+            rounded = skinny_linear(rms_norm(x, nw, 1e-6), w, config=cfg)
+            out = torch.full((m, n), float("nan"), device=device, dtype=dtype)
+            got = skinny_linear(x, w, out, config=cfg, norm=NormPrologue(nw, 1e-6, deferred=True))
+            rel_l2, max_rel = TOL[dtype]
+            if dtype == torch.bfloat16 and device.type == "cpu":
+                rel_l2, max_rel = TOL_BF16_TRUNCATED
+            what = f"{dtype} {(m, k, n)} {cfg}"
+            checks.close(got, exact, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=what)
+            if dtype == torch.bfloat16:  # the roundings it skips: within about an ulp
+                checks.close(got, rounded.float(), rel_l2=2 * rel_l2, max_rel=2 * max_rel,
+                             seed=seed, what=f"{what} against the rounded path")  # fmt: skip
+
+
 def test_norm_prologue_rejects_what_it_cannot_run(device):
     x, w = torch.randn(2, 32, device=device), torch.randn(8, 32, device=device)
     nw, r = torch.ones(32, device=device), torch.randn(2, 32, device=device)
@@ -351,6 +377,9 @@ def test_norm_prologue_rejects_what_it_cannot_run(device):
         skinny_linear(x, w, norm=NormPrologue(nw, 1e-6, residual=r, residual_out=r))
     with pytest.raises(ValueError, match="exclude"):
         skinny_linear(torch.randn(2, 64, device=device), w, gated=True, norm=NormPrologue(nw, 1e-6))
+    with pytest.raises(ValueError, match="deferred"):
+        res_out = torch.empty_like(r)
+        skinny_linear(x, w, norm=NormPrologue(nw, 1e-6, r, res_out, deferred=True))
 
 
 def test_pick_config_fills_the_gpu():

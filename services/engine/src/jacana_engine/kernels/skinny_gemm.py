@@ -24,12 +24,14 @@ What x is, per launch: the input as is; or a gated MLP's gate_up, activated as i
 loads (``gated``: SiLU-and-mul folded in, the down projection's case); or the input of an
 RMSNorm (with its residual add), normalized as it loads (``norm``: the norm folded into
 the QKV or gate/up projection after it), its statistics summed by every program or, with
-``NormPrologue.stats``, read from the partial sums the GEMM before it stored. What the
-output is: the product; or, with ``then_norm``, the RMSNorm of the product plus a
-residual, the last program to finish normalizing the rows (the norm folded into the o or
-down projection before it); or, with ``then_stats``, the product plus a residual and
-each program's sum of squares of its columns of it (``ResidualStats``: the norm split
-between two GEMMs, no program reading a whole row and none waiting for the others).
+``NormPrologue.stats``, read from the partial sums the GEMM before it stored, or
+(``NormPrologue.deferred``) applied to the product instead, its statistics gathered as
+the loop loads x. What the output is: the product; or, with ``then_norm``, the RMSNorm
+of the product plus a residual, the last program to finish normalizing the rows (the
+norm folded into the o or down projection before it); or, with ``then_stats``, the
+product plus a residual and each program's sum of squares of its columns of it
+(``ResidualStats``: the norm split between two GEMMs, no program reading a whole row and
+none waiting for the others).
 ``SkinnyConfig.pdl`` launches with programmatic dependent launch.
 
 Deterministic: each output element is reduced over K by one program in a fixed order,
@@ -225,6 +227,29 @@ def _x_tile(
     return x
 
 
+@triton.jit
+def _loop_x_tile(
+    x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K,
+    GATED: tl.constexpr, NORM: tl.constexpr, USE_DOT: tl.constexpr, dtype: tl.constexpr,
+):  # fmt: skip
+    """(x's tile as the loop multiplies it, its rows' sums of squares [BLOCK_M]): as
+    ``_x_tile`` (the sums zero, unused) but for NORM == 4, the deferred norm: x times the
+    norm's weight in float32 (in ``dtype`` for tl.dot), the sums of squares of x alone, so
+    the statistics gather as the loop loads x and 1/rms scales the product at the end."""
+    if NORM == 4:
+        k_mask = k < K
+        h = tl.load(x_rows + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        h = h.to(tl.float32)
+        nw = tl.load(norm_w_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+        x = h * nw[None, :]
+        if USE_DOT:
+            x = x.to(dtype)
+        return x, tl.sum(h * h, axis=1)
+    else:
+        x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
+        return x, tl.zeros_like(rstd)
+
+
 L2_MAX_PIECES = 16  # bulk prefetches per weight row at most, spread over the threads
 L2_MIN_PIECE = 256  # bytes: a row's share below this is not worth an instruction
 
@@ -310,7 +335,8 @@ def _skinny_gemm_kernel(
     PRECISION: tl.constexpr,
     GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
     NORM: tl.constexpr,  # 0: x as is; 1: rms_norm(x); 2: rms_norm(x + residual);
-    # 3: rms_norm(x), its sum of squares that of stats' row
+    # 3: rms_norm(x), its sum of squares that of stats' row; 4: rms_norm(x) deferred:
+    # x * weight as it loads, the product scaled by each row's 1/rms at the end
     PEEL: tl.constexpr,  # load the first PEEL (0-2) weight tiles before anything else
     PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after those tiles
     W_EVICTION: tl.constexpr,  # eviction_policy of the weight loads
@@ -372,13 +398,22 @@ def _skinny_gemm_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
     # the prefetched tiles first, then the rest: the same order of sums either way
     start = 0
+    sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)  # NORM == 4: x's, as the loop loads it
     if PEEL >= 1:
-        x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, ks, m_mask, K, GATED, NORM, dtype)
+        x, sq = _loop_x_tile(
+            x_rows, r_rows, norm_w_ptr, rstd, ks, m_mask, K, GATED, NORM, USE_DOT, dtype
+        )
+        if NORM == 4:  # the other modes carry no sums through the loop
+            sum_sq += sq
         acc = _accumulate(acc, x, w_first, USE_DOT, PRECISION)
         start = BLOCK_K
     if PEEL >= 2:
         k = BLOCK_K + ks
-        x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
+        x, sq = _loop_x_tile(
+            x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
+        )
+        if NORM == 4:
+            sum_sq += sq
         acc = _accumulate(acc, x, w_second, USE_DOT, PRECISION)
         start = 2 * BLOCK_K
     for k0 in range(start, K, BLOCK_K):
@@ -386,13 +421,21 @@ def _skinny_gemm_kernel(
         if LOOKAHEAD:  # the next tile asked for before this one is used (none past K)
             w = w_next
             w_next = _w_tile(w_rows, k + BLOCK_K, n_mask, K, W_EVICTION)
-            x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
+            x, sq = _loop_x_tile(
+                x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
+            )
         else:
-            x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
+            x, sq = _loop_x_tile(
+                x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
+            )
             w = _w_tile(w_rows, k, n_mask, K, W_EVICTION)
+        if NORM == 4:
+            sum_sq += sq
         acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
     if not USE_DOT:
         acc = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
+    if NORM == 4:
+        acc = acc * tl.rsqrt(sum_sq / K + eps)[:, None]
     product = acc.to(out_ptr.dtype.element_ty)  # [BLOCK_M, BLOCK_N], rounded as stored
     tile_mask = m_mask[:, None] & n_mask[None, :]
     if TAIL == 2:
@@ -494,13 +537,18 @@ class NormPrologue:
     normalized and stored into ``residual_out`` (a buffer of its own: the programs still
     read ``residual`` while one of them writes). With ``stats`` (no residual then), x is
     a ``ResidualStats`` output and its sum of squares the sum of ``stats``' row, so no
-    program reads x twice."""
+    program reads x twice. With ``deferred`` (no residual, no stats), the norm moves past
+    the product: x times the weight as it loads, the product scaled by each row's 1/rms,
+    whose sum of squares gathers in the same loads, so nothing is read before the loop;
+    the normalized x is never rounded (HF rounds it twice), so an output may differ from
+    the rounded path's by about a bf16 ulp of it."""
 
     weight: torch.Tensor  # [K] the norm's weight
     eps: float
     residual: torch.Tensor | None = None  # [M, K]
     residual_out: torch.Tensor | None = None  # [M, K], not residual's storage
     stats: torch.Tensor | None = None  # [M, P] float32 partial sums of squares of x's rows
+    deferred: bool = False  # 1/rms applied to the product (float32), not to x
 
 
 def stats_columns(config: SkinnyConfig, n: int) -> int:
@@ -646,9 +694,12 @@ def l2_prefetch_plan(cfg: SkinnyConfig, weight: torch.Tensor) -> tuple[int, int]
 
 
 def _norm_mode(norm: NormPrologue | None) -> int:
-    """The kernel's NORM for a prologue: 0 none, 1 x alone, 2 x + residual, 3 from stats."""
+    """The kernel's NORM for a prologue: 0 none, 1 x alone, 2 x + residual, 3 from stats,
+    4 deferred."""
     if norm is None:
         return 0
+    if norm.deferred:
+        return 4
     if norm.stats is not None:
         return 3
     return 1 if norm.residual is None else 2
@@ -679,6 +730,8 @@ def _checked_norm(
     if (norm.residual is None) != (norm.residual_out is None):
         raise ValueError("residual and residual_out come together")
     _check_norm_pair(norm.weight, norm.residual, norm.residual_out, x, "x's K")
+    if norm.deferred and (norm.residual is not None or norm.stats is not None):
+        raise ValueError("a deferred norm takes x already summed: no residual, no stats")
     if norm.stats is not None:
         if norm.residual is not None:
             raise ValueError("a norm from stats takes x already summed: no residual")
