@@ -1,4 +1,13 @@
-"""The online-softmax step that the paged attention kernels (decode and prefill) share."""
+"""The online-softmax step that the paged attention kernels (decode and prefill) share,
+and the final division by the sum.
+
+Both round as torch's flash SDPA does (FlashAttention-2, what transformers runs in bf16
+on the GPU): scores scaled before the running max is taken, P rounded to the value dtype
+before its product with V, and the output multiplied by the correctly rounded reciprocal
+of the sum. On an H200 (``bench/flash_numerics_probe_gpu.py``) a tile computed this way
+gives flash's bits wherever flash holds the same keys in one tile of its own: every
+context up to 128 keys at head_dim 64, 64 at head_dim 128, with the kernels' tiles set
+to those sizes."""
 
 from __future__ import annotations
 
@@ -22,3 +31,12 @@ def online_softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr):
         p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
     )
     return m_new, l_i, acc
+
+
+@triton.jit
+def normalized(acc, l_i):
+    """acc [ROWS, BLOCK_D] / l_i [ROWS] as flash rounds it: acc times the correctly
+    rounded 1 / l_i (one rounding each; ``acc / l_i`` in Triton is an approximate
+    division). A row with l_i == 0 (no keys) gives zeros."""
+    safe = tl.where(l_i > 0, l_i, 1.0)
+    return acc * tl.math.div_rn(tl.full(l_i.shape, 1.0, tl.float32), safe)[:, None]

@@ -52,7 +52,7 @@ from jacana_engine.kernels._common import (
     next_power_of_2,
     num_sms,
 )
-from jacana_engine.kernels._online_softmax import online_softmax_step
+from jacana_engine.kernels._online_softmax import normalized, online_softmax_step
 from jacana_engine.kernels._pdl import (
     let_next_kernel_launch,
     pdl_launch,
@@ -63,7 +63,8 @@ from jacana_engine.kernels.rope import rope_heads, token_cos_sin, token_slot
 
 _LOG2E = 1.4426950408889634
 COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kernels/_arrivals.py)
-_BLOCK_N = 64  # KV tokens per tile
+_BLOCK_N = 64  # KV tokens per tile at head_dim > 64 (flash's decode tile there)
+_BLOCK_N_SMALL_HEADS = 128  # at head_dim <= 64: flash's tile, so short contexts match it
 _MIN_BLOCK_G = 16  # tl.dot needs >= 16 rows: small GQA groups are padded
 _MAX_SPLITS = 64
 _NUM_WARPS = 4  # warps a program of the decode kernel (and of its unfused merge)
@@ -125,7 +126,7 @@ def _merge_group(
             cache_modifier=".cg",
         )  # [BLOCK_GQ, CHUNK_S, BLOCK_D]
         num += tl.sum(acc * tl.exp2(mc - m_all[:, None])[:, :, None], axis=1)
-    out = num / tl.where(l_all > 0, l_all, 1.0)[:, None]  # [BLOCK_GQ, BLOCK_D]; no keys: 0
+    out = normalized(num, l_all)  # [BLOCK_GQ, BLOCK_D]; no keys: 0
     tl.store(
         out_ptr
         + seq.to(tl.int64) * stride_ob
@@ -343,7 +344,7 @@ def _decode_partial_kernel(
         m_i, l_i, acc = _attend_tile(q, k, v, n < seq_len, m_i, l_i, acc, scale_log2, PRECISION)
 
     if NUM_SPLITS == 1:
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # seq_len 0: no keys, zeros
+        out = normalized(acc, l_i)  # seq_len 0: no keys, zeros
         tl.store(
             out_ptr + seq.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + d[None, :],
             out.to(out_ptr.dtype.element_ty),
@@ -486,6 +487,12 @@ def _rope_launch_args(rotation: DecodeRotation, q: torch.Tensor, kv_cache: torch
     )
 
 
+def tile_tokens(head_dim: int) -> int:
+    """KV tokens per tile: flash's (``_online_softmax``): a context that fits one tile
+    gives flash's bits (with one split; more splits leave the rest empty)."""
+    return _BLOCK_N_SMALL_HEADS if head_dim <= 64 else _BLOCK_N
+
+
 def choose_num_splits(
     batch: int, num_kv_heads: int, max_seq_len: int, device: torch.device | str
 ) -> int:
@@ -602,7 +609,7 @@ def paged_decode_attention(
         rotation.eps if rotation is not None else 0.0,
         GROUP=group,
         BLOCK_G=block_g,
-        BLOCK_N=_BLOCK_N,
+        BLOCK_N=tile_tokens(head_dim),
         BLOCK_SIZE=block_size,
         NUM_SPLITS=num_splits,
         FUSED_MERGE=fused,

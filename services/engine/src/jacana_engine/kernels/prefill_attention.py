@@ -30,14 +30,19 @@ from jacana_engine.kernels._common import (
     next_power_of_2,
     num_sms,
 )
-from jacana_engine.kernels._online_softmax import online_softmax_step
+from jacana_engine.kernels._online_softmax import normalized, online_softmax_step
 
 _LOG2E = 1.4426950408889634
 # Tile shape and launch config: the fastest of six tried on an H200 at Qwen3-8B shapes in
 # bf16 (4 x 2048 fresh tokens: 0.433 ms vs 0.438 for 64/64/4/2; 8 x 512 after a 4096-token
 # prefix: 0.799 vs 0.881 ms).
 _BLOCK_M = 128  # query rows (tokens x group heads) per program
-_BLOCK_N = 32  # KV tokens per tile
+_BLOCK_N = 32  # KV tokens per tile at head_dim > 64
+# At head_dim <= 64, flash's tile: a prompt of up to 128 tokens is then one tile, which
+# gives flash's bits (``_online_softmax``), in programs of at most 64 rows (a [128, 128]
+# float32 score tile would spill at 4 warps).
+_BLOCK_N_SMALL_HEADS = 128
+_MAX_BLOCK_M_WIDE_TILE = 64
 _NUM_WARPS = 4
 _NUM_STAGES = 3
 # A grid of fewer than _SMALL_GRID_WAVES programs per SM at _BLOCK_M takes half the rows
@@ -182,7 +187,7 @@ def _prefill_kernel(
             HEAD_DIM, BLOCK_N, BLOCK_D, BLOCK_SIZE, True, PRECISION,
         )  # fmt: skip
 
-    out = acc / l_i[:, None]
+    out = normalized(acc, l_i)
     tl.store(
         out_ptr + q_rows[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :],
         out.to(out_ptr.dtype.element_ty),
@@ -236,8 +241,11 @@ def paged_prefill_attention(
         return out
 
     group = n_heads // n_kv
+    block_n = _BLOCK_N_SMALL_HEADS if head_dim <= 64 else _BLOCK_N
     if block_m is None:
         block_m = choose_block_m(batch, max_query_len, group, n_kv, num_sms(q.device))
+        if block_n > _BLOCK_N:
+            block_m = max(min(block_m, _MAX_BLOCK_M_WIDE_TILE), next_power_of_2(group))
     elif block_m < group or block_m & (block_m - 1):
         raise ValueError(f"block_m {block_m} is not a power of two >= the group {group}")
     block_q = block_m // group
@@ -264,7 +272,7 @@ def paged_prefill_attention(
         GROUP=group,
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
-        BLOCK_N=_BLOCK_N,
+        BLOCK_N=block_n,
         BLOCK_D=next_power_of_2(head_dim),
         BLOCK_SIZE=kv_cache.shape[2],
         PRECISION=dot_precision(q.dtype),
