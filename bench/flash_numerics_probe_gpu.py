@@ -1,0 +1,246 @@
+"""Which formulation of a Triton attention tile gives torch's flash SDPA bits?
+
+transformers runs SDPA, which on an H200 in bf16 is FlashAttention-2 (torch's copy). Our
+kernels compute the same softmax with other roundings: the scores scaled before the max
+(flash subtracts the scaled max in one fused multiply-add), the output divided by the sum
+(flash multiplies by its reciprocal), and the tile's warps laid along the keys (flash
+gives each warp 16 rows and all of a 128-key tile, so a row's sum is one thread's left fold
+then a 4-lane shuffle). Each variant below is a small Triton kernel over one tile of keys
+at a time, given the same bf16 q, k, v as SDPA is (transformers' call: enable_gqa, causal
+for a prompt), and the report counts output elements whose bits differ from SDPA's.
+
+    python bench/flash_numerics_probe_gpu.py [--out DIR]
+
+Shapes: SmolLM2-135M (9 query heads, 3 KV heads, head_dim 64) and Qwen3-8B (32/8, 128);
+decode (one query) at every context length 1..160 and prefill (causal prompt) at 2..160
+tokens. Writes ``flash_numerics_probe.json``; the engine's own decode and prefill kernels
+are counted too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _rcp_approx(x):
+    return tl.inline_asm_elementwise(
+        "rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
+def _tile_attention_kernel(
+    q_ptr,  # [P, BLOCK_M, D] bf16 (rows past the real ones are zeros)
+    k_ptr,  # [P, S, D]
+    v_ptr,  # [P, S, D]
+    pos_ptr,  # [P, BLOCK_M] int32: each row's position (it sees keys <= position)
+    o_ptr,  # [P, BLOCK_M, D] bf16
+    S,
+    scale_log2,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    FMA: tl.constexpr,  # 1: exp2(fma(s, scale, -max * scale)) as flash; 0: scale s first
+    DIV: tl.constexpr,  # 0: acc / l; 1: acc * (1 / l); 2: acc * rcp.approx; 3: acc * div_rn(1, l)
+    REVERSE: tl.constexpr,  # tiles last to first, as flash walks them
+):
+    p_id = tl.program_id(0)
+    m = tl.arange(0, BLOCK_M)
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + p_id * BLOCK_M * D + m[:, None] * D + d[None, :])
+    pos = tl.load(pos_ptr + p_id * BLOCK_M + m)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    n_tiles = tl.cdiv(S, BLOCK_N)
+    for t in range(0, n_tiles):
+        tile = n_tiles - 1 - t if REVERSE else t
+        n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        kv_off = p_id * S * D + n[:, None] * D + d[None, :]
+        k = tl.load(k_ptr + kv_off, mask=n[:, None] < S, other=0.0)
+        v = tl.load(v_ptr + kv_off, mask=n[:, None] < S, other=0.0)
+        s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N] fp32, unscaled
+        visible = (n[None, :] < S) & (n[None, :] <= pos[:, None])
+        if FMA:
+            s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2((m_i - m_safe) * scale_log2)
+            p = tl.exp2(tl.fma(s, scale_log2, -(m_safe * scale_log2)[:, None]))
+        else:
+            s = tl.where(visible, s * scale_log2, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_safe)
+            p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    if DIV == 0:
+        out = acc / l_safe[:, None]
+    elif DIV == 1:
+        out = acc * (1.0 / l_safe)[:, None]
+    elif DIV == 2:
+        out = acc * _rcp_approx(l_safe)[:, None]
+    else:
+        out = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None]
+    o_rows = o_ptr + p_id * BLOCK_M * D + m[:, None] * D
+    tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty))
+
+
+def sdpa_reference(q, k, v):
+    """transformers' call: q [1, H, T, D] (a transpose of [1, T, H, D]), k/v [1, Hkv, S, D],
+    GQA in SDPA, causal for a prompt; flash held."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=q.shape[2] > 1, enable_gqa=True
+        )
+
+
+def probe_tiles(q, k, v, block_m, block_n, warps, fma, div, reverse):
+    """The probe kernel on transformers-layout inputs; returns [1, H, T, D]."""
+    _, h, t, dim = q.shape
+    h_kv, s = k.shape[1], k.shape[2]
+    group = h // h_kv
+    if t == 1:  # decode: a program per KV head, its group's heads as rows
+        rows = q[0, :, 0].reshape(h_kv, group, dim)
+        keys, values = k[0], v[0]
+        pos = torch.full((h_kv, group), s - 1, dtype=torch.int32, device=q.device)
+    else:  # prefill: a program per (head, block of positions)
+        blocks = math.ceil(t / block_m)
+        rows = torch.zeros(h, blocks * block_m, dim, dtype=q.dtype, device=q.device)
+        rows[:, :t] = q[0]
+        rows = rows.view(h * blocks, block_m, dim)
+        keys = k[0].repeat_interleave(group, 0).repeat_interleave(blocks, 0)
+        values = v[0].repeat_interleave(group, 0).repeat_interleave(blocks, 0)
+        pos = (s - t + torch.arange(blocks * block_m, device=q.device)).to(torch.int32)
+        pos = pos.repeat(h, 1).view(h * blocks, block_m)
+    n_prog, n_rows = rows.shape[0], rows.shape[1]
+    qp = torch.zeros(n_prog, block_m, dim, dtype=q.dtype, device=q.device)
+    qp[:, :n_rows] = rows
+    pp = torch.full((n_prog, block_m), -1, dtype=torch.int32, device=q.device)
+    pp[:, :n_rows] = pos
+    out = torch.empty_like(qp)
+    _tile_attention_kernel[(n_prog,)](
+        qp, keys.contiguous(), values.contiguous(), pp, out, s, _LOG2E / math.sqrt(dim),
+        BLOCK_M=block_m, BLOCK_N=block_n, D=dim, FMA=fma, DIV=div, REVERSE=reverse,
+        num_warps=warps,
+    )  # fmt: skip
+    if t == 1:
+        return out[:, :group].reshape(1, h, 1, dim)
+    return out.view(h, -1, dim)[:, :t].unsqueeze(0)
+
+
+def engine_kernels(q, k, v):
+    """The engine's decode or prefill kernel on the same inputs (one sequence, paged)."""
+    from jacana_engine.kernels.decode_attention import paged_decode_attention
+    from jacana_engine.kernels.prefill_attention import paged_prefill_attention
+
+    t, dim = q.shape[2], q.shape[3]
+    h_kv, s = k.shape[1], k.shape[2]
+    block = 16
+    n_blocks = math.ceil(s / block)
+    cache = torch.zeros(2, n_blocks, block, h_kv, dim, dtype=q.dtype, device=q.device)
+    flat = cache.view(2, n_blocks * block, h_kv, dim)
+    flat[0, :s] = k[0].transpose(0, 1)
+    flat[1, :s] = v[0].transpose(0, 1)
+    tables = torch.arange(n_blocks, dtype=torch.int32, device=q.device)[None]
+    lens = torch.tensor([s], dtype=torch.int32, device=q.device)
+    qs = q[0].transpose(0, 1).contiguous()  # [T, H, D]
+    if t == 1:
+        out = paged_decode_attention(qs, cache, lens, tables, 1 / math.sqrt(dim), max_seq_len=s)
+    else:
+        qsl = torch.tensor([0, t], dtype=torch.int32, device=q.device)
+        out = paged_prefill_attention(
+            qs, cache, qsl, lens, tables, 1 / math.sqrt(dim), max_query_len=t
+        )
+    return out.transpose(0, 1).unsqueeze(0)
+
+
+SHAPES = {"smollm2": (9, 3, 64), "qwen3-8b": (32, 8, 128)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/results")))
+    parser.add_argument("--max-len", type=int, default=160)
+    parser.add_argument("--variants", default="", help="comma-separated names (default: all)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    cases = []  # (shape, kind, length, q, k, v, reference)
+    for shape, (h, h_kv, dim) in SHAPES.items():
+        for kind, length in itertools.product(("decode", "prefill"), range(1, args.max_len + 1)):
+            if kind == "prefill" and length == 1:
+                continue
+            t = 1 if kind == "decode" else length
+            q = (torch.randn(1, t, h, dim, device="cuda") * 2).to(torch.bfloat16).transpose(1, 2)
+            k = (torch.randn(1, h_kv, length, dim, device="cuda") * 2).to(torch.bfloat16)
+            v = torch.randn(1, h_kv, length, dim, device="cuda").to(torch.bfloat16)
+            cases.append((shape, kind, length, q, k, v, sdpa_reference(q, k, v)))
+
+    def count(fn) -> dict:
+        """Per (shape, kind): differing elements, of how many, and the lengths with any."""
+        tally: dict[str, dict] = {}
+        for shape, kind, length, q, k, v, ref in cases:
+            got = fn(q, k, v)
+            bad = int((got.view(torch.int16) != ref.view(torch.int16)).sum())
+            entry = tally.setdefault(f"{shape}/{kind}", {"differ": 0, "of": 0, "lengths": []})
+            entry["differ"] += bad
+            entry["of"] += ref.numel()
+            if bad:
+                entry["lengths"].append(length)
+        for entry in tally.values():
+            lengths = entry.pop("lengths")
+            entry["lengths_with_differences"] = len(lengths)
+            entry["first_lengths"] = lengths[:8]
+        return tally
+
+    wanted = set(filter(None, args.variants.split(",")))
+    report = {"engine": count(engine_kernels)} if not wanted or "engine" in wanted else {}
+    variants = itertools.product((1, 4), (64, 128), (0, 1), (0, 1, 2, 3), (False, True))
+    for warps, block_n, fma, div, reverse in variants:
+        block_m = 16 * warps
+        name = f"warps{warps}/n{block_n}/fma{fma}/div{div}/{'rev' if reverse else 'fwd'}"
+        if wanted and name not in wanted:
+            continue
+        try:
+            report[name] = count(
+                lambda q, k, v, c=(block_m, block_n, warps, fma, div, reverse): probe_tiles(
+                    q, k, v, *c
+                )
+            )
+        except Exception as exc:  # a config Triton does not build here (registers)
+            report[name] = {"error": str(exc)[:200]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "flash_numerics_probe.json").write_text(json.dumps(report, indent=1))
+    keys = sorted({k for r in report.values() for k in r if k != "error"})
+    print("variant".ljust(34) + "".join(k.rjust(24) for k in keys))
+    for name, r in report.items():
+        cells = []
+        for k in keys:
+            e = r.get(k)
+            cells.append(
+                (f"{e['differ']}/{e['of']} ({e['lengths_with_differences']})" if e else "-").rjust(
+                    24
+                )
+            )
+        print(name.ljust(34) + "".join(cells) + (f"  {r['error']}" if "error" in r else ""))
+
+
+if __name__ == "__main__":
+    main()
