@@ -1,13 +1,14 @@
 """The online-softmax step that the paged attention kernels (decode and prefill) share,
 and the final division by the sum.
 
-Both round as torch's flash SDPA does (FlashAttention-2, what transformers runs in bf16
-on the GPU): scores scaled before the running max is taken, P rounded to the value dtype
-before its product with V, and the output multiplied by the correctly rounded reciprocal
-of the sum. On an H200 (``bench/flash_numerics_probe_gpu.py``) a tile computed this way
-gives flash's bits wherever flash holds the same keys in one tile of its own: every
-context up to 128 keys at head_dim 64, 64 at head_dim 128, with the kernels' tiles set
-to those sizes."""
+Both round as the attention transformers runs in bf16 on an H200 does: SDPA there takes
+cuDNN's fused attention (torch's first choice on Hopper; ``flash_numerics_probe_gpu.py
+--sites`` replays transformers' traced calls and only cuDNN gives their bits). Scores are
+scaled before the running max is taken, P is rounded to the value dtype before its
+product with V, and the output is divided by the sum. With cuDNN's tiles (64 keys for one
+query, 128 for a prompt) and a warp per 16 query rows holding all of a tile's keys, our
+kernels then give cuDNN's bits at head_dim 64 on all but about 1 in 10^4..10^5 outputs
+(``bench/results/gpu_targets.md``, nineteenth run)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,6 @@ def online_softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr):
 
 @triton.jit
 def normalized(acc, l_i):
-    """acc [ROWS, BLOCK_D] / l_i [ROWS] as flash rounds it: acc times the correctly
-    rounded 1 / l_i (one rounding each; ``acc / l_i`` in Triton is an approximate
-    division). A row with l_i == 0 (no keys) gives zeros."""
-    safe = tl.where(l_i > 0, l_i, 1.0)
-    return acc * tl.math.div_rn(tl.full(l_i.shape, 1.0, tl.float32), safe)[:, None]
+    """acc [ROWS, BLOCK_D] / l_i [ROWS], as cuDNN divides (Triton's division; a correctly
+    rounded reciprocal differed more often). A row with l_i == 0 (no keys) gives zeros."""
+    return acc / tl.where(l_i > 0, l_i, 1.0)[:, None]

@@ -63,8 +63,7 @@ from jacana_engine.kernels.rope import rope_heads, token_cos_sin, token_slot
 
 _LOG2E = 1.4426950408889634
 COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kernels/_arrivals.py)
-_BLOCK_N = 64  # KV tokens per tile at head_dim > 64 (flash's decode tile there)
-_BLOCK_N_SMALL_HEADS = 128  # at head_dim <= 64: flash's tile, so short contexts match it
+_BLOCK_N = 64  # KV tokens per tile (cuDNN's for one query: ``_online_softmax``)
 _MIN_BLOCK_G = 16  # tl.dot needs >= 16 rows: small GQA groups are padded
 _MAX_SPLITS = 64
 _NUM_WARPS = 4  # warps a program of the decode kernel (and of its unfused merge)
@@ -487,10 +486,14 @@ def _rope_launch_args(rotation: DecodeRotation, q: torch.Tensor, kv_cache: torch
     )
 
 
-def tile_tokens(head_dim: int) -> int:
-    """KV tokens per tile: flash's (``_online_softmax``): a context that fits one tile
-    gives flash's bits (with one split; more splits leave the rest empty)."""
-    return _BLOCK_N_SMALL_HEADS if head_dim <= 64 else _BLOCK_N
+def tile_warps(head_dim: int, block_g: int) -> int:
+    """Warps per program of the decode kernel. At head_dim <= 64, one warp per 16 rows,
+    as cuDNN lays its warps (``_online_softmax``): each warp then holds all of the tile's
+    keys for its rows, so a row's sum over the tile is one thread's fold and a shuffle
+    (spread over warps along the keys, it is added in another order, and SmolLM2's decode
+    outputs differed from cuDNN's by an ulp about once in 30). Wider heads keep the tuned
+    _NUM_WARPS: there cuDNN's order is not matched either way."""
+    return max(1, block_g // 16) if head_dim <= 64 else _NUM_WARPS
 
 
 def choose_num_splits(
@@ -609,7 +612,7 @@ def paged_decode_attention(
         rotation.eps if rotation is not None else 0.0,
         GROUP=group,
         BLOCK_G=block_g,
-        BLOCK_N=tile_tokens(head_dim),
+        BLOCK_N=_BLOCK_N,
         BLOCK_SIZE=block_size,
         NUM_SPLITS=num_splits,
         FUSED_MERGE=fused,
@@ -617,7 +620,7 @@ def paged_decode_attention(
         **merge_meta,
         **rope_meta,
         EARLY_TILE=early,
-        num_warps=_NUM_WARPS,
+        num_warps=tile_warps(head_dim, block_g),
         num_stages=2,
         **launch,
     )

@@ -38,9 +38,9 @@ _LOG2E = 1.4426950408889634
 # prefix: 0.799 vs 0.881 ms).
 _BLOCK_M = 128  # query rows (tokens x group heads) per program
 _BLOCK_N = 32  # KV tokens per tile at head_dim > 64
-# At head_dim <= 64, flash's tile: a prompt of up to 128 tokens is then one tile, which
-# gives flash's bits (``_online_softmax``), in programs of at most 64 rows (a [128, 128]
-# float32 score tile would spill at 4 warps).
+# At head_dim <= 64, cuDNN's tile for a prompt (``_online_softmax``): 128 keys, in
+# programs of at most 64 rows (a [128, 128] float32 score tile would spill at 4 warps), so
+# 16 rows per warp as cuDNN has them.
 _BLOCK_N_SMALL_HEADS = 128
 _MAX_BLOCK_M_WIDE_TILE = 64
 _NUM_WARPS = 4
