@@ -13,8 +13,8 @@ for a prompt), and the report counts output elements whose bits differ from SDPA
 
 Shapes: SmolLM2-135M (9 query heads, 3 KV heads, head_dim 64) and Qwen3-8B (32/8, 128);
 decode (one query) at every context length 1..160 and prefill (causal prompt) at 2..160
-tokens. Writes ``flash_numerics_probe.json``; the engine's own decode and prefill kernels
-are counted too.
+tokens, against flash or (``--reference cudnn``) cuDNN's attention. Writes
+``flash_numerics_probe_REFERENCE.json``; the engine's own kernels are counted too.
 """
 
 from __future__ import annotations
@@ -101,14 +101,23 @@ def _tile_attention_kernel(
     tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty))
 
 
-def sdpa_reference(q, k, v):
+REFERENCE_BACKENDS = ("flash", "cudnn")
+
+
+def sdpa_reference(q, k, v, backend: str = "flash"):
     """transformers' call: q [1, H, T, D] (a transpose of [1, T, H, D]), k/v [1, Hkv, S, D],
-    GQA in SDPA, causal for a prompt; flash held."""
+    GQA in SDPA, causal for a prompt; the backend held (cuDNN on keys repeated per query
+    head, which gave the same bits as transformers' own call on an H200)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    gqa = backend == "flash"
+    if not gqa:
+        group = q.shape[1] // k.shape[1]
+        k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+    chosen = SDPBackend.FLASH_ATTENTION if gqa else SDPBackend.CUDNN_ATTENTION
+    with sdpa_kernel(chosen):
         return torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=q.shape[2] > 1, enable_gqa=True
+            q, k, v, is_causal=q.shape[2] > 1, enable_gqa=gqa
         )
 
 
@@ -175,15 +184,89 @@ def engine_kernels(q, k, v):
 SHAPES = {"smollm2": (9, 3, 64), "qwen3-8b": (32, 8, 128)}
 
 
+def sdpa_alternatives(q, k, v) -> dict[str, torch.Tensor]:
+    """The ways transformers may reach SDPA for these inputs, each [1, H, T, D]: flash on
+    keys and values laid out as its cache holds them (contiguous), and, with the keys
+    repeated per query head (transformers' ``repeat_kv``, taken when it passes a mask), the
+    efficient, math and cuDNN backends; a backend that refuses the call is left out."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    group = q.shape[1] // k.shape[1]
+    t, s = q.shape[2], k.shape[2]
+    causal = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+    calls = {
+        "flash_contiguous_kv": (SDPBackend.FLASH_ATTENTION, k.contiguous(), v.contiguous(), {}),
+        "math_gqa": (SDPBackend.MATH, k, v, {}),
+    }
+    rk, rv = (x.repeat_interleave(group, dim=1) for x in (k, v))
+    for name, backend in (
+        ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+        ("math", SDPBackend.MATH),
+        ("cudnn", SDPBackend.CUDNN_ATTENTION),
+        ("flash", SDPBackend.FLASH_ATTENTION),
+    ):
+        calls[f"{name}_repeat_kv"] = (backend, rk, rv, {"gqa": False})
+        calls[f"{name}_repeat_kv_mask"] = (backend, rk, rv, {"gqa": False, "mask": causal})
+    found = {}
+    for name, (backend, kk, vv, opts) in calls.items():
+        mask = opts.get("mask")
+        try:
+            with sdpa_kernel(backend):
+                found[name] = torch.nn.functional.scaled_dot_product_attention(
+                    q, kk, vv, attn_mask=mask, is_causal=mask is None and t > 1,
+                    enable_gqa=opts.get("gqa", True),
+                )  # fmt: skip
+        except RuntimeError:
+            continue
+    return found
+
+
+def site_cases(path: Path, backend: str) -> tuple[list, dict]:
+    """The attention origins that ``hf_trace_parity_gpu.py`` saved, as cases whose
+    reference is SDPA recomputed here; with, per site, whether that recomputation and the
+    engine's kernel reproduce what transformers and the engine gave in the traced run."""
+    cases, checks = [], {}
+    for i, site in enumerate(torch.load(path)):
+        if site["site"]["tensor"] != "attn":
+            continue
+        q, k, v = (site[n].cuda() for n in ("q", "k", "v"))
+        ref = sdpa_reference(q, k, v, backend)
+        flat = ref[0].transpose(0, 1).reshape(site["theirs"].shape)  # [T, H * D]
+        ours = engine_kernels(q, k, v)[0].transpose(0, 1).reshape(site["ours"].shape)
+        name = f"p{site['prompt']}f{site['site']['forward']}l{site['site']['layer']}"
+        checks[name] = {
+            "sdpa_equals_traced": bool(torch.equal(flat.cpu(), site["theirs"])),
+            "engine_equals_traced": bool(torch.equal(ours.cpu(), site["ours"])),
+            "engine_vs_sdpa_differ": int((ours != flat).sum()),
+            "traced_equals": [
+                alt
+                for alt, out in sdpa_alternatives(q, k, v).items()
+                if torch.equal(out[0].transpose(0, 1).reshape(flat.shape).cpu(), site["theirs"])
+            ],
+            "keys": k.shape[2],
+            "queries": q.shape[2],
+        }
+        kind = "decode" if q.shape[2] == 1 else "prefill"
+        cases.append((f"site{i}", kind, k.shape[2], q, k, v, ref))
+    return cases, checks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/results")))
     parser.add_argument("--max-len", type=int, default=160)
     parser.add_argument("--variants", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--reference", choices=REFERENCE_BACKENDS, default="flash")
+    parser.add_argument(
+        "--sites", type=Path, help="hf_trace_sites_MODEL.pt: replay its attention origins"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     cases = []  # (shape, kind, length, q, k, v, reference)
-    for shape, (h, h_kv, dim) in SHAPES.items():
+    report: dict[str, dict] = {}
+    if args.sites:
+        cases, report["sites"] = site_cases(args.sites, args.reference)
+    for shape, (h, h_kv, dim) in SHAPES.items() if not args.sites else ():
         for kind, length in itertools.product(("decode", "prefill"), range(1, args.max_len + 1)):
             if kind == "prefill" and length == 1:
                 continue
@@ -191,7 +274,11 @@ def main() -> None:
             q = (torch.randn(1, t, h, dim, device="cuda") * 2).to(torch.bfloat16).transpose(1, 2)
             k = (torch.randn(1, h_kv, length, dim, device="cuda") * 2).to(torch.bfloat16)
             v = torch.randn(1, h_kv, length, dim, device="cuda").to(torch.bfloat16)
-            cases.append((shape, kind, length, q, k, v, sdpa_reference(q, k, v)))
+            try:
+                ref = sdpa_reference(q, k, v, args.reference)
+            except RuntimeError:  # a shape the backend refuses (cuDNN: some short ones)
+                continue
+            cases.append((shape, kind, length, q, k, v, ref))
 
     def count(fn) -> dict:
         """Per (shape, kind): differing elements, of how many, and the lengths with any."""
@@ -211,7 +298,8 @@ def main() -> None:
         return tally
 
     wanted = set(filter(None, args.variants.split(",")))
-    report = {"engine": count(engine_kernels)} if not wanted or "engine" in wanted else {}
+    if not wanted or "engine" in wanted:
+        report["engine"] = count(engine_kernels)
     variants = itertools.product((1, 4), (64, 128), (0, 1), (0, 1, 2, 3), (False, True))
     for warps, block_n, fma, div, reverse in variants:
         block_m = 16 * warps
@@ -227,7 +315,10 @@ def main() -> None:
         except Exception as exc:  # a config Triton does not build here (registers)
             report[name] = {"error": str(exc)[:200]}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "flash_numerics_probe.json").write_text(json.dumps(report, indent=1))
+    (args.out / f"flash_numerics_probe_{args.reference}.json").write_text(
+        json.dumps(report, indent=1)
+    )
+    print(json.dumps(report.pop("sites", None)))
     keys = sorted({k for r in report.values() for k in r if k != "error"})
     print("variant".ljust(34) + "".join(k.rjust(24) for k in keys))
     for name, r in report.items():

@@ -19,7 +19,9 @@ Usage (GPU machine, the GGUF in ``$JACANA_SMOLLM2_GGUF``):
 (the parity test's random Qwen3 and its four random prompts; no files needed)
 Modes: the engine run eagerly (graphs would hide the layers) with cuBLAS GEMMs on the
 Triton attention ("eager") or on the torch attention backend ("eager-torch-attention").
-Writes ``hf_trace_parity_MODEL.json``. Reuses the parity test's helpers.
+Writes ``hf_trace_parity_MODEL.json``, and ``hf_trace_sites_MODEL.pt``: each origin of the
+"eager" mode with its inputs and both outputs, to replay (``flash_numerics_probe_gpu.py
+--sites``). Reuses the parity test's helpers.
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ import torch
 from fused_projections_parity_gpu import first_difference, parity_test_module
 
 # Per layer, the recorded tensors in dataflow order, each with the ones it is computed
-# from ("prev:" = the previous layer's; "cache" = every earlier forward's qkv here).
+# from ("prev:" = the previous layer's; "cache" = every earlier forward's rotated keys and
+# values here). q_rot/k_rot: the rotated queries and new keys, attention's inputs.
 LAYER_INPUTS = {
     "resid_in": ["prev:down", "prev:resid_mid"],
     "in_norm": ["resid_in"],
     "qkv": ["in_norm"],
-    "attn": ["qkv", "cache"],
+    "q_rot": ["qkv"],
+    "k_rot": ["qkv"],
+    "attn": ["q_rot", "k_rot", "qkv", "cache"],
     "o": ["attn"],
     "resid_mid": ["o", "resid_in"],
     "post_norm": ["resid_mid"],
@@ -95,6 +100,7 @@ def hook_transformers(model, rec: Recorder) -> list[Any]:
 
         return hook
 
+    handles.append(record_attention_inputs(model, rec))
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
         handles.append(layer.register_forward_pre_hook(in_hook(i, "resid_in"), with_kwargs=True))
@@ -117,6 +123,40 @@ def hook_transformers(model, rec: Recorder) -> list[Any]:
     handles.append(norm.register_forward_hook(out_hook(-1, "final_norm")))
     handles.append(model.lm_head.register_forward_hook(out_hook(-1, "logits")))
     return handles
+
+
+class _Restore:
+    """A handle whose ``remove`` runs a function (to undo a patch with the hooks)."""
+
+    def __init__(self, undo) -> None:
+        self.remove = undo
+
+
+def record_attention_inputs(model, rec: Recorder) -> _Restore:
+    """Wrap transformers' attention function (looked up per call) so that each layer
+    records its rotated queries and the keys it appended: q [1, H, T, D], k [1, Hkv, S, D]
+    after the cache update, recorded as [T, H * D] and [T, Hkv * D]."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    name = model.config._attn_implementation
+    inner = ALL_ATTENTION_FUNCTIONS[name]
+    had_local = name in ALL_ATTENTION_FUNCTIONS._local_mapping
+
+    def recorded(module, query, key, value, *args, **kwargs):
+        t = query.shape[2]
+        rec.put(module.layer_idx, "q_rot", query[0].transpose(0, 1))
+        rec.put(module.layer_idx, "k_rot", key[0, :, -t:].transpose(0, 1))
+        return inner(module, query, key, value, *args, **kwargs)
+
+    ALL_ATTENTION_FUNCTIONS[name] = recorded
+
+    def undo() -> None:
+        if had_local:
+            ALL_ATTENTION_FUNCTIONS[name] = inner
+        else:
+            del ALL_ATTENTION_FUNCTIONS[name]
+
+    return _Restore(undo)
 
 
 def hook_engine(model, rec: Recorder) -> None:
@@ -148,8 +188,28 @@ def hook_engine(model, rec: Recorder) -> None:
 
         module.register_forward_hook(hook)
 
+    def wrap_attend_heads(attn, layer):
+        # the rotation the step's kernels apply (the rope kernel; a decode step folds the
+        # same arithmetic into attention), recomputed on copies for the record
+        attend_heads = attn.attend_heads
+
+        def recorded(qkv, rope_tables, kv_cache, meta):
+            t = qkv.shape[0]
+            q, k, _ = attn.qkv_proj.split(qkv)
+            q = q.reshape(t, attn.n_heads, attn.head_dim).clone()
+            k = k.reshape(t, attn.n_kv_heads, attn.head_dim).clone()
+            q_w = attn.q_norm.weight if attn.qk_norm else None
+            k_w = attn.k_norm.weight if attn.qk_norm else None
+            q, k = attn.ops.rotate(q, k, rope_tables, q_w, k_w, attn.eps)
+            rec.put(layer, "q_rot", q)
+            rec.put(layer, "k_rot", k)
+            return attend_heads(qkv, rope_tables, kv_cache, meta)
+
+        attn.attend_heads = recorded
+
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
+        wrap_attend_heads(attn, i)
         wrap_add_norm(layer.input_layernorm, i, "in_norm", "resid_in")
         wrap_add_norm(layer.post_attention_layernorm, i, "post_norm", "resid_mid")
         wrap_out(attn.qkv_proj, i, "qkv")
@@ -227,8 +287,47 @@ def trace_report(ours: Recorder, theirs: Recorder, forwards: int, layers: int) -
                 origins[name] += 1
                 seen.append({"forward": f, "layer": layer, "tensor": name, **d})
         for i in range(layers):
-            cache_clean[i] = cache_clean[i] and equal[(i, "qkv")]
+            cache_clean[i] = cache_clean[i] and equal[(i, "k_rot")] and equal[(i, "qkv")]
     return {"first": first, "origins": dict(origins), "origin_sites": seen[:40]}
+
+
+NORMS = {"in_norm": "resid_in", "post_norm": "resid_mid", "final_norm": "final_resid"}
+
+
+def site_tensors(ours: Recorder, theirs: Recorder, site: dict, hf) -> dict | None:
+    """An origin's inputs (transformers', equal to ours there) and both outputs, on the
+    host, to replay it: attention's q [1, H, T, D] and k, v [1, Hkv, S, D] (the layer's
+    keys and values over forwards 0..f); a norm's input rows [T, hidden], weight and eps."""
+    f, layer, name = site["forward"], site["layer"], site["tensor"]
+    cfg = hf.config
+    h, h_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // h
+    out = {"site": site, "theirs": theirs.forwards[f][(layer, name)].cpu()}
+    out["ours"] = ours.forwards[f][(layer, name)].cpu()
+    if name == "attn":
+        q = theirs.forwards[f][(layer, "q_rot")].view(-1, h, d)  # [T, H, D]
+        k = torch.cat([theirs.forwards[g][(layer, "k_rot")] for g in range(f + 1)])
+        v = torch.cat(
+            [theirs.forwards[g][(layer, "qkv")][:, (h + h_kv) * d :] for g in range(f + 1)]
+        )
+        out["q"] = q.transpose(0, 1).unsqueeze(0).cpu()
+        out["k"] = k.view(-1, h_kv, d).transpose(0, 1).unsqueeze(0).cpu()
+        out["v"] = v.view(-1, h_kv, d).transpose(0, 1).unsqueeze(0).cpu()
+        return out
+    if name in NORMS:
+        module = (
+            hf.model.norm
+            if layer < 0
+            else getattr(
+                hf.model.layers[layer],
+                "input_layernorm" if name == "in_norm" else "post_attention_layernorm",
+            )
+        )
+        out["x"] = theirs.forwards[f][(layer, NORMS[name])].cpu()
+        out["weight"] = module.weight.detach().cpu()
+        out["eps"] = float(module.variance_epsilon)
+        return out
+    return None
 
 
 def load_model(t, name: str) -> tuple[str, str, list[list[int]], Any]:
@@ -279,6 +378,7 @@ def main() -> None:
         theirs[i] = (tokens, rec)
     sp = t.SamplingParams(temperature=0.0, max_tokens=t.NEW_TOKENS, ignore_eos=True)
     report: dict[str, Any] = {}
+    sites: list[dict] = []
     for mode in args.modes.split(","):
         extra = {"attention_backend": "torch"} if mode == "eager-torch-attention" else {}
         if args.device != "cuda":
@@ -296,9 +396,14 @@ def main() -> None:
             entry = {"parts_at": part, "forwards_compared": forwards}
             entry.update(trace_report(rec, hf_rec, forwards, layers))
             report[f"{mode}/prompt{i}"] = entry
+            if mode == "eager":  # the Triton kernels' origins, to replay
+                for site in entry["origin_sites"]:
+                    found = site_tensors(rec, hf_rec, site, hf)
+                    if found is not None:
+                        sites.append({"prompt": i, **found})
             # a fresh wrap each prompt: unwrap by rebuilding the methods from the class
             for module in engine.runner.model.modules():
-                for attr in ("add_forward", "forward", "gated_forward"):
+                for attr in ("add_forward", "forward", "gated_forward", "attend_heads"):
                     module.__dict__.pop(attr, None)
                 module._forward_hooks.clear()
             engine.runner.model.__dict__.pop("logits_in_model_dtype", None)
@@ -306,6 +411,7 @@ def main() -> None:
         torch.cuda.empty_cache()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"hf_trace_parity_{args.model}.json").write_text(json.dumps(report, indent=1))
+    torch.save(sites, args.out / f"hf_trace_sites_{args.model}.pt")
     for key, entry in report.items():
         print(key, "parts at", entry["parts_at"], "| first:", entry["first"])
         print("   origins:", entry["origins"])

@@ -1,0 +1,171 @@
+"""In which order does torch's CUDA ``mean`` over the last dimension add a row?
+
+transformers' RMSNorm takes ``x.float().pow(2).mean(-1)``; our norm kernels sum the squares
+in Triton's own order, so the float32 mean, and through ``rsqrt`` now and then a bf16
+output, can differ from transformers' by an ulp (``hf_trace_parity_gpu.py`` found such a
+norm among the origins on SmolLM2). Each candidate below rebuilds the sum with elementwise
+float32 additions (each exact IEEE, so the order is all that differs) in one shape of
+torch's reduction kernel (``aten/src/ATen/native/cuda/Reduce.cuh``): W threads per row,
+each adding its own elements in one of two patterns, then a shared-memory halving down to
+a warp and a shuffle tree over adjacent lanes; the mean as the sum times 1/N or over N.
+The report counts, per (rows, N), the rows whose mean has torch's bits under each candidate,
+and checks Triton's ``rsqrt`` against torch's on the means.
+
+    python bench/reduction_order_probe_gpu.py [--out DIR] [--sites hf_trace_sites_MODEL.pt]
+
+With ``--sites``, the norm origins traced there are replayed: transformers' norm
+recomputed, and again with the best candidate's mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+
+def thread_partials(sq: torch.Tensor, width: int, vec: int, pattern: str) -> torch.Tensor:
+    """sq [R, N] float32 -> [R, width]: each thread's own sum. "vector": thread t loads
+    elements vec * (t + width * p) + i (i < vec) into accumulator i, pass p after pass;
+    "strided": element t + width * (vec * j + i) goes to accumulator i. The accumulators
+    are then added left to right."""
+    rows, n = sq.shape
+    if pattern == "vector":
+        if n % vec:
+            raise ValueError("a row that is not whole vectors")
+        passes = math.ceil(n // vec / width)
+        padded = torch.zeros(rows, passes * width * vec, device=sq.device)
+        padded[:, :n] = sq
+        lanes = padded.view(rows, passes, width, vec)  # [R, pass, thread, i]
+    else:
+        passes = math.ceil(n / (width * vec))
+        padded = torch.zeros(rows, passes * vec * width, device=sq.device)
+        padded[:, :n] = sq
+        lanes = padded.view(rows, passes, vec, width).transpose(2, 3)  # [R, pass, thread, i]
+    acc = lanes[:, 0]
+    for p in range(1, passes):
+        acc = acc + lanes[:, p]  # adding a padded zero is exact
+    out = acc[..., 0]
+    for i in range(1, vec):
+        out = out + acc[..., i]
+    return out
+
+
+def block_sum(partials: torch.Tensor) -> torch.Tensor:
+    """[R, W] -> [R]: halve through shared memory down to 32 lanes (lane t takes t + W/2),
+    then the shuffle-down tree (offsets 1, 2, 4, ...) whose lane 0 adds adjacent pairs."""
+    width = partials.shape[1]
+    while width > 32:
+        width //= 2
+        partials = partials[:, :width] + partials[:, width:]
+    while partials.shape[1] > 1:
+        pairs = partials.view(partials.shape[0], -1, 2)
+        partials = pairs[..., 0] + pairs[..., 1]
+    return partials[:, 0]
+
+
+def emulated_mean(sq: torch.Tensor, width: int, vec: int, pattern: str, mul: bool):
+    total = block_sum(thread_partials(sq, width, vec, pattern))
+    n = sq.shape[1]
+    return total * torch.tensor(1.0 / n, dtype=torch.float32) if mul else total / n
+
+
+@triton.jit
+def _rsqrt_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tl.rsqrt(tl.load(x_ptr + i, mask=i < n, other=1.0)), mask=i < n)
+
+
+def triton_rsqrt(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    _rsqrt_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    return out
+
+
+CANDIDATES = [
+    (w, v, pat, mul)
+    for w, v, pat, mul in itertools.product(
+        (32, 64, 128, 256, 512), (1, 2, 4, 8), ("vector", "strided"), (True, False)
+    )
+]
+
+
+def hf_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, mean=None) -> torch.Tensor:
+    """transformers' Llama RMSNorm, its mean optionally replaced."""
+    h = x.float()
+    var = h.pow(2).mean(-1, keepdim=True) if mean is None else mean[:, None]
+    return weight * (h * torch.rsqrt(var + eps)).to(x.dtype)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/results")))
+    parser.add_argument("--sites", type=Path)
+    parser.add_argument("--samples", type=int, default=2048, help="random rows per shape")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    report: dict = {"shapes": {}}
+    rsqrt_differ, rsqrt_of = 0, 0
+    for n, rows in itertools.product((576, 1024, 2048, 4096), (1, 2, 3, 4, 5, 8, 16, 64)):
+        batches = max(1, args.samples // rows)
+        x = torch.randn(batches, rows, n, device="cuda").to(torch.bfloat16)
+        x = x * torch.rand(batches, rows, 1, device="cuda").to(torch.bfloat16) * 8
+        sq = x.float().pow(2)
+        # torch's mean per batch, launched on [rows, n] as a model's norm is
+        ref = torch.stack([sq[b].mean(-1) for b in range(batches)])  # [B, rows]
+        flat = sq.view(-1, n)
+        exact = {}
+        for cand in CANDIDATES:
+            got = emulated_mean(flat, *cand).view(batches, rows)
+            exact[cand] = int((got == ref).sum())
+        best = max(exact, key=exact.get)
+        report["shapes"][f"{rows}x{n}"] = {
+            "rows_checked": batches * rows,
+            "best": "/".join(map(str, best)),
+            "best_exact": exact[best],
+            "divide_instead": exact.get((*best[:3], not best[3]), 0),
+            "triton_sum_order": int((flat.sum(-1) / n == ref.view(-1)).sum()),
+        }
+        var = ref.view(-1) + 1e-5
+        rsqrt_differ += int((triton_rsqrt(var) != torch.rsqrt(var)).sum())
+        rsqrt_of += var.numel()
+    report["triton_rsqrt_vs_torch"] = {"differ": rsqrt_differ, "of": rsqrt_of}
+    if args.sites:
+        report["sites"] = replay_sites(args.sites, report["shapes"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "reduction_order_probe.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+def replay_sites(path: Path, shapes: dict) -> dict:
+    """Each traced norm origin: does transformers' norm recomputed here give the traced
+    bits, and does the best candidate's mean for its shape give them too?"""
+    found = {}
+    for site in torch.load(path):
+        s = site["site"]
+        if s["tensor"] not in ("in_norm", "post_norm", "final_norm"):
+            continue
+        x, w = site["x"].cuda(), site["weight"].cuda()
+        rows, n = x.shape
+        theirs = site["theirs"].cuda()
+        entry = {"recomputed_equals_traced": bool(torch.equal(hf_norm(x, w, site["eps"]), theirs))}
+        best = shapes.get(f"{rows}x{n}", {}).get("best")
+        if best:
+            w_, v_, pat, mul = best.split("/")
+            mean = emulated_mean(x.float().pow(2), int(w_), int(v_), pat, mul == "True")
+            entry["best_candidate"] = best
+            entry["candidate_differ"] = int((hf_norm(x, w, site["eps"], mean) != theirs).sum())
+        entry["ours_differ"] = int((site["ours"].cuda() != theirs).sum())
+        found[f"p{site['prompt']}f{s['forward']}l{s['layer']}/{s['tensor']}"] = entry
+    return found
+
+
+if __name__ == "__main__":
+    main()
