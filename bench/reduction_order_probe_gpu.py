@@ -6,15 +6,17 @@ output, can differ from transformers' by an ulp (``hf_trace_parity_gpu.py`` foun
 norm among the origins on SmolLM2). Each candidate below rebuilds the sum with elementwise
 float32 additions (each exact IEEE, so the order is all that differs) in one shape of
 torch's reduction kernel (``aten/src/ATen/native/cuda/Reduce.cuh``): W threads per row,
-each adding its own elements in one of two patterns, then a shared-memory halving down to
-a warp and a shuffle tree over adjacent lanes; the mean as the sum times 1/N or over N.
+each adding its own elements in one of two patterns, then halving: lane t takes lane
+t + W/2's sum, then t + W/4's, down to one; the mean as the sum times 1/N or over N.
 The report counts, per (rows, N), the rows whose mean has torch's bits under each candidate,
 and checks Triton's ``rsqrt`` against torch's on the means.
 
     python bench/reduction_order_probe_gpu.py [--out DIR] [--sites hf_trace_sites_MODEL.pt]
 
 With ``--sites``, the norm origins traced there are replayed: transformers' norm
-recomputed, and again with the best candidate's mean.
+recomputed, and again with the best candidate's mean. With ``--reveal 576x1,576x4,...``
+the order itself is read off torch's ``mean`` on rows of N values launched R at a time
+(``reveal_meeting_sizes``), written to ``reduction_trees.npz`` for ``tree_from_sizes``.
 """
 
 from __future__ import annotations
@@ -59,15 +61,12 @@ def thread_partials(sq: torch.Tensor, width: int, vec: int, pattern: str) -> tor
 
 
 def block_sum(partials: torch.Tensor) -> torch.Tensor:
-    """[R, W] -> [R]: halve through shared memory down to 32 lanes (lane t takes t + W/2),
-    then the shuffle-down tree (offsets 1, 2, 4, ...) whose lane 0 adds adjacent pairs."""
-    width = partials.shape[1]
-    while width > 32:
-        width //= 2
-        partials = partials[:, :width] + partials[:, width:]
+    """[R, W] -> [R]: lane t takes lane t + W/2's partial, then t + W/4's, ... down to
+    one (through shared memory while more than a warp is left, then warp shuffles with
+    falling offsets: read off torch's kernel with ``--reveal``)."""
     while partials.shape[1] > 1:
-        pairs = partials.view(partials.shape[0], -1, 2)
-        partials = pairs[..., 0] + pairs[..., 1]
+        half = partials.shape[1] // 2
+        partials = partials[:, :half] + partials[:, half:]
     return partials[:, 0]
 
 
@@ -97,6 +96,56 @@ CANDIDATES = [
 ]
 
 
+def reveal_meeting_sizes(n: int, rows: int, device: str = "cuda") -> torch.Tensor:
+    """[n, n] int32: for each pair of positions (i, j), how many of the n addends lie
+    under the addition where i's and j's partial sums first meet, in torch's ``mean``
+    over rows of n float32 values launched ``rows`` at a time. Each probe row holds +M at
+    i, -M at j and 1 elsewhere, M so large that any partial sum with M in it stays M: the
+    ones added into i's or j's partial sums before they meet vanish, the rest add exactly,
+    so the row's sum is n minus the size of that meeting addition's subtree (the tree of
+    additions, binary, is then fixed by these sizes: ``tree_from_sizes``)."""
+    big = 2.0**40
+    pairs = torch.triu_indices(n, n, offset=1, device=device)  # [2, P]
+    sizes = torch.zeros(n, n, dtype=torch.int32, device=device)
+    count = pairs.shape[1]
+    for start in range(0, count, rows):
+        chunk = pairs[:, start : start + rows]
+        probe = torch.ones(rows, n, device=device)
+        live = chunk.shape[1]
+        idx = torch.arange(live, device=device)
+        probe[idx, chunk[0]] = big
+        probe[idx, chunk[1]] = -big
+        total = torch.round(probe.mean(-1)[:live].double() * n).to(torch.int32)
+        sizes[chunk[0], chunk[1]] = n - total
+    return sizes + sizes.T
+
+
+def tree_from_sizes(sizes) -> list:
+    """The nested-list tree of additions whose meeting sizes are ``sizes`` ([n, n]; the
+    diagonal ignored): positions group bottom-up by the size at which they meet."""
+    import numpy as np
+
+    sizes = np.asarray(sizes)
+    n = sizes.shape[0]
+    nodes: dict[int, object] = {i: i for i in range(n)}  # representative -> subtree
+    members = {i: [i] for i in range(n)}
+    for size in sorted(set(sizes[np.triu_indices(n, 1)].tolist())):
+        # groups that meet at this size: union by pairs of current groups
+        reps = list(members)
+        merged: dict[int, list[int]] = {}
+        for a_i, a in enumerate(reps):
+            for b in reps[a_i + 1 :]:
+                if sizes[members[a][0], members[b][0]] == size:
+                    root_a = next((r for r, g in merged.items() if a in g), a)
+                    merged.setdefault(root_a, [root_a])
+                    if b not in merged[root_a]:
+                        merged[root_a].append(b)
+        for root, group in merged.items():
+            nodes[root] = [nodes.pop(g) if g != root else nodes[root] for g in group]
+            members[root] = sum((members.pop(g) for g in group if g != root), members[root])
+    return next(iter(nodes.values()))
+
+
 def hf_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, mean=None) -> torch.Tensor:
     """transformers' Llama RMSNorm, its mean optionally replaced."""
     h = x.float()
@@ -109,7 +158,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/results")))
     parser.add_argument("--sites", type=Path)
     parser.add_argument("--samples", type=int, default=2048, help="random rows per shape")
+    parser.add_argument("--reveal", default="", help="NxR,...: read off the order of those")
     args = parser.parse_args()
+    if args.reveal:
+        import numpy as np
+
+        found = {}
+        for shape in args.reveal.split(","):
+            n, rows = (int(v) for v in shape.split("x"))
+            found[f"n{n}_rows{rows}"] = reveal_meeting_sizes(n, rows).cpu().numpy()
+        args.out.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(args.out / "reduction_trees.npz", **found)
+        print({k: int(v.max()) for k, v in found.items()})
+        return
     torch.manual_seed(0)
     report: dict = {"shapes": {}}
     rsqrt_differ, rsqrt_of = 0, 0
