@@ -96,14 +96,17 @@ CANDIDATES = [
 ]
 
 
-def reveal_meeting_sizes(n: int, rows: int, device: str = "cuda") -> torch.Tensor:
+def reveal_meeting_sizes(
+    n: int, rows: int, device: str = "cuda", mean=lambda t: t.mean(-1)
+) -> torch.Tensor:
     """[n, n] int32: for each pair of positions (i, j), how many of the n addends lie
     under the addition where i's and j's partial sums first meet, in torch's ``mean``
     over rows of n float32 values launched ``rows`` at a time. Each probe row holds +M at
     i, -M at j and 1 elsewhere, M so large that any partial sum with M in it stays M: the
     ones added into i's or j's partial sums before they meet vanish, the rest add exactly,
     so the row's sum is n minus the size of that meeting addition's subtree (the tree of
-    additions, binary, is then fixed by these sizes: ``tree_from_sizes``)."""
+    additions, binary, is then fixed by these sizes: ``tree_from_sizes``). ``mean`` maps
+    [rows, n] float32 to the rows' means: torch's by default."""
     big = 2.0**40
     pairs = torch.triu_indices(n, n, offset=1, device=device)  # [2, P]
     sizes = torch.zeros(n, n, dtype=torch.int32, device=device)
@@ -115,7 +118,7 @@ def reveal_meeting_sizes(n: int, rows: int, device: str = "cuda") -> torch.Tenso
         idx = torch.arange(live, device=device)
         probe[idx, chunk[0]] = big
         probe[idx, chunk[1]] = -big
-        total = torch.round(probe.mean(-1)[:live].double() * n).to(torch.int32)
+        total = torch.round(mean(probe)[:live].double() * n).to(torch.int32)
         sizes[chunk[0], chunk[1]] = n - total
     return sizes + sizes.T
 
@@ -144,6 +147,17 @@ def tree_from_sizes(sizes) -> list:
             nodes[root] = [nodes.pop(g) if g != root else nodes[root] for g in group]
             members[root] = sum((members.pop(g) for g in group if g != root), members[root])
     return next(iter(nodes.values()))
+
+
+def sum_by_tree(tree, x: torch.Tensor) -> torch.Tensor:
+    """x [R, n] float32 summed along the tree (nested lists of positions): [R]."""
+    if isinstance(tree, int):
+        return x[:, tree]
+    parts = [sum_by_tree(sub, x) for sub in tree]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
 
 
 def hf_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, mean=None) -> torch.Tensor:
