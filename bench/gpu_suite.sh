@@ -22,6 +22,11 @@
 #             with kernel tables and each model's b1 step timeline (GPU busy/idle a step)
 # parity      the two engine-vs-transformers parity tests alone, side by side (~4 min;
 #             $PARITY_TESTS: the ones to run, default "qwen3 smollm2")
+# trace       hf_trace_parity_gpu.py on all 8 SmolLM2 prompts (eager: each layer's tensors vs
+#             transformers', the origins' inputs saved), the saved attention origins replayed
+#             against cuDNN (flash_numerics_probe_gpu.py --sites --reference cudnn), the tile
+#             variants vs cuDNN on random inputs, and torch's mean order read off
+#             (reduction_order_probe_gpu.py --reveal) (~4 min; SmolLM2's GGUF carried first)
 # l2          Qwen3-8B b1 with 0, 4, 8, 16 and 32 MiB of each one-row PDL GEMV's weight
 #             prefetched to L2 before its wait (l2_prefetch_bytes), every run on the same
 #             decode GEMM picks (one tuning cache) (~3 min)
@@ -249,6 +254,21 @@ for phase in "$@"; do
       # shellcheck disable=SC2086  # the list is several words
       parity_tests 400 ${PARITY_TESTS:-qwen3 smollm2}
       end_leftovers
+      ;;
+    trace)
+      stamp "SmolLM2 traced layer by layer against transformers; origins replayed vs cuDNN"
+      timeout 200 python3 bench/hf_trace_parity_gpu.py --prompts 0,1,2,3,4,5,6,7 --modes eager \
+        --out "$OUT" 2>&1 | grep -E "parts at|origins"
+      timeout 90 python3 bench/flash_numerics_probe_gpu.py --reference cudnn --variants engine \
+        --sites "$OUT/hf_trace_sites_smollm2.pt" --out "$OUT/sites" 2>&1 | grep -E "^(engine|variant)"
+      variants=engine
+      for n in 64 128; do for fma in 0 1; do for div in 0 3; do
+        variants+=",warps4/n$n/fma$fma/div$div/fwd"
+      done; done; done
+      timeout 200 python3 bench/flash_numerics_probe_gpu.py --reference cudnn \
+        --variants "$variants" --out "$OUT" 2>&1 | grep -E "^(engine|variant|warps)"
+      timeout 60 python3 bench/reduction_order_probe_gpu.py --reveal 576x1,576x8,576x16 \
+        --out "$OUT"
       ;;
     l2)
       # one tuning cache for every run, so all run the same picks and only the prefetch
