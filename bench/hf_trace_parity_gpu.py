@@ -259,12 +259,10 @@ def trace_report(ours: Recorder, theirs: Recorder, forwards: int, layers: int) -
     """First difference and origin counts over the first ``forwards`` forwards."""
     first, origins, seen = None, Counter(), []
     cache_clean = [True] * layers
+    order = [(i, n) for i in range(layers) for n in LAYER_INPUTS] + [(-1, n) for n in FINAL_INPUTS]
     for f in range(forwards):
         a, b = ours.forwards[f], theirs.forwards[f]
         equal: dict[tuple[int, str], bool] = {}
-        order = [(i, n) for i in range(layers) for n in LAYER_INPUTS] + [
-            (-1, n) for n in FINAL_INPUTS
-        ]
         for layer, name in order:
             d = differing(a.get((layer, name)), b.get((layer, name)))
             equal[(layer, name)] = d is None
@@ -291,7 +289,7 @@ def trace_report(ours: Recorder, theirs: Recorder, forwards: int, layers: int) -
     return {"first": first, "origins": dict(origins), "origin_sites": seen[:40]}
 
 
-NORMS = {"in_norm": "resid_in", "post_norm": "resid_mid", "final_norm": "final_resid"}
+NORMS = ("in_norm", "post_norm", "final_norm")  # each computed from one recorded tensor
 
 
 def site_tensors(ours: Recorder, theirs: Recorder, site: dict, hf) -> dict | None:
@@ -323,7 +321,8 @@ def site_tensors(ours: Recorder, theirs: Recorder, site: dict, hf) -> dict | Non
                 "input_layernorm" if name == "in_norm" else "post_attention_layernorm",
             )
         )
-        out["x"] = theirs.forwards[f][(layer, NORMS[name])].cpu()
+        [source] = (LAYER_INPUTS if layer >= 0 else FINAL_INPUTS)[name]
+        out["x"] = theirs.forwards[f][(layer, source)].cpu()
         out["weight"] = module.weight.detach().cpu()
         out["eps"] = float(module.variance_epsilon)
         return out

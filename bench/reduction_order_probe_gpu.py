@@ -124,29 +124,29 @@ def reveal_meeting_sizes(
 
 
 def tree_from_sizes(sizes) -> list:
-    """The nested-list tree of additions whose meeting sizes are ``sizes`` ([n, n]; the
-    diagonal ignored): positions group bottom-up by the size at which they meet."""
+    """The tree of additions (nested pairs of positions) whose meeting sizes are
+    ``sizes`` ([n, n]; the diagonal ignored). Bottom-up: at each size, in increasing
+    order, every group pairs with the one group it meets at that size (its sibling); a
+    group is named by its first position, whose meeting sizes are the whole group's."""
     import numpy as np
 
     sizes = np.asarray(sizes)
     n = sizes.shape[0]
-    nodes: dict[int, object] = {i: i for i in range(n)}  # representative -> subtree
-    members = {i: [i] for i in range(n)}
+    subtree: dict[int, object] = {i: i for i in range(n)}  # group's first position -> tree
     for size in sorted(set(sizes[np.triu_indices(n, 1)].tolist())):
-        # groups that meet at this size: union by pairs of current groups
-        reps = list(members)
-        merged: dict[int, list[int]] = {}
-        for a_i, a in enumerate(reps):
-            for b in reps[a_i + 1 :]:
-                if sizes[members[a][0], members[b][0]] == size:
-                    root_a = next((r for r, g in merged.items() if a in g), a)
-                    merged.setdefault(root_a, [root_a])
-                    if b not in merged[root_a]:
-                        merged[root_a].append(b)
-        for root, group in merged.items():
-            nodes[root] = [nodes.pop(g) if g != root else nodes[root] for g in group]
-            members[root] = sum((members.pop(g) for g in group if g != root), members[root])
-    return next(iter(nodes.values()))
+        firsts = sorted(subtree)
+        sibling: dict[int, int] = {}
+        for k, a in enumerate(firsts):
+            if a in sibling:
+                continue
+            b = next((b for b in firsts[k + 1 :] if b not in sibling and sizes[a, b] == size), None)
+            if b is not None:
+                sibling[a], sibling[b] = b, a
+        for a, b in sibling.items():
+            if a < b:
+                subtree[a] = [subtree[a], subtree.pop(b)]
+    [tree] = subtree.values()
+    return tree
 
 
 def sum_by_tree(tree, x: torch.Tensor) -> torch.Tensor:
@@ -206,7 +206,7 @@ def main() -> None:
             "best": "/".join(map(str, best)),
             "best_exact": exact[best],
             "divide_instead": exact.get((*best[:3], not best[3]), 0),
-            "triton_sum_order": int((flat.sum(-1) / n == ref.view(-1)).sum()),
+            "torch_sum_then_divide": int((flat.sum(-1) / n == ref.view(-1)).sum()),
         }
         var = ref.view(-1) + 1e-5
         rsqrt_differ += int((triton_rsqrt(var) != torch.rsqrt(var)).sum())
