@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 from pathlib import Path
 
@@ -32,46 +31,11 @@ import torch
 import triton
 import triton.language as tl
 
-
-def thread_partials(sq: torch.Tensor, width: int, vec: int, pattern: str) -> torch.Tensor:
-    """sq [R, N] float32 -> [R, width]: each thread's own sum. "vector": thread t loads
-    elements vec * (t + width * p) + i (i < vec) into accumulator i, pass p after pass;
-    "strided": element t + width * (vec * j + i) goes to accumulator i. The accumulators
-    are then added left to right."""
-    rows, n = sq.shape
-    if pattern == "vector":
-        if n % vec:
-            raise ValueError("a row that is not whole vectors")
-        passes = math.ceil(n // vec / width)
-        padded = torch.zeros(rows, passes * width * vec, device=sq.device)
-        padded[:, :n] = sq
-        lanes = padded.view(rows, passes, width, vec)  # [R, pass, thread, i]
-    else:
-        passes = math.ceil(n / (width * vec))
-        padded = torch.zeros(rows, passes * vec * width, device=sq.device)
-        padded[:, :n] = sq
-        lanes = padded.view(rows, passes, vec, width).transpose(2, 3)  # [R, pass, thread, i]
-    acc = lanes[:, 0]
-    for p in range(1, passes):
-        acc = acc + lanes[:, p]  # adding a padded zero is exact
-    out = acc[..., 0]
-    for i in range(1, vec):
-        out = out + acc[..., i]
-    return out
-
-
-def block_sum(partials: torch.Tensor) -> torch.Tensor:
-    """[R, W] -> [R]: lane t takes lane t + W/2's partial, then t + W/4's, ... down to
-    one (through shared memory while more than a warp is left, then warp shuffles with
-    falling offsets: read off torch's kernel with ``--reveal``)."""
-    while partials.shape[1] > 1:
-        half = partials.shape[1] // 2
-        partials = partials[:, :half] + partials[:, half:]
-    return partials[:, 0]
+from jacana_engine.kernels.reference import halving_sum, thread_partials
 
 
 def emulated_mean(sq: torch.Tensor, width: int, vec: int, pattern: str, mul: bool):
-    total = block_sum(thread_partials(sq, width, vec, pattern))
+    total = halving_sum(thread_partials(sq, width, vec, pattern))
     n = sq.shape[1]
     return total * torch.tensor(1.0 / n, dtype=torch.float32) if mul else total / n
 

@@ -6,6 +6,11 @@ rsqrt may flip the last bit of the normalized value, which the weight product ca
 to a second ulp: seen on 9 of 16.8M elements on an H200).
 Outputs are poisoned with NaN; out-of-place calls must leave the inputs unmodified, and the
 in-place form must give the same bits.
+
+The statistics follow torch's CUDA ``mean`` order: checked exactly against the order's
+emulation here (the emulation itself was checked pair by pair against torch on an H200,
+``bench/reduction_order_probe_gpu.py --reveal``), and on the GPU against transformers'
+RMSNorm formula run by torch itself, bit for bit.
 """
 
 from __future__ import annotations
@@ -15,9 +20,14 @@ import torch
 
 pytest.importorskip("triton")
 
+import triton
+import triton.language as tl
+
+from jacana_engine.kernels._row_sum_order import row_sum_of_squares, torch_row_sum_order
 from jacana_engine.kernels.reference import (
     fused_add_rms_norm_reference,
     rms_norm_reference,
+    torch_cuda_row_sum_reference,
 )
 from jacana_engine.kernels.rmsnorm import fused_add_rms_norm, rms_norm
 
@@ -72,3 +82,82 @@ def test_rms_norm_strided_rows(device, seed, checks):
 @pytest.mark.parametrize("hidden", [4096, 5120])
 def test_rms_norm_gpu(gpu, device, seed, checks, hidden):
     _check(device, seed, checks, 4096, hidden, torch.bfloat16)
+
+
+# (hidden, rows in the launch): vector and strided loads, 1 to 5 passes, every width
+SUM_SHAPES = [(576, 1), (576, 3), (576, 8), (576, 16), (1000, 5), (2048, 2), (4096, 1),
+              (128, 1), (128, 64), (96, 3)]  # fmt: skip
+
+
+def test_torch_row_sum_order_widths():
+    """Threads a row and load pattern as read off torch's CUDA mean on an H200, pair by
+    pair (bench/results/reduction_order_reveal_v19.json and _v20.json): 576 values, 128
+    threads for 1 to 5 rows, 64 for 8, 32 from 16; 128 and 256 values load 4 consecutive
+    values a thread, 96 do not."""
+    widths = {rows: torch_row_sum_order(576, rows).width for rows in (1, 2, 3, 4, 5, 8, 16, 64)}
+    assert widths == {1: 128, 2: 128, 3: 128, 4: 128, 5: 128, 8: 64, 16: 32, 64: 32}
+    read_off = {(128, 64): (32, True), (128, 1): (32, True), (96, 16): (32, False),
+                (256, 16): (32, True)}  # fmt: skip
+    for (hidden, rows), (width, vector) in read_off.items():
+        order = torch_row_sum_order(hidden, rows)
+        assert (order.width, order.vector) == (width, vector), (hidden, rows, order)
+    for hidden, rows in SUM_SHAPES:
+        order = torch_row_sum_order(hidden, rows)
+        covered = order.passes * order.width * 4
+        assert covered >= hidden > covered - order.width * 4, (hidden, rows, order)
+
+
+@triton.jit
+def _row_sums_kernel(x_ptr, out_ptr, n, stride, SUM_WIDTH: tl.constexpr,
+                     SUM_VECTOR: tl.constexpr, SUM_PASSES: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0)
+    total = row_sum_of_squares(x_ptr + row * stride, n, SUM_WIDTH, SUM_VECTOR, SUM_PASSES)
+    tl.store(out_ptr + row, total)
+
+
+@pytest.mark.parametrize("hidden,rows", SUM_SHAPES)
+def test_row_sum_of_squares_in_torch_order(device, seed, hidden, rows):
+    """The kernels' sum of squares has the bits of the emulated torch order, which the
+    plain float32 sum does not always have (so the order is what is tested)."""
+    x = (torch.randn(rows, hidden, device=device) * 4).to(torch.bfloat16)
+    order = torch_row_sum_order(hidden, rows)
+    got = torch.full((rows,), float("nan"), device=device)
+    _row_sums_kernel[(rows,)](x, got, hidden, x.stride(0), **order.constexprs())
+    want = torch_cuda_row_sum_reference(x.float().pow(2), order.width, order.vector)
+    assert torch.equal(got, want), f"seed={seed}: {(got != want).sum()} of {rows} rows differ"
+
+
+def test_row_sum_order_is_not_the_plain_sum(device):
+    """The emulated order and a plain sum differ on some rows, or the test above proves
+    nothing about the order."""
+    torch.manual_seed(0)
+    x = (torch.randn(256, 576, device=device) * 4).to(torch.bfloat16).float().pow(2)
+    order = torch_row_sum_order(576, 256)
+    assert (torch_cuda_row_sum_reference(x, order.width, order.vector) != x.sum(-1)).any()
+
+
+def _transformers_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' Llama/Qwen RMSNorm, as its forward writes it, run by torch."""
+    h = x.float()
+    variance = h.pow(2).mean(-1, keepdim=True)
+    return weight * (h * torch.rsqrt(variance + eps)).to(x.dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden", [576, 1024, 2048, 4096, 5120, 128])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 16, 64, 300])
+def test_rms_norm_has_torchs_bits_gpu(gpu, device, seed, hidden, rows):
+    """On the GPU our norms equal transformers' formula run by torch, bit for bit, for any
+    launch shape (torch's order depends on the rows a launch holds)."""
+    eps = 1e-5
+    x = (torch.randn(rows, hidden, device=device) * 3).to(torch.bfloat16)
+    residual = torch.randn(rows, hidden, device=device).to(torch.bfloat16)
+    weight = (1 + 0.1 * torch.randn(hidden, device=device)).to(torch.bfloat16)
+    want = _transformers_rms_norm(x, weight, eps)
+    got = rms_norm(x, weight, eps)
+    assert torch.equal(got, want), f"seed={seed}: {(got != want).sum()} elements differ"
+    summed = x + residual  # transformers' residual add, in bf16
+    normed, new_residual = fused_add_rms_norm(x, residual, weight, eps)
+    assert torch.equal(new_residual, summed), f"seed={seed}"
+    want = _transformers_rms_norm(summed, weight, eps)
+    assert torch.equal(normed, want), f"seed={seed}: {(normed != want).sum()} elements differ"

@@ -91,7 +91,7 @@ def compile_skinny(
         W_EVICTION=cfg.weight_eviction, TAIL=0, BLOCK_TAIL=1,
         L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
     )  # fmt: skip
-    floats = ("eps", "tail_eps")
+    floats = ("eps", "tail_eps", "tail_inv_n")
     pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32"}
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
     divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))

@@ -8,6 +8,8 @@ sync with the host freely and are not meant to be fast. Nothing here imports Tri
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 # ---------------------------------------------------------------- KV cache + attention
@@ -81,6 +83,53 @@ def rms_norm_reference(
     x64 = x.double()
     normed = (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
     return (weight.double() * normed.double()).to(x.dtype)
+
+
+def thread_partials(sq: torch.Tensor, width: int, vec: int, pattern: str) -> torch.Tensor:
+    """sq [R, N] float32 -> [R, width]: each thread's own sum. "vector": thread t loads
+    elements vec * (t + width * p) + i (i < vec) into accumulator i, pass p after pass;
+    "strided": element t + width * (vec * j + i) goes to accumulator i. The accumulators
+    are then added left to right."""
+    rows, n = sq.shape
+    if pattern == "vector":
+        if n % vec:
+            raise ValueError("a row that is not whole vectors")
+        passes = math.ceil(n // vec / width)
+        padded = torch.zeros(rows, passes * width * vec, device=sq.device)
+        padded[:, :n] = sq
+        lanes = padded.view(rows, passes, width, vec)  # [R, pass, thread, i]
+    else:
+        passes = math.ceil(n / (width * vec))
+        padded = torch.zeros(rows, passes * vec * width, device=sq.device)
+        padded[:, :n] = sq
+        lanes = padded.view(rows, passes, vec, width).transpose(2, 3)  # [R, pass, thread, i]
+    acc = lanes[:, 0]
+    for p in range(1, passes):
+        acc = acc + lanes[:, p]  # adding a padded zero is exact
+    out = acc[..., 0]
+    for i in range(1, vec):
+        out = out + acc[..., i]
+    return out
+
+
+def halving_sum(partials: torch.Tensor) -> torch.Tensor:
+    """[R, W] -> [R]: lane t takes lane t + W/2's partial, then t + W/4's, ... down to
+    one (through shared memory while more than a warp is left, then warp shuffles with
+    falling offsets: read off torch's kernel with ``--reveal``)."""
+    while partials.shape[1] > 1:
+        half = partials.shape[1] // 2
+        partials = partials[:, :half] + partials[:, half:]
+    return partials[:, 0]
+
+
+def torch_cuda_row_sum_reference(
+    sq: torch.Tensor,  # [R, N] float32
+    width: int,  # threads a row (kernels._row_sum_order.RowSumOrder.width)
+    vector: bool,  # 4 consecutive values a load, else strided
+) -> torch.Tensor:  # [R] float32
+    """Each row's sum in the order torch's CUDA ``mean`` adds it (float32, each addition
+    rounded): ``thread_partials`` then ``halving_sum``."""
+    return halving_sum(thread_partials(sq, width, 4, "vector" if vector else "strided"))
 
 
 def fused_add_rms_norm_reference(

@@ -2,18 +2,27 @@
 
 Rounding follows HF's Llama/Qwen modules so bf16 outputs match them: the residual sum is
 rounded to the activation dtype, statistics run in float32, the normalized row is
-rounded before the weight multiply, and the product is rounded again. Compiled without
-floating-point contraction so that no rounding step is fused away.
+rounded before the weight multiply, and the product is rounded again. The mean of
+squares is added in the order torch's CUDA ``mean`` adds it (``_row_sum_order``), which
+depends on the launch's row count, so transformers' norm on the GPU and ours agree bit
+for bit. Compiled without floating-point contraction so that no rounding step is fused
+away.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
 from jacana_engine.kernels._common import check_last_dim_contiguous, next_power_of_2
 from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
+from jacana_engine.kernels._row_sum_order import (
+    row_sum_of_squares,
+    torch_row_sum_order,
+    unfused,
+)
 
 
 @triton.jit
@@ -26,10 +35,31 @@ def rms_scale(x, rstd, w, dtype: tl.constexpr):
 
 
 @triton.jit
-def rms_norm_row(x, w, hidden, eps, dtype: tl.constexpr):
-    """One row [BLOCK] float32, zeros past ``hidden``: ``w * rms_norm(x)`` in ``dtype``."""
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / hidden + eps)
+def rms_norm_row(
+    x,
+    row_ptr,
+    w,
+    hidden,
+    inv_hidden,
+    eps,
+    dtype: tl.constexpr,
+    SUM_WIDTH: tl.constexpr,
+    SUM_VECTOR: tl.constexpr,
+    SUM_PASSES: tl.constexpr,
+):
+    """One row [BLOCK] float32, zeros past ``hidden``: ``w * rms_norm(x)`` in ``dtype``.
+    ``row_ptr`` holds the same row (its statistics are read from there in torch's order,
+    ``_row_sum_order``); ``inv_hidden`` is float32's 1 / hidden, as torch's mean scales."""
+    sum_sq = row_sum_of_squares(row_ptr, hidden, SUM_WIDTH, SUM_VECTOR, SUM_PASSES)
+    rstd = tl.rsqrt(unfused(sum_sq * inv_hidden) + eps)
     return rms_scale(x, rstd, w, dtype)
+
+
+def row_norm_args(hidden: int, rows: int) -> tuple[float, dict]:
+    """What ``rms_norm_row`` needs beyond its tensors in a launch of ``rows`` rows:
+    float32's 1 / hidden, and the sum order's constexprs."""
+    inv_hidden = float(np.float32(1.0) / np.float32(hidden))
+    return inv_hidden, torch_row_sum_order(hidden, rows).constexprs()
 
 
 @triton.jit
@@ -44,23 +74,33 @@ def _rms_norm_kernel(
     stride_o,
     stride_ro,
     hidden,
+    inv_hidden,
     eps,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
+    SUM_WIDTH: tl.constexpr,
+    SUM_VECTOR: tl.constexpr,
+    SUM_PASSES: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
     wait_for_previous_kernel(PDL)
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    x_row = x_ptr + row * stride_x
+    x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
         r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
         summed = (x + r).to(residual_out_ptr.dtype.element_ty)
-        tl.store(residual_out_ptr + row * stride_ro + cols, summed, mask=mask)
+        x_row = residual_out_ptr + row * stride_ro
+        tl.store(x_row + cols, summed, mask=mask)
+        tl.debug_barrier()  # the statistics read the stored row back in another order
         x = summed.to(tl.float32)
     w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    out = rms_norm_row(x, w, hidden, eps, out_ptr.dtype.element_ty)
+    out = rms_norm_row(
+        x, x_row, w, hidden, inv_hidden, eps, out_ptr.dtype.element_ty,
+        SUM_WIDTH, SUM_VECTOR, SUM_PASSES,
+    )  # fmt: skip
     tl.store(out_ptr + row * stride_o + cols, out, mask=mask)
 
 
@@ -72,6 +112,7 @@ def _launch(x, residual, weight, eps, out, residual_out, pdl) -> None:
     if num_tokens == 0:
         return
     block = next_power_of_2(hidden)
+    inv_hidden, sum_order = row_norm_args(hidden, num_tokens)
     _rms_norm_kernel[(num_tokens,)](
         x,
         residual,
@@ -83,11 +124,13 @@ def _launch(x, residual, weight, eps, out, residual_out, pdl) -> None:
         out.stride(0),
         residual_out.stride(0),
         hidden,
+        inv_hidden,
         eps,
         HAS_RESIDUAL=residual is not x,
         BLOCK=block,
         num_warps=min(16, max(1, block // 512)),
         enable_fp_fusion=False,
+        **sum_order,
         **pdl_launch(pdl, x.device),
     )
 

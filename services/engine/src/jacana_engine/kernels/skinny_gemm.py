@@ -53,7 +53,7 @@ from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precision, next_power_of_2
 from jacana_engine.kernels._pdl import pdl_launch
 from jacana_engine.kernels.activation import silu_mul_rounded
-from jacana_engine.kernels.rmsnorm import rms_norm_row, rms_scale
+from jacana_engine.kernels.rmsnorm import rms_norm_row, rms_scale, row_norm_args
 
 MAX_M = 16  # rows of x handled in one program; larger batches belong to cuBLAS
 COUNTERS = "skinny_gemm"  # the norm epilogue's arrival counter (kernels/_arrivals.py)
@@ -328,6 +328,7 @@ def _skinny_gemm_kernel(
     num_stats,  # NORM == 3: columns of stats to sum (the producer's programs)
     eps,
     tail_eps,
+    tail_inv_n,  # TAIL == 1: float32's 1 / N
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -347,6 +348,9 @@ def _skinny_gemm_kernel(
     L2_BYTES: tl.constexpr = 0,  # PDL: bytes of each weight row after the PEEL tiles to L2
     L2_PIECES: tl.constexpr = 1,  # in this many bulk prefetches a row
     LOOKAHEAD: tl.constexpr = False,  # the loop loads a weight tile ahead (SkinnyConfig)
+    SUM_WIDTH: tl.constexpr = 1,  # TAIL == 1: the norm's sum order (rmsnorm.row_norm_args)
+    SUM_VECTOR: tl.constexpr = False,
+    SUM_PASSES: tl.constexpr = 1,
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -461,8 +465,8 @@ def _skinny_gemm_kernel(
         arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
         if arrived == tl.num_programs(0) - 1:
             _norm_rows(
-                tail_res_out_ptr, stride_trom, tail_w_ptr, out_ptr, stride_om, M, N, tail_eps,
-                BLOCK_TAIL,
+                tail_res_out_ptr, stride_trom, tail_w_ptr, out_ptr, stride_om, M, N,
+                tail_inv_n, tail_eps, BLOCK_TAIL, SUM_WIDTH, SUM_VECTOR, SUM_PASSES,
             )  # fmt: skip
             tl.store(counter_ptr, 0)  # every program has arrived: ready for the next launch
     else:
@@ -471,16 +475,23 @@ def _skinny_gemm_kernel(
 
 
 @triton.jit
-def _norm_rows(h_ptr, stride_h, w_ptr, out_ptr, stride_o, M, N, eps, BLOCK: tl.constexpr):
-    """out[m] = weight * rms_norm(h[m]) for the M rows of h [M, N], rounded as
-    ``kernels.rmsnorm`` rounds (its statistics summed in this program's order)."""
+def _norm_rows(
+    h_ptr, stride_h, w_ptr, out_ptr, stride_o, M, N, inv_n, eps, BLOCK: tl.constexpr,
+    SUM_WIDTH: tl.constexpr, SUM_VECTOR: tl.constexpr, SUM_PASSES: tl.constexpr,
+):  # fmt: skip
+    """out[m] = weight * rms_norm(h[m]) for the M rows of h [M, N], rounded and summed as
+    ``kernels.rmsnorm`` rounds and sums (torch's order for a launch of M rows)."""
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     dtype = out_ptr.dtype.element_ty
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     for m in range(0, M):  # m * stride: at most 16 rows of one row's width, no overflow
-        x = tl.load(h_ptr + m * stride_h + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(out_ptr + m * stride_o + cols, rms_norm_row(x, w, N, eps, dtype), mask=mask)
+        h_row = h_ptr + m * stride_h
+        x = tl.load(h_row + cols, mask=mask, other=0.0).to(tl.float32)
+        normed = rms_norm_row(
+            x, h_row, w, N, inv_n, eps, dtype, SUM_WIDTH, SUM_VECTOR, SUM_PASSES
+        )  # fmt: skip
+        tl.store(out_ptr + m * stride_o + cols, normed, mask=mask)
 
 
 def can_use(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -622,6 +633,7 @@ def skinny_linear(
     if then_norm is not None:
         counter = arrival_counters(COUNTERS, x.device, 1)
     num_stats = norm.stats.shape[1] if norm is not None and norm.stats is not None else 1
+    tail_inv_n, sum_order = row_norm_args(n, m) if then_norm is not None else (0.0, {})
     launch = pdl_launch(cfg.pdl, x.device)
     l2_row_bytes, l2_pieces = l2_prefetch_plan(cfg, weight) if launch["PDL"] else (0, 1)
     _skinny_gemm_kernel[cfg.grid(n)](
@@ -650,6 +662,7 @@ def skinny_linear(
         num_stats,
         norm.eps if norm is not None else 0.0,
         then_norm.eps if then_norm is not None else 0.0,
+        tail_inv_n,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
@@ -666,6 +679,7 @@ def skinny_linear(
         LOOKAHEAD=cfg.lookahead,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **sum_order,
         **launch,
     )
     return out
