@@ -16,6 +16,13 @@ import triton
 import triton.language as tl
 
 
+def follows_cudnn_tiles(head_dim: int) -> bool:
+    """Whether both paged attention kernels take cuDNN's tile shapes (module docstring) at
+    this head size: up to 64, where they were matched. Wider heads (Qwen3's 128) keep the
+    tiles tuned for speed at the 8B's shapes."""
+    return head_dim <= 64
+
+
 @triton.jit
 def online_softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr):
     """Fold one KV tile into a running softmax-weighted sum; returns (m_i, l_i, acc).

@@ -52,7 +52,11 @@ from jacana_engine.kernels._common import (
     next_power_of_2,
     num_sms,
 )
-from jacana_engine.kernels._online_softmax import normalized, online_softmax_step
+from jacana_engine.kernels._online_softmax import (
+    follows_cudnn_tiles,
+    normalized,
+    online_softmax_step,
+)
 from jacana_engine.kernels._pdl import (
     let_next_kernel_launch,
     pdl_launch,
@@ -487,13 +491,13 @@ def _rope_launch_args(rotation: DecodeRotation, q: torch.Tensor, kv_cache: torch
 
 
 def tile_warps(head_dim: int, block_g: int) -> int:
-    """Warps per program of the decode kernel. At head_dim <= 64, one warp per 16 rows,
+    """Warps per program of the decode kernel. Where ``follows_cudnn_tiles``, one warp per 16 rows,
     as cuDNN lays its warps (``_online_softmax``): each warp then holds all of the tile's
     keys for its rows, so a row's sum over the tile is one thread's fold and a shuffle
     (spread over warps along the keys, it is added in another order: an ulp off at 6 of
     17 traced SmolLM2 sites). Wider heads keep the tuned _NUM_WARPS: there cuDNN's order
     is not matched either way."""
-    return max(1, block_g // 16) if head_dim <= 64 else _NUM_WARPS
+    return max(1, block_g // 16) if follows_cudnn_tiles(head_dim) else _NUM_WARPS
 
 
 def choose_num_splits(

@@ -30,7 +30,11 @@ from jacana_engine.kernels._common import (
     next_power_of_2,
     num_sms,
 )
-from jacana_engine.kernels._online_softmax import normalized, online_softmax_step
+from jacana_engine.kernels._online_softmax import (
+    follows_cudnn_tiles,
+    normalized,
+    online_softmax_step,
+)
 
 _LOG2E = 1.4426950408889634
 # Tile shape and launch config: the fastest of six tried on an H200 at Qwen3-8B shapes in
@@ -38,7 +42,7 @@ _LOG2E = 1.4426950408889634
 # prefix: 0.799 vs 0.881 ms).
 _BLOCK_M = 128  # query rows (tokens x group heads) per program
 _BLOCK_N = 32  # KV tokens per tile at head_dim > 64
-# At head_dim <= 64, cuDNN's tile for a prompt (``_online_softmax``): 128 keys, in
+# Where ``follows_cudnn_tiles`` (head_dim <= 64), cuDNN's tile for a prompt: 128 keys, in
 # programs of at most 64 rows (a [128, 128] float32 score tile would spill at 4 warps), so
 # 16 rows per warp as cuDNN has them.
 _BLOCK_N_SMALL_HEADS = 128
@@ -241,7 +245,7 @@ def paged_prefill_attention(
         return out
 
     group = n_heads // n_kv
-    block_n = _BLOCK_N_SMALL_HEADS if head_dim <= 64 else _BLOCK_N
+    block_n = _BLOCK_N_SMALL_HEADS if follows_cudnn_tiles(head_dim) else _BLOCK_N
     if block_m is None:
         block_m = choose_block_m(batch, max_query_len, group, n_kv, num_sms(q.device))
         if block_n > _BLOCK_N:
