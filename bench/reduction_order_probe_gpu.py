@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jacana_engine.kernels.reference import halving_sum, thread_partials
+from jacana_engine.kernels.reference import halving_sum, thread_partials, transformers_rms_norm
 
 
 def emulated_mean(sq: torch.Tensor, width: int, vec: int, pattern: str, mul: bool):
@@ -124,13 +124,6 @@ def sum_by_tree(tree, x: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def hf_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, mean=None) -> torch.Tensor:
-    """transformers' Llama RMSNorm, its mean optionally replaced."""
-    h = x.float()
-    var = h.pow(2).mean(-1, keepdim=True) if mean is None else mean[:, None]
-    return weight * (h * torch.rsqrt(var + eps)).to(x.dtype)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/results")))
@@ -194,13 +187,19 @@ def replay_sites(path: Path, shapes: dict) -> dict:
         x, w = site["x"].cuda(), site["weight"].cuda()
         rows, n = x.shape
         theirs = site["theirs"].cuda()
-        entry = {"recomputed_equals_traced": bool(torch.equal(hf_norm(x, w, site["eps"]), theirs))}
+        entry = {
+            "recomputed_equals_traced": bool(
+                torch.equal(transformers_rms_norm(x, w, site["eps"]), theirs)
+            )
+        }
         best = shapes.get(f"{rows}x{n}", {}).get("best")
         if best:
             w_, v_, pat, mul = best.split("/")
             mean = emulated_mean(x.float().pow(2), int(w_), int(v_), pat, mul == "True")
             entry["best_candidate"] = best
-            entry["candidate_differ"] = int((hf_norm(x, w, site["eps"], mean) != theirs).sum())
+            entry["candidate_differ"] = int(
+                (transformers_rms_norm(x, w, site["eps"], mean) != theirs).sum()
+            )
         entry["ours_differ"] = int((site["ours"].cuda() != theirs).sum())
         found[f"p{site['prompt']}f{s['forward']}l{s['layer']}/{s['tensor']}"] = entry
     return found

@@ -28,6 +28,7 @@ from jacana_engine.kernels.reference import (
     fused_add_rms_norm_reference,
     rms_norm_reference,
     torch_cuda_row_sum_reference,
+    transformers_rms_norm,
 )
 from jacana_engine.kernels.rmsnorm import fused_add_rms_norm, rms_norm
 
@@ -136,13 +137,6 @@ def test_row_sum_order_is_not_the_plain_sum(device):
     assert (torch_cuda_row_sum_reference(x, order.width, order.vector) != x.sum(-1)).any()
 
 
-def _transformers_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' Llama/Qwen RMSNorm, as its forward writes it, run by torch."""
-    h = x.float()
-    variance = h.pow(2).mean(-1, keepdim=True)
-    return weight * (h * torch.rsqrt(variance + eps)).to(x.dtype)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("hidden", [576, 1024, 2048, 4096, 5120, 128])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 16, 64, 300])
@@ -153,11 +147,11 @@ def test_rms_norm_has_torchs_bits_gpu(gpu, device, seed, hidden, rows):
     x = (torch.randn(rows, hidden, device=device) * 3).to(torch.bfloat16)
     residual = torch.randn(rows, hidden, device=device).to(torch.bfloat16)
     weight = (1 + 0.1 * torch.randn(hidden, device=device)).to(torch.bfloat16)
-    want = _transformers_rms_norm(x, weight, eps)
+    want = transformers_rms_norm(x, weight, eps)
     got = rms_norm(x, weight, eps)
     assert torch.equal(got, want), f"seed={seed}: {(got != want).sum()} elements differ"
     summed = x + residual  # transformers' residual add, in bf16
     normed, new_residual = fused_add_rms_norm(x, residual, weight, eps)
     assert torch.equal(new_residual, summed), f"seed={seed}"
-    want = _transformers_rms_norm(summed, weight, eps)
+    want = transformers_rms_norm(summed, weight, eps)
     assert torch.equal(normed, want), f"seed={seed}: {(normed != want).sum()} elements differ"

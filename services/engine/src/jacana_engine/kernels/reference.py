@@ -85,6 +85,19 @@ def rms_norm_reference(
     return (weight.double() * normed.double()).to(x.dtype)
 
 
+def transformers_rms_norm(
+    x: torch.Tensor,  # [T, hidden]
+    weight: torch.Tensor,  # [hidden]
+    eps: float,
+    mean: torch.Tensor | None = None,  # [T] float32: replaces the mean of squares
+) -> torch.Tensor:  # [T, hidden] in x's dtype
+    """transformers' Llama/Qwen RMSNorm as its forward writes it, run by torch in float32
+    on x's device (on the GPU, the bits our norm kernels must give)."""
+    h = x.float()
+    variance = h.pow(2).mean(-1, keepdim=True) if mean is None else mean[:, None]
+    return weight * (h * torch.rsqrt(variance + eps)).to(x.dtype)
+
+
 def thread_partials(sq: torch.Tensor, width: int, vec: int, pattern: str) -> torch.Tensor:
     """sq [R, N] float32 -> [R, width]: each thread's own sum. "vector": thread t loads
     elements vec * (t + width * p) + i (i < vec) into accumulator i, pass p after pass;
