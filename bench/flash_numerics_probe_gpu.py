@@ -20,15 +20,20 @@ tokens, against flash or (``--reference cudnn``) cuDNN's attention. Writes
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import itertools
 import json
 import math
 import os
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+
+from jacana_engine.kernels._online_softmax import fragment_row_sums, quad_total
 
 _LOG2E = 1.4426950408889634
 
@@ -41,6 +46,19 @@ def _rcp_approx(x):
 
 
 @triton.jit
+def _quad_total(part, QUAD: tl.constexpr):
+    """A quad's four partials [M, 4] to one sum [M]: QUAD 0 as a shuffle of xor 2 then
+    xor 1, (a0 + a2) + (a1 + a3); QUAD 1 as xor 1 then xor 2, (a0 + a1) + (a2 + a3), the
+    engine's (``quad_total``)."""
+    q = tl.arange(0, 4)[None, :]
+    a0 = tl.sum(tl.where(q == 0, part, 0.0), axis=1)
+    a1 = tl.sum(tl.where(q == 1, part, 0.0), axis=1)
+    a2 = tl.sum(tl.where(q == 2, part, 0.0), axis=1)
+    a3 = tl.sum(tl.where(q == 3, part, 0.0), axis=1)
+    return quad_total(part) if QUAD == 1 else (a0 + a2) + (a1 + a3)
+
+
+@triton.jit
 def _tile_attention_kernel(
     q_ptr,  # [P, BLOCK_M, D] bf16 (rows past the real ones are zeros)
     k_ptr,  # [P, S, D]
@@ -48,11 +66,14 @@ def _tile_attention_kernel(
     pos_ptr,  # [P, BLOCK_M] int32: each row's position (it sees keys <= position)
     o_ptr,  # [P, BLOCK_M, D] bf16
     S,
-    scale_log2,
+    scale,
+    scale_log2,  # scale * log2(e), rounded once from double on the host
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     D: tl.constexpr,
-    FMA: tl.constexpr,  # 1: exp2(fma(s, scale, -max * scale)) as flash; 0: scale s first
+    EXP: tl.constexpr,  # how a score becomes exp2's argument (EXP_FORMS)
+    SUM: tl.constexpr,  # the order of the row sum l (SUM_ORDERS)
+    DOT_ACC: tl.constexpr,  # 1: P.V accumulates into the rescaled acc inside the dot
     DIV: tl.constexpr,  # 0: acc / l; 1: acc * (1 / l); 2: acc * rcp.approx; 3: acc * div_rn(1, l)
     REVERSE: tl.constexpr,  # tiles last to first, as flash walks them
 ):
@@ -61,8 +82,10 @@ def _tile_attention_kernel(
     d = tl.arange(0, D)
     q = tl.load(q_ptr + p_id * BLOCK_M * D + m[:, None] * D + d[None, :])
     pos = tl.load(pos_ptr + p_id * BLOCK_M + m)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    log2e = 1.4426950408889634
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the running max, as EXP keeps it
     l_i = tl.zeros([BLOCK_M], tl.float32)
+    part = tl.zeros([BLOCK_M, 4], tl.float32)  # per-thread partial sums (SUM 2, 3)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     n_tiles = tl.cdiv(S, BLOCK_N)
     for t in range(0, n_tiles):
@@ -73,21 +96,39 @@ def _tile_attention_kernel(
         v = tl.load(v_ptr + kv_off, mask=n[:, None] < S, other=0.0)
         s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N] fp32, unscaled
         visible = (n[None, :] < S) & (n[None, :] <= pos[:, None])
-        if FMA:
+        if EXP == 1:  # flash: the max of raw scores, exp2(fma(s, scale_log2, -max * scale_log2))
             s = tl.where(visible, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        elif EXP == 2:  # scaled by the softmax scale, then exp(x - max) as exp2((x - max) * log2e)
+            s = tl.where(visible, s * scale, float("-inf"))
+        elif EXP == 3:  # scaled, then times log2e in its own rounding
+            s = tl.where(visible, (s * scale) * log2e, float("-inf"))
+        else:  # one multiply by scale * log2e
+            s = tl.where(visible, s * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if EXP == 1:
             alpha = tl.exp2((m_i - m_safe) * scale_log2)
             p = tl.exp2(tl.fma(s, scale_log2, -(m_safe * scale_log2)[:, None]))
+        elif EXP == 2:
+            alpha = tl.exp2((m_i - m_safe) * log2e)
+            p = tl.exp2((s - m_safe[:, None]) * log2e)
         else:
-            s = tl.where(visible, s * scale_log2, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_safe)
             p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        if SUM == 0:  # Triton's own reduction of the tile, then into the running sum
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+        elif SUM == 1:  # the tile's sum in MMA fragment order, then into the running sum
+            tile_part = fragment_row_sums(p, tl.zeros([BLOCK_M, 4], tl.float32))
+            l_i = l_i * alpha + _quad_total(tile_part, 0)
+        else:  # per-thread partials kept across tiles, the quad added once at the end
+            part = fragment_row_sums(p, part * alpha[:, None])
+        if DOT_ACC:
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
+    if SUM >= 2:
+        l_i = _quad_total(part, SUM - 2)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     if DIV == 0:
         out = acc / l_safe[:, None]
@@ -99,6 +140,21 @@ def _tile_attention_kernel(
         out = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None]
     o_rows = o_ptr + p_id * BLOCK_M * D + m[:, None] * D
     tl.store(o_rows + d[None, :], out.to(o_ptr.dtype.element_ty))
+
+
+EXP_FORMS = {
+    0: "scores times scale * log2e, minus the max of those, exp2",
+    1: "exp2(fma(raw score, scale * log2e, -raw max * scale * log2e)), as FlashAttention",
+    2: "scores times scale; exp2((score - max) * log2e), as exp() through ex2",
+    3: "scores times scale, then times log2e in a second rounding; minus the max, exp2",
+}
+SUM_ORDERS = {
+    0: "Triton's reduction of each tile, added to the rescaled running sum",
+    1: "each tile summed in MMA fragment order (thread left folds, quad xor 2 then 1)",
+    2: "thread partials kept across tiles (rescaled, then the tile's values folded in), "
+    "the quad added once at the end: xor 2 then 1",
+    3: "as 2, the quad added xor 1 then 2",
+}
 
 
 REFERENCE_BACKENDS = ("flash", "cudnn")
@@ -121,8 +177,48 @@ def sdpa_reference(q, k, v, backend: str = "flash"):
         )
 
 
-def probe_tiles(q, k, v, block_m, block_n, warps, fma, div, reverse):
+class Variant(NamedTuple):
+    """One formulation of the tile kernel (see the kernel's constexprs)."""
+
+    warps: int
+    block_n: int  # keys a tile; 0: cuDNN's, 64 for one query and 128 for a prompt
+    exp: int
+    sum: int
+    dot_acc: int
+    div: int
+    reverse: bool
+    fusion: bool  # whether the compiler may fuse a multiply and an add (Triton's default)
+
+    @property
+    def name(self) -> str:
+        return (
+            f"warps{self.warps}/n{self.block_n or 'cudnn'}/exp{self.exp}/sum{self.sum}"
+            f"/dot{self.dot_acc}/div{self.div}/{'rev' if self.reverse else 'fwd'}"
+            + ("" if self.fusion else "/nofuse")
+        )
+
+
+def all_variants() -> list[Variant]:
+    """The tile shapes and roundings the probe can run; ``--variants`` picks by pattern."""
+    return [
+        Variant(*c)
+        for c in itertools.product(
+            (1, 4),
+            (0, 64, 128),
+            EXP_FORMS,
+            SUM_ORDERS,
+            (0, 1),
+            (0, 3),
+            (False, True),
+            (True, False),
+        )
+    ]
+
+
+def probe_tiles(q, k, v, variant: Variant):
     """The probe kernel on transformers-layout inputs; returns [1, H, T, D]."""
+    block_m = 16 * variant.warps
+    block_n = variant.block_n or (64 if q.shape[2] == 1 else 128)
     _, h, t, dim = q.shape
     h_kv, s = k.shape[1], k.shape[2]
     group = h // h_kv
@@ -146,9 +242,11 @@ def probe_tiles(q, k, v, block_m, block_n, warps, fma, div, reverse):
     pp[:, :n_rows] = pos
     out = torch.empty_like(qp)
     _tile_attention_kernel[(n_prog,)](
-        qp, keys.contiguous(), values.contiguous(), pp, out, s, _LOG2E / math.sqrt(dim),
-        BLOCK_M=block_m, BLOCK_N=block_n, D=dim, FMA=fma, DIV=div, REVERSE=reverse,
-        num_warps=warps,
+        qp, keys.contiguous(), values.contiguous(), pp, out, s, 1 / math.sqrt(dim),
+        _LOG2E / math.sqrt(dim), BLOCK_M=block_m, BLOCK_N=block_n, D=dim,
+        EXP=variant.exp, SUM=variant.sum, DOT_ACC=variant.dot_acc, DIV=variant.div,
+        REVERSE=variant.reverse, num_warps=variant.warps,
+        **({} if variant.fusion else {"enable_fp_fusion": False}),
     )  # fmt: skip
     if t == 1:
         return out[:, :group].reshape(1, h, 1, dim)
@@ -255,7 +353,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/results")))
     parser.add_argument("--max-len", type=int, default=160)
-    parser.add_argument("--variants", default="", help="comma-separated names (default: all)")
+    parser.add_argument(
+        "--variants", default="", help="comma-separated names or fnmatch patterns (default: all)"
+    )
     parser.add_argument("--reference", choices=REFERENCE_BACKENDS, default="flash")
     parser.add_argument(
         "--sites", type=Path, help="hf_trace_sites_MODEL.pt: replay its attention origins"
@@ -300,27 +400,22 @@ def main() -> None:
     wanted = set(filter(None, args.variants.split(",")))
     if not wanted or "engine" in wanted:
         report["engine"] = count(engine_kernels)
-    variants = itertools.product((1, 4), (64, 128), (0, 1), (0, 1, 2, 3), (False, True))
-    for warps, block_n, fma, div, reverse in variants:
-        block_m = 16 * warps
-        name = f"warps{warps}/n{block_n}/fma{fma}/div{div}/{'rev' if reverse else 'fwd'}"
-        if wanted and name not in wanted:
-            continue
-        try:
-            report[name] = count(
-                lambda q, k, v, c=(block_m, block_n, warps, fma, div, reverse): probe_tiles(
-                    q, k, v, *c
-                )
-            )
-        except Exception as exc:  # a config Triton does not build here (registers)
-            report[name] = {"error": str(exc)[:200]}
+    path = args.out / f"flash_numerics_probe_{args.reference}.json"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"flash_numerics_probe_{args.reference}.json").write_text(
-        json.dumps(report, indent=1)
-    )
+    for variant in all_variants():
+        if wanted and not any(fnmatch.fnmatch(variant.name, w) for w in wanted):
+            continue
+        start = time.perf_counter()
+        try:
+            report[variant.name] = count(lambda q, k, v, c=variant: probe_tiles(q, k, v, c))
+        except Exception as exc:  # a config Triton does not build here (registers)
+            report[variant.name] = {"error": str(exc)[:200]}
+        differ = sum(e["differ"] for e in report[variant.name].values() if isinstance(e, dict))
+        print(f"# {variant.name}: {differ} differ ({time.perf_counter() - start:.1f} s)")
+        path.write_text(json.dumps(report, indent=1))  # as it goes: a timeout keeps what ran
     print(json.dumps(report.pop("sites", None)))
     keys = sorted({k for r in report.values() for k in r if k != "error"})
-    print("variant".ljust(34) + "".join(k.rjust(24) for k in keys))
+    print("variant".ljust(52) + "".join(k.rjust(24) for k in keys))
     for name, r in report.items():
         cells = []
         for k in keys:
@@ -330,7 +425,7 @@ def main() -> None:
                     24
                 )
             )
-        print(name.ljust(34) + "".join(cells) + (f"  {r['error']}" if "error" in r else ""))
+        print(name.ljust(52) + "".join(cells) + (f"  {r['error']}" if "error" in r else ""))
 
 
 if __name__ == "__main__":

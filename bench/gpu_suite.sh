@@ -265,10 +265,7 @@ for phase in "$@"; do
         --out "$OUT" 2>&1 | grep -E "parts at|origins"
       timeout 90 python3 bench/flash_numerics_probe_gpu.py --reference cudnn --variants engine \
         --sites "$OUT/hf_trace_sites_smollm2.pt" --out "$OUT/sites" 2>&1 | grep -E "^(engine|variant)"
-      variants=engine
-      for n in 64 128; do for fma in 0 1; do for div in 0 3; do
-        variants+=",warps4/n$n/fma$fma/div$div/fwd"
-      done; done; done
+      variants="engine,warps4/ncudnn/exp[012]/sum[03]/dot0/div0/fwd,warps4/n64/exp0/sum3/dot0/div0/fwd"
       timeout 200 python3 bench/flash_numerics_probe_gpu.py --reference cudnn \
         --variants "$variants" --out "$OUT" 2>&1 | grep -E "^(engine|variant|warps)"
       timeout 60 python3 bench/reduction_order_probe_gpu.py --reveal 576x1,576x8,576x16 \

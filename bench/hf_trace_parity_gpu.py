@@ -375,7 +375,7 @@ def main() -> None:
         for h in handles:
             h.remove()
         theirs[i] = (tokens, rec)
-    sp = t.SamplingParams(temperature=0.0, max_tokens=t.NEW_TOKENS, ignore_eos=True)
+    sp = t.GREEDY
     report: dict[str, Any] = {}
     sites: list[dict] = []
     for mode in args.modes.split(","):

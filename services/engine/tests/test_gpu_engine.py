@@ -13,8 +13,8 @@ torch attention backend (float32 SDPA over the gathered cache: mode
 kernels' roundings from one that is not.
 
 The oracle: for every prompt our greedy continuation equals transformers' (batch of one,
-``generate``, same dtype and device), or every token of it is at worst a near-tie of
-transformers' own choice on the same prefix: transformers generates our continuation
+``generate``, same dtype and device, same decoding rule), or every token of it is at worst
+a near-tie of transformers' own choice on the same prefix: transformers generates our continuation
 (each step forced to our token), and at every step its top logit beats the logit of our
 token by at most two bf16 ulps of the top logit (fused QKV / gate-up GEMMs and batched
 decode reorder the fp32 sums, which may flip a bf16 rounding there). Forcing changes
@@ -25,6 +25,12 @@ continuation is a greedy decoding of transformers' own bf16 logits that breaks e
 differently ("argmax-consistent"). The counts of exact and argmax-consistent prompts, and
 per prompt where it first departs, how far behind, and its largest forced gap, are
 written to ``$JACANA_GPU_REPORT`` (a JSON file) when it is set.
+
+The decoding rule: ``generate`` runs with ``min_new_tokens`` = ``max_new_tokens``, which
+masks EOS at every step, so the engine masks it too (``min_tokens``, :data:`GREEDY`) and
+the gaps are read off transformers' logits with EOS masked. Leaving EOS selectable in the
+engine (``ignore_eos``) instead made it take EOS where that is transformers' raw top
+logit and transformers, masking it, takes the next one (SmolLM2's prompt 7 at step 10).
 
 Transformers' run-to-run set: the continuations transformers itself produces for a
 prompt when only the way it is run changes (alone, left-padded in a batch with all the
@@ -61,6 +67,8 @@ pytestmark = [
 transformers = pytest.importorskip("transformers")
 
 NEW_TOKENS = 48
+# transformers' decoding rule here (module docstring): greedy, EOS masked at every step
+GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS)
 SMOL_PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):\n    ",
@@ -82,6 +90,12 @@ def _smollm2_gguf() -> Path | None:
     return default_model_path()
 
 
+def _eos_ids(model) -> list[int]:
+    """The ids ``generate``'s ``min_new_tokens`` masks: the generation config's EOS."""
+    eos = model.generation_config.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
 def _bf16_ulp(x: float) -> float:
     return 2.0 ** (math.floor(math.log2(max(abs(x), 1e-30))) - 7)
 
@@ -89,7 +103,8 @@ def _bf16_ulp(x: float) -> float:
 def hf_greedy(
     model, prompts: list[list[int]], **generate_kwargs
 ) -> list[tuple[list[int], torch.Tensor]]:
-    """(tokens, logits [NEW_TOKENS, V] float32) of HF greedy generate, one prompt at a time."""
+    """(tokens, logits [NEW_TOKENS, V] float32) of HF greedy generate, one prompt at a time;
+    the logits with EOS at -inf, as ``min_new_tokens`` masks it before each choice."""
     out = []
     with torch.inference_mode():
         for p in prompts:
@@ -106,6 +121,7 @@ def hf_greedy(
                 **generate_kwargs,
             )
             logits = torch.stack([lg[0].float() for lg in gen.logits])
+            logits[:, _eos_ids(model)] = float("-inf")
             out.append((gen.sequences[0, len(p) :].tolist(), logits.cpu()))
     return out
 
@@ -245,8 +261,9 @@ def hf_forced_logits(model, prompt: list[int], tokens: list[int]) -> torch.Tenso
             return forced
 
     processors = transformers.LogitsProcessorList([ForceTokens()])
-    # Our tokens may hold EOS (the engine ignores it), where generate would stop: its
-    # stop token becomes one that ours do not hold (which only masks processed scores).
+    # Our tokens hold no EOS (both sides mask it), but one that generate counts as a stop
+    # token would end it early: its stop token becomes one that ours do not hold (which
+    # only masks processed scores; the returned logits mask the model's EOS as before).
     unused = min(set(range(len(tokens) + 1)) - set(tokens))
     [(got, logits)] = hf_greedy(model, [prompt], eos_token_id=unused, logits_processor=processors)
     assert got == tokens, "transformers did not follow the forced tokens"
@@ -284,7 +301,7 @@ def _engine(
 def _check_and_report(
     name: str, hf, ref, prompts, engines: dict[str, LLMEngine], run_to_run: list[list[list[int]]]
 ) -> None:
-    sp = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    sp = GREEDY
     report, failures = {}, []
     check_forcing_keeps_the_arithmetic(hf, prompts, ref)
     forced_gaps: dict[tuple[int, tuple[int, ...]], list[float]] = {}  # (prompt, ours) -> gaps

@@ -80,7 +80,7 @@ def _folded_rotation(has_norm: bool) -> dict:
     constexprs = dict(
         GROUP=3, BLOCK_G=16, BLOCK_N=decode_attention._BLOCK_N, BLOCK_D=64, BLOCK_SIZE=16,
         NUM_SPLITS=4, BLOCK_GQ=4, BLOCK_S=4, CHUNK_S=4, FUSED_MERGE=True, PRECISION="tf32",
-        PDL=False, ROPE=True, HALF=32, HEAD_DIM=64, BLOCK_HALF=32, BLOCK_PASS=0,
+        FRAGMENT_SUM=True, PDL=False, ROPE=True, HALF=32, HEAD_DIM=64, BLOCK_HALF=32, BLOCK_PASS=0,
         HAS_NORM=has_norm, EARLY_TILE=False,
     )  # fmt: skip
     return _counts(

@@ -1,4 +1,5 @@
-"""Paged decode and prefill attention against the float64 reference.
+"""Paged decode and prefill attention against the float64 reference; the row sum's order
+(``FRAGMENT_SUM``, head_dim <= 64) against its emulation, bit for bit.
 
 Tolerances (‖out − ref‖/‖ref‖, max|out − ref|/max|ref|): float32 inputs 1e-5 / 1e-4
 (IEEE float32 dots); bfloat16 inputs 1e-2 / 3e-2 (bf16 operands and output rounding,
@@ -15,10 +16,14 @@ import torch
 
 pytest.importorskip("triton")
 
+import triton
+import triton.language as tl
+
+from jacana_engine.kernels._online_softmax import fragment_row_sums, initial_row_sum, row_sum
 from jacana_engine.kernels.decode_attention import paged_decode_attention
 from jacana_engine.kernels.kv_cache_write import kv_cache_write
 from jacana_engine.kernels.prefill_attention import paged_prefill_attention
-from jacana_engine.kernels.reference import paged_attention_reference
+from jacana_engine.kernels.reference import mma_fragment_row_sum, paged_attention_reference
 
 TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 3e-2)}
 
@@ -243,6 +248,37 @@ def test_prefill_leaves_uncovered_rows(device, seed, paged_batch):
 
 
 QWEN3_8B = dict(n_heads=32, n_kv=8, head_dim=128, block_size=16)
+
+
+@triton.jit
+def _fragment_sum_kernel(p_ptr, alpha_ptr, out_ptr, TILES: tl.constexpr, ROWS: tl.constexpr,
+                         BLOCK_N: tl.constexpr):  # fmt: skip
+    r = tl.arange(0, ROWS)
+    n = tl.arange(0, BLOCK_N)
+    l_i = initial_row_sum(ROWS, True)
+    for t in tl.static_range(TILES):
+        p = tl.load(p_ptr + t * ROWS * BLOCK_N + r[:, None] * BLOCK_N + n[None, :])
+        alpha = tl.load(alpha_ptr + t * ROWS + r)
+        l_i = fragment_row_sums(p, l_i * alpha[:, None])
+    tl.store(out_ptr + r, row_sum(l_i, True))
+
+
+@pytest.mark.parametrize("block_n", [64, 128])  # cuDNN's tiles: one query, a prompt
+def test_fragment_row_sum_has_the_emulated_order(device, seed, block_n):
+    """The kernels' running sum (two tiles, rescaled between them) has the bits of the
+    emulated order, which a plain float32 sum of the same values does not always have
+    (so the order is what is tested)."""
+    rows, tiles = 16, 2
+    p = torch.rand(tiles, rows, block_n, device=device) * torch.rand(tiles, rows, 1, device=device)
+    alpha = torch.rand(tiles, rows, device=device)
+    alpha[0] = 1.0
+    got = torch.full((rows,), float("nan"), device=device)
+    _fragment_sum_kernel[(1,)](p, alpha, got, TILES=tiles, ROWS=rows, BLOCK_N=block_n)
+    want = mma_fragment_row_sum(list(p), list(alpha))
+    assert torch.equal(got, want), f"seed={seed}: {(got != want).sum()} of {rows} rows differ"
+    many = torch.rand(4096, block_n, device=device)
+    ones = torch.ones(4096, device=device)
+    assert (mma_fragment_row_sum([many], [ones]) != many.sum(-1)).any()
 
 
 @pytest.mark.gpu

@@ -6,9 +6,10 @@ cuDNN's fused attention (torch's first choice on Hopper; ``flash_numerics_probe_
 --sites`` replays transformers' traced calls and only cuDNN gives their bits). Scores are
 scaled before the running max is taken, P is rounded to the value dtype before its
 product with V, and the output is divided by the sum. With cuDNN's tiles (64 keys for one
-query, 128 for a prompt) and a warp per 16 query rows holding all of a tile's keys, our
-kernels then give cuDNN's bits at head_dim 64 on all but about 1 in 10^4..10^5 outputs
-(``bench/results/gpu_targets.md``, nineteenth run)."""
+query, 128 for a prompt), a warp per 16 query rows holding all of a tile's keys, and
+(``FRAGMENT_SUM``) the row sum added in the order of a Hopper MMA accumulator's threads,
+our kernels give cuDNN's bits at head_dim 64 on all but about 1 in 10^5..10^6 outputs
+(``bench/results/gpu_targets.md``, nineteenth and twenty-first runs)."""
 
 from __future__ import annotations
 
@@ -17,24 +18,75 @@ import triton.language as tl
 
 
 def follows_cudnn_tiles(head_dim: int) -> bool:
-    """Whether both paged attention kernels take cuDNN's tile shapes (module docstring) at
-    this head size: up to 64, where they were matched. Wider heads (Qwen3's 128) keep the
-    tiles tuned for speed at the 8B's shapes."""
+    """Whether both paged attention kernels take cuDNN's tile shapes and row-sum order
+    (module docstring) at this head size: up to 64, where they were matched. Wider heads
+    (Qwen3's 128) keep the tiles tuned for speed at the 8B's shapes."""
     return head_dim <= 64
 
 
 @triton.jit
-def online_softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr):
+def fragment_row_sums(p, part):
+    """part [ROWS, 4] plus the tile p [ROWS, BLOCK_N] (BLOCK_N a multiple of 8), added as
+    the threads of a Hopper MMA accumulator hold it: lane q of a row's quad holds columns
+    8 i + 2 q + j and folds them in for i = 0, 1, ..., j = 0, 1 in turn. cuDNN (and
+    FlashAttention) keep such per-thread partial sums across tiles and add the quad's four
+    once, at the end (``quad_total``). Each column is picked out by a masked sum, which is
+    exact (one value plus zeros)."""
+    ROWS: tl.constexpr = p.shape[0]
+    BLOCK_N: tl.constexpr = p.shape[1]
+    pa, pb = tl.split(tl.reshape(p, [ROWS, BLOCK_N // 8, 4, 2]))  # j = 0, 1: [ROWS, N/8, 4]
+    i_idx = tl.arange(0, BLOCK_N // 8)[None, :, None]
+    for i in tl.static_range(BLOCK_N // 8):
+        part = part + tl.sum(tl.where(i_idx == i, pa, 0.0), axis=1)
+        part = part + tl.sum(tl.where(i_idx == i, pb, 0.0), axis=1)
+    return part
+
+
+@triton.jit
+def quad_total(part):
+    """A quad's four partial sums [ROWS, 4] to the row's sum [ROWS] as cuDNN's shuffles
+    add them: (a0 + a1) + (a2 + a3)."""
+    q = tl.arange(0, 4)[None, :]
+    a0 = tl.sum(tl.where(q == 0, part, 0.0), axis=1)
+    a1 = tl.sum(tl.where(q == 1, part, 0.0), axis=1)
+    a2 = tl.sum(tl.where(q == 2, part, 0.0), axis=1)
+    a3 = tl.sum(tl.where(q == 3, part, 0.0), axis=1)
+    return (a0 + a1) + (a2 + a3)
+
+
+@triton.jit
+def initial_row_sum(ROWS: tl.constexpr, FRAGMENT_SUM: tl.constexpr):
+    """The running sum before any tile: [ROWS, 4] per-thread partials with FRAGMENT_SUM,
+    else [ROWS]."""
+    if FRAGMENT_SUM:
+        l_i = tl.zeros([ROWS, 4], dtype=tl.float32)
+    else:
+        l_i = tl.zeros([ROWS], dtype=tl.float32)
+    return l_i
+
+
+@triton.jit
+def row_sum(l_i, FRAGMENT_SUM: tl.constexpr):
+    """The running sum as one value a row [ROWS]."""
+    return quad_total(l_i) if FRAGMENT_SUM else l_i
+
+
+@triton.jit
+def online_softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr, FRAGMENT_SUM: tl.constexpr):
     """Fold one KV tile into a running softmax-weighted sum; returns (m_i, l_i, acc).
 
     s: [ROWS, BLOCK_N] float32 scores in log2 units, -inf where a key is masked; every
     row's running max must end finite (a row's first tile holds a visible key). v:
-    [BLOCK_N, BLOCK_D]. m_i, l_i: [ROWS] float32 running max and sum; acc: [ROWS, BLOCK_D]
-    float32 unnormalized output."""
+    [BLOCK_N, BLOCK_D]. m_i: [ROWS] float32 running max; l_i: the running sum as
+    ``initial_row_sum`` shapes it (``row_sum`` reads it); acc: [ROWS, BLOCK_D] float32
+    unnormalized output."""
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if FRAGMENT_SUM:
+        l_i = fragment_row_sums(p, l_i * alpha[:, None])
+    else:
+        l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None] + tl.dot(
         p.to(v.dtype), v, input_precision=PRECISION, out_dtype=tl.float32
     )

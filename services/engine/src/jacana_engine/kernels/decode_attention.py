@@ -54,8 +54,10 @@ from jacana_engine.kernels._common import (
 )
 from jacana_engine.kernels._online_softmax import (
     follows_cudnn_tiles,
+    initial_row_sum,
     normalized,
     online_softmax_step,
+    row_sum,
 )
 from jacana_engine.kernels._pdl import (
     let_next_kernel_launch,
@@ -191,14 +193,17 @@ def _kv_tile(
 
 
 @triton.jit
-def _attend_tile(q, k, v, n_mask, m_i, l_i, acc, scale_log2, PRECISION: tl.constexpr):
+def _attend_tile(
+    q, k, v, n_mask, m_i, l_i, acc, scale_log2, PRECISION: tl.constexpr,
+    FRAGMENT_SUM: tl.constexpr,
+):  # fmt: skip
     """One step of the online softmax over a KV tile: (m_i, l_i, acc) updated with the
     keys ``k`` and values ``v`` [BLOCK_N, BLOCK_D] whose rows ``n_mask`` holds (>= 1)."""
     # s: [BLOCK_G, BLOCK_N], in log2 units
     s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale_log2
     s = tl.where(n_mask[None, :], s, float("-inf"))
     # Every tile holds >= 1 valid key, so the running max is finite.
-    return online_softmax_step(s, v, m_i, l_i, acc, PRECISION)
+    return online_softmax_step(s, v, m_i, l_i, acc, PRECISION, FRAGMENT_SUM)
 
 
 @triton.jit
@@ -254,6 +259,7 @@ def _decode_partial_kernel(
     CHUNK_S: tl.constexpr,
     FUSED_MERGE: tl.constexpr,
     PRECISION: tl.constexpr,
+    FRAGMENT_SUM: tl.constexpr,  # the row sum in cuDNN's order (_online_softmax)
     PDL: tl.constexpr,
     ROPE: tl.constexpr,  # rotate q and k here and store k and v first (see DecodeRotation)
     HALF: tl.constexpr,  # ROPE: rotary_dim // 2
@@ -324,7 +330,7 @@ def _decode_partial_kernel(
     )
 
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    l_i = initial_row_sum(BLOCK_G, FRAGMENT_SUM)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
     rest = tile_lo
     if EARLY_TILE:
@@ -337,14 +343,17 @@ def _decode_partial_kernel(
             v_now = tl.load(v_cache_ptr + at_now, mask=is_now, other=0.0)
             m_i, l_i, acc = _attend_tile(
                 q, tl.where(is_now, k_now, k_first), tl.where(is_now, v_now, v_first),
-                n_first < seq_len, m_i, l_i, acc, scale_log2, PRECISION,
+                n_first < seq_len, m_i, l_i, acc, scale_log2, PRECISION, FRAGMENT_SUM,
             )  # fmt: skip
     for tile in range(rest, tile_hi):
         k, v, _, n = _kv_tile(
             k_cache_ptr, v_cache_ptr, bt_row, tile, seq_len, head_off, stride_cache_block,
             stride_cache_offset, seq_len, d, d_mask, BLOCK_N, BLOCK_SIZE,
         )  # fmt: skip
-        m_i, l_i, acc = _attend_tile(q, k, v, n < seq_len, m_i, l_i, acc, scale_log2, PRECISION)
+        m_i, l_i, acc = _attend_tile(
+            q, k, v, n < seq_len, m_i, l_i, acc, scale_log2, PRECISION, FRAGMENT_SUM
+        )
+    l_i = row_sum(l_i, FRAGMENT_SUM)  # [BLOCK_G]
 
     if NUM_SPLITS == 1:
         out = normalized(acc, l_i)  # seq_len 0: no keys, zeros
@@ -621,6 +630,7 @@ def paged_decode_attention(
         NUM_SPLITS=num_splits,
         FUSED_MERGE=fused,
         PRECISION=dot_precision(q.dtype),
+        FRAGMENT_SUM=follows_cudnn_tiles(head_dim),
         **merge_meta,
         **rope_meta,
         EARLY_TILE=early,

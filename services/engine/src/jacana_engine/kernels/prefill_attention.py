@@ -32,8 +32,10 @@ from jacana_engine.kernels._common import (
 )
 from jacana_engine.kernels._online_softmax import (
     follows_cudnn_tiles,
+    initial_row_sum,
     normalized,
     online_softmax_step,
+    row_sum,
 )
 
 _LOG2E = 1.4426950408889634
@@ -64,7 +66,7 @@ def _attend_tile(
     q,  # [BLOCK_M, BLOCK_D]
     acc,  # [BLOCK_M, BLOCK_D] float32
     m_i,  # [BLOCK_M] float32, running max (log2 units)
-    l_i,  # [BLOCK_M] float32, running sum
+    l_i,  # float32 running sum (initial_row_sum)
     start,
     kv_end,
     q_pos,  # [BLOCK_M]
@@ -81,6 +83,7 @@ def _attend_tile(
     BLOCK_SIZE: tl.constexpr,
     CAUSAL_EDGE: tl.constexpr,
     PRECISION: tl.constexpr,
+    FRAGMENT_SUM: tl.constexpr,
 ):
     """One KV tile of the online softmax. Off the causal edge every key of the tile is
     in range and visible to every row, so neither bounds nor causal masks are applied."""
@@ -110,7 +113,7 @@ def _attend_tile(
         # Key 0 is visible to every row and lies in the first tile, so m_i is finite
         # from then on; a row with no visible key in a later tile keeps alpha = 1, p = 0.
         s = tl.where((n[None, :] <= q_pos[:, None]) & n_mask[None, :], s, float("-inf"))
-    m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PRECISION)
+    m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc, PRECISION, FRAGMENT_SUM)
     return acc, m_i, l_i
 
 
@@ -140,6 +143,7 @@ def _prefill_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     PRECISION: tl.constexpr,
+    FRAGMENT_SUM: tl.constexpr,  # the row sum in cuDNN's order (_online_softmax)
 ):
     kv_head = tl.program_id(0)
     seq = tl.program_id(1)
@@ -174,7 +178,7 @@ def _prefill_kernel(
     open_end = (context + first + 1) // BLOCK_N * BLOCK_N
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    l_i = initial_row_sum(BLOCK_M, FRAGMENT_SUM)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
     head_off = kv_head * stride_cache_head
@@ -182,16 +186,16 @@ def _prefill_kernel(
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, start, kv_end, q_pos, bt_row, k_cache_ptr, v_cache_ptr,
             head_off, stride_cache_block, stride_cache_offset, scale_log2,
-            HEAD_DIM, BLOCK_N, BLOCK_D, BLOCK_SIZE, False, PRECISION,
+            HEAD_DIM, BLOCK_N, BLOCK_D, BLOCK_SIZE, False, PRECISION, FRAGMENT_SUM,
         )  # fmt: skip
     for start in range(open_end, kv_end, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, start, kv_end, q_pos, bt_row, k_cache_ptr, v_cache_ptr,
             head_off, stride_cache_block, stride_cache_offset, scale_log2,
-            HEAD_DIM, BLOCK_N, BLOCK_D, BLOCK_SIZE, True, PRECISION,
+            HEAD_DIM, BLOCK_N, BLOCK_D, BLOCK_SIZE, True, PRECISION, FRAGMENT_SUM,
         )  # fmt: skip
 
-    out = normalized(acc, l_i)
+    out = normalized(acc, row_sum(l_i, FRAGMENT_SUM))
     tl.store(
         out_ptr + q_rows[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :],
         out.to(out_ptr.dtype.element_ty),
@@ -280,6 +284,7 @@ def paged_prefill_attention(
         BLOCK_D=next_power_of_2(head_dim),
         BLOCK_SIZE=kv_cache.shape[2],
         PRECISION=dot_precision(q.dtype),
+        FRAGMENT_SUM=follows_cudnn_tiles(head_dim),
         num_warps=_NUM_WARPS,
         num_stages=_NUM_STAGES,
     )

@@ -145,6 +145,27 @@ def torch_cuda_row_sum_reference(
     return halving_sum(thread_partials(sq, width, 4, "vector" if vector else "strided"))
 
 
+def mma_fragment_row_sum(
+    tiles: list[torch.Tensor],  # each [R, N] float32 (N a multiple of 8): a tile's p
+    alphas: list[torch.Tensor],  # each [R] float32: the rescale before that tile
+) -> torch.Tensor:  # [R] float32
+    """The online softmax's row sum in the order cuDNN adds it (read off an H200 against
+    its SDPA, ``bench/flash_numerics_probe_gpu.py``): lane q of a row's quad keeps a
+    partial sum across tiles; before each tile it is multiplied by that tile's alpha, then
+    the tile's columns 8 i + 2 q + j are added one at a time (i = 0, 1, ..., j = 0, 1
+    within i); at the end the quad's partials are added as (a0 + a1) + (a2 + a3). Each
+    operation rounds to float32 on its own."""
+    rows = tiles[0].shape[0]
+    part = torch.zeros(rows, 4, dtype=torch.float32, device=tiles[0].device)
+    for tile, alpha in zip(tiles, alphas, strict=True):
+        part = part * alpha[:, None]
+        lanes = tile.view(rows, tile.shape[1] // 8, 4, 2)  # [R, i, q, j]
+        for i in range(lanes.shape[1]):
+            for j in range(2):
+                part = part + lanes[:, i, :, j]
+    return (part[:, 0] + part[:, 1]) + (part[:, 2] + part[:, 3])
+
+
 def fused_add_rms_norm_reference(
     x: torch.Tensor,  # [T, hidden]
     residual: torch.Tensor,  # [T, hidden]
