@@ -1,20 +1,26 @@
-"""Which formulation of a Triton attention tile gives torch's flash SDPA bits?
+"""Which formulation of a Triton attention tile gives the bits of torch's SDPA?
 
-transformers runs SDPA, which on an H200 in bf16 is FlashAttention-2 (torch's copy). Our
-kernels compute the same softmax with other roundings: the scores scaled before the max
-(flash subtracts the scaled max in one fused multiply-add), the output divided by the sum
-(flash multiplies by its reciprocal), and the tile's warps laid along the keys (flash
-gives each warp 16 rows and all of a 128-key tile, so a row's sum is one thread's left fold
-then a 4-lane shuffle). Each variant below is a small Triton kernel over one tile of keys
-at a time, given the same bf16 q, k, v as SDPA is (transformers' call: enable_gqa, causal
-for a prompt), and the report counts output elements whose bits differ from SDPA's.
+transformers runs SDPA, which on an H200 in bf16 is cuDNN's fused attention (torch's
+first choice on Hopper; ``--reference flash`` compares with FlashAttention-2 instead).
+Each variant is a small Triton kernel over one tile of keys at a time, given the same
+bf16 q, k, v as SDPA is (transformers' call: causal for a prompt), and the report counts
+output elements whose bits differ from SDPA's. A variant's name spells its choices
+(``Variant``): warps (16 query rows each), keys a tile (``ncudnn``: 64 for one query,
+128 for a prompt), how a score becomes exp2's argument (``EXP_FORMS``), the order of the
+row sum (``SUM_ORDERS``: Triton's reduction, or a Hopper MMA fragment's per-thread left
+folds and quad shuffles, per tile or kept across tiles), whether P.V accumulates inside
+the dot, how the output is divided, the tiles' direction, and whether the compiler may
+fuse multiplies and adds.
 
-    python bench/flash_numerics_probe_gpu.py [--out DIR]
+    python bench/flash_numerics_probe_gpu.py [--reference cudnn] [--variants PATTERNS]
+        [--sites hf_trace_sites_MODEL.pt] [--out DIR]
 
 Shapes: SmolLM2-135M (9 query heads, 3 KV heads, head_dim 64) and Qwen3-8B (32/8, 128);
 decode (one query) at every context length 1..160 and prefill (causal prompt) at 2..160
-tokens, against flash or (``--reference cudnn``) cuDNN's attention. Writes
-``flash_numerics_probe_REFERENCE.json``; the engine's own kernels are counted too.
+tokens; or (``--sites``) the attention origins ``hf_trace_parity_gpu.py`` saved. Writes
+``flash_numerics_probe_REFERENCE.json`` after every variant (a timeout keeps what ran);
+the engine's own kernels are counted too (``engine``). Every variant compiles once per
+shape, about 2 s on the GPU host: pick them with fnmatch patterns.
 """
 
 from __future__ import annotations
@@ -398,10 +404,11 @@ def main() -> None:
         return tally
 
     wanted = set(filter(None, args.variants.split(",")))
-    if not wanted or "engine" in wanted:
-        report["engine"] = count(engine_kernels)
     path = args.out / f"flash_numerics_probe_{args.reference}.json"
     args.out.mkdir(parents=True, exist_ok=True)
+    if not wanted or "engine" in wanted:
+        report["engine"] = count(engine_kernels)
+        path.write_text(json.dumps(report, indent=1))
     for variant in all_variants():
         if wanted and not any(fnmatch.fnmatch(variant.name, w) for w in wanted):
             continue
