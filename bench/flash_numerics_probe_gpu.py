@@ -260,8 +260,10 @@ def probe_tiles(q, k, v, variant: Variant):
 
 
 def engine_kernels(q, k, v):
-    """The engine's decode or prefill kernel on the same inputs (one sequence, paged)."""
-    from jacana_engine.kernels.decode_attention import paged_decode_attention
+    """The engine's decode or prefill kernel on the same inputs (one sequence, paged), the
+    decode with the split count a batch-1 CUDA graph of the parity tests' engines (1,024
+    tokens a sequence) launches it with."""
+    from jacana_engine.kernels.decode_attention import choose_num_splits, paged_decode_attention
     from jacana_engine.kernels.prefill_attention import paged_prefill_attention
 
     t, dim = q.shape[2], q.shape[3]
@@ -276,7 +278,10 @@ def engine_kernels(q, k, v):
     lens = torch.tensor([s], dtype=torch.int32, device=q.device)
     qs = q[0].transpose(0, 1).contiguous()  # [T, H, D]
     if t == 1:
-        out = paged_decode_attention(qs, cache, lens, tables, 1 / math.sqrt(dim), max_seq_len=s)
+        splits = choose_num_splits(1, h_kv, 1024, q.device)
+        out = paged_decode_attention(
+            qs, cache, lens, tables, 1 / math.sqrt(dim), num_splits=splits, max_seq_len=s
+        )
     else:
         qsl = torch.tensor([0, t], dtype=torch.int32, device=q.device)
         out = paged_prefill_attention(

@@ -79,9 +79,9 @@ def _folded_rotation(has_norm: bool) -> dict:
     # SmolLM2: 9 q heads over 3 KV heads of 64, block 16, four splits merged in the launch
     constexprs = dict(
         GROUP=3, BLOCK_G=16, BLOCK_N=decode_attention._BLOCK_N, BLOCK_D=64, BLOCK_SIZE=16,
-        NUM_SPLITS=4, BLOCK_GQ=4, BLOCK_S=4, CHUNK_S=4, FUSED_MERGE=True, PRECISION="tf32",
-        FRAGMENT_SUM=True, PDL=False, ROPE=True, HALF=32, HEAD_DIM=64, BLOCK_HALF=32, BLOCK_PASS=0,
-        HAS_NORM=has_norm, EARLY_TILE=False,
+        NUM_SPLITS=4, MIN_SPLIT_TILES=4, BLOCK_GQ=4, BLOCK_S=4, CHUNK_S=4, FUSED_MERGE=True,
+        PRECISION="tf32", FRAGMENT_SUM=True, PDL=False, ROPE=True, HALF=32, HEAD_DIM=64,
+        BLOCK_HALF=32, BLOCK_PASS=0, HAS_NORM=has_norm, EARLY_TILE=False,
     )  # fmt: skip
     return _counts(
         decode_attention._decode_partial_kernel, constexprs, pointers, ("scale_log2", "rope_eps")

@@ -7,7 +7,10 @@ With one split it writes the output directly; otherwise it writes an unnormalize
 partial (accumulator, running max, running sum) and the splits are merged with
 log-sum-exp weights. The split count is fixed per launch while each sequence divides
 its own length into that many ranges on the device, so a launch needs no host sync and
-has the same grid every step (CUDA-graph friendly).
+has the same grid every step (CUDA-graph friendly). A split takes at least
+``MIN_SPLIT_TILES`` tiles: where the kernels follow cuDNN's numerics (``_online_softmax``)
+that is 4 (256 keys), so a sequence that short runs in one pass, as cuDNN's attention
+does (a merge of per-split partials rounds differently), whatever the graph's split count.
 
 The merge runs by default in the same launch ("last program merges"): each stage-1
 program bumps a per-(sequence, KV head) arrival counter after storing its partial, and
@@ -72,6 +75,10 @@ COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kerne
 _BLOCK_N = 64  # KV tokens per tile (cuDNN's for one query: ``_online_softmax``)
 _MIN_BLOCK_G = 16  # tl.dot needs >= 16 rows: small GQA groups are padded
 _MAX_SPLITS = 64
+# Tiles a split takes at least where the kernels follow cuDNN's numerics (module
+# docstring): cuDNN's bits were matched in one pass up to 160 keys (``bench/results/
+# gpu_targets.md``); the merge of splits would part from them from the second tile on.
+_CUDNN_MIN_SPLIT_TILES = 4
 _NUM_WARPS = 4  # warps a program of the decode kernel (and of its unfused merge)
 # fp32 partial elements a merge step holds (group heads x splits x head_dim): 128 per
 # thread at 4 warps. Fewer splits a step measured slower on an H200 (batch 1, 4096 tokens).
@@ -254,6 +261,7 @@ def _decode_partial_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    MIN_SPLIT_TILES: tl.constexpr,  # tiles a split takes at least (the later ones go empty)
     BLOCK_GQ: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CHUNK_S: tl.constexpr,
@@ -280,7 +288,7 @@ def _decode_partial_kernel(
     # ROPE, else by the kernel before), so its row is read after it.
     seq_len = tl.load(seq_lens_ptr + seq)
     num_tiles = tl.cdiv(seq_len, BLOCK_N)
-    tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
+    tiles_per_split = tl.maximum(tl.cdiv(num_tiles, NUM_SPLITS), MIN_SPLIT_TILES)
     tile_lo = split * tiles_per_split
     tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
 
@@ -628,6 +636,7 @@ def paged_decode_attention(
         BLOCK_N=_BLOCK_N,
         BLOCK_SIZE=block_size,
         NUM_SPLITS=num_splits,
+        MIN_SPLIT_TILES=_CUDNN_MIN_SPLIT_TILES if follows_cudnn_tiles(head_dim) else 1,
         FUSED_MERGE=fused,
         PRECISION=dot_precision(q.dtype),
         FRAGMENT_SUM=follows_cudnn_tiles(head_dim),
