@@ -26,7 +26,8 @@
 #             transformers', the origins' inputs saved), the saved attention origins replayed
 #             against cuDNN (flash_numerics_probe_gpu.py --sites --reference cudnn), the tile
 #             variants vs cuDNN on random inputs, and torch's mean order read off
-#             (reduction_order_probe_gpu.py --reveal) (~4 min; SmolLM2's GGUF carried first)
+#             (reduction_order_probe_gpu.py --reveal: 576 values a row as SmolLM2's norms,
+#             64 as a head_dim-64 q/k norm's heads) (~4 min; SmolLM2's GGUF carried first)
 # l2          Qwen3-8B b1 with 0, 4, 8, 16 and 32 MiB of each one-row PDL GEMV's weight
 #             prefetched to L2 before its wait (l2_prefetch_bytes), every run on the same
 #             decode GEMM picks (one tuning cache) (~3 min)
@@ -268,8 +269,8 @@ for phase in "$@"; do
       variants="engine,warps4/ncudnn/exp[012]/sum[03]/dot0/div0/fwd,warps4/n64/exp0/sum3/dot0/div0/fwd"
       timeout 200 python3 bench/flash_numerics_probe_gpu.py --reference cudnn \
         --variants "$variants" --out "$OUT" 2>&1 | grep -E "^(engine|variant|warps)"
-      timeout 60 python3 bench/reduction_order_probe_gpu.py --reveal 576x1,576x8,576x16 \
-        --out "$OUT"
+      timeout 60 python3 bench/reduction_order_probe_gpu.py \
+        --reveal 576x1,576x8,576x16,64x2,64x8,64x64 --out "$OUT"
       ;;
     l2)
       # one tuning cache for every run, so all run the same picks and only the prefetch
