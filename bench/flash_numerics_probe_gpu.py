@@ -40,6 +40,7 @@ import triton
 import triton.language as tl
 
 from jacana_engine.kernels._online_softmax import fragment_row_sums, quad_total
+from jacana_engine.kernels._row_sum_order import four_columns
 
 _LOG2E = 1.4426950408889634
 
@@ -56,11 +57,7 @@ def _quad_total(part, QUAD: tl.constexpr):
     """A quad's four partials [M, 4] to one sum [M]: QUAD 0 as a shuffle of xor 2 then
     xor 1, (a0 + a2) + (a1 + a3); QUAD 1 as xor 1 then xor 2, (a0 + a1) + (a2 + a3), the
     engine's (``quad_total``)."""
-    q = tl.arange(0, 4)[None, :]
-    a0 = tl.sum(tl.where(q == 0, part, 0.0), axis=1)
-    a1 = tl.sum(tl.where(q == 1, part, 0.0), axis=1)
-    a2 = tl.sum(tl.where(q == 2, part, 0.0), axis=1)
-    a3 = tl.sum(tl.where(q == 3, part, 0.0), axis=1)
+    a0, a1, a2, a3 = four_columns(part)
     return quad_total(part) if QUAD == 1 else (a0 + a2) + (a1 + a3)
 
 

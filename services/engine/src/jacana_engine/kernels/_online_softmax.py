@@ -16,6 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from jacana_engine.kernels._row_sum_order import four_columns
+
 
 def follows_cudnn_tiles(head_dim: int) -> bool:
     """Whether both paged attention kernels take cuDNN's tile shapes and row-sum order
@@ -46,11 +48,7 @@ def fragment_row_sums(p, part):
 def quad_total(part):
     """A quad's four partial sums [ROWS, 4] to the row's sum [ROWS] as cuDNN's shuffles
     add them: (a0 + a1) + (a2 + a3)."""
-    q = tl.arange(0, 4)[None, :]
-    a0 = tl.sum(tl.where(q == 0, part, 0.0), axis=1)
-    a1 = tl.sum(tl.where(q == 1, part, 0.0), axis=1)
-    a2 = tl.sum(tl.where(q == 2, part, 0.0), axis=1)
-    a3 = tl.sum(tl.where(q == 3, part, 0.0), axis=1)
+    a0, a1, a2, a3 = four_columns(part)
     return (a0 + a1) + (a2 + a3)
 
 

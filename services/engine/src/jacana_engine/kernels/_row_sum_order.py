@@ -75,6 +75,16 @@ def unfused(v):
 
 
 @triton.jit
+def four_columns(x):
+    """x [R, 4] -> its columns (c0, c1, c2, c3), each [R], picked out exactly (no
+    arithmetic), for sums that add them in a fixed order."""
+    even, odd = tl.split(tl.reshape(x, (x.shape[0], 2, 2)))  # columns {0, 2} and {1, 3}
+    c0, c2 = tl.split(even)
+    c1, c3 = tl.split(odd)
+    return c0, c1, c2, c3
+
+
+@triton.jit
 def row_sum_of_squares(
     row_ptr,
     n,
@@ -98,9 +108,7 @@ def row_sum_of_squares(
         v = tl.load(row_ptr + idx, mask=idx < n, other=0.0).to(tl.float32)
         acc += unfused(v * v)  # zeros past n add exactly
     # the 4 running sums, added left to right
-    even, odd = tl.split(tl.reshape(acc, (SUM_WIDTH, 2, 2)))  # sums {0, 2} and {1, 3}
-    s0, s2 = tl.split(even)
-    s1, s3 = tl.split(odd)
+    s0, s1, s2, s3 = four_columns(acc)
     total = ((s0 + s1) + s2) + s3  # [W]
     # halving: thread t takes thread t + half's sum, half = W/2, W/4, ..., 1
     for _ in tl.static_range(SUM_WIDTH.bit_length() - 1):
