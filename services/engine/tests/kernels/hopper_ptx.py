@@ -70,6 +70,7 @@ def _counts(fn, constexprs: dict, pointers: dict, floats: tuple = (), divisible=
 
 def _folded_rotation(has_norm: bool) -> dict:
     from jacana_engine.kernels import decode_attention
+    from jacana_engine.kernels.rope import qk_norm_order
 
     pointers = {
         "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "counters_ptr": "*i32",
@@ -82,6 +83,7 @@ def _folded_rotation(has_norm: bool) -> dict:
         NUM_SPLITS=4, MIN_SPLIT_TILES=4, BLOCK_GQ=4, BLOCK_S=4, CHUNK_S=4, FUSED_MERGE=True,
         PRECISION="tf32", FRAGMENT_SUM=True, PDL=False, ROPE=True, HALF=32, HEAD_DIM=64,
         BLOCK_HALF=32, BLOCK_PASS=0, HAS_NORM=has_norm, EARLY_TILE=False,
+        NORM_ORDER=qk_norm_order(64, 64) if has_norm else 0,
     )  # fmt: skip
     return _counts(
         decode_attention._decode_partial_kernel, constexprs, pointers, ("scale_log2", "rope_eps")

@@ -21,14 +21,30 @@ pytest.importorskip("triton")
 import triton
 import triton.language as tl
 
+from jacana_engine.kernels._row_sum_order import (
+    HEAD_SUM_PAIRS,
+    HEAD_SUM_QUADS,
+    HEAD_SUM_TRITON,
+    head_norm_order,
+    head_sum_of_squares,
+    torch_row_sum_order,
+)
 from jacana_engine.kernels.kv_cache_write import kv_cache_write
 from jacana_engine.kernels.reference import (
     build_cos_sin_cache,
     qk_norm_rope_reference,
     rope_kv_store_reference,
     rope_reference,
+    torch_cuda_row_sum_reference,
+    transformers_rms_norm,
 )
-from jacana_engine.kernels.rope import KVStore, qk_norm_rope, rope, rounded_product
+from jacana_engine.kernels.rope import (
+    KVStore,
+    qk_norm_order,
+    qk_norm_rope,
+    rope,
+    rounded_product,
+)
 
 
 def _inv_freq(rotary_dim: int, theta: float = 1e6) -> torch.Tensor:
@@ -130,6 +146,76 @@ def test_rope_gpu_qwen3_8b(gpu, device, seed, checks, qk_norm):
         dtype=torch.bfloat16,
         qk_norm=qk_norm,
     )
+
+
+# ---------------------------------------------------------------- the q/k norm's sum order
+
+
+def test_head_norm_order():
+    """Which heads can follow torch's order from their rotary halves: whole powers of 2 up
+    to 128, rotated over all of the head (16 to 64 strided, 128 four consecutive values a
+    thread); and up to which size the kernels do (not at Qwen3's 128: speed)."""
+    forms = {hd: head_norm_order(hd, hd) for hd in (16, 32, 48, 64, 96, 128, 256)}
+    assert forms == {16: HEAD_SUM_PAIRS, 32: HEAD_SUM_PAIRS, 48: HEAD_SUM_TRITON,
+                     64: HEAD_SUM_PAIRS, 96: HEAD_SUM_TRITON, 128: HEAD_SUM_QUADS,
+                     256: HEAD_SUM_TRITON}  # fmt: skip
+    assert head_norm_order(64, 32) == HEAD_SUM_TRITON  # partial rotation: a third part
+    assert qk_norm_order(64, 64) == HEAD_SUM_PAIRS
+    assert qk_norm_order(128, 128) == HEAD_SUM_TRITON
+
+
+@triton.jit
+def _head_sums_kernel(x_ptr, out_ptr, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+                      ORDER: tl.constexpr):  # fmt: skip
+    h = tl.arange(0, BLOCK_H)[:, None]
+    j = tl.arange(0, HALF)[None, :]
+    x1 = tl.load(x_ptr + h * 2 * HALF + j).to(tl.float32)
+    x2 = tl.load(x_ptr + h * 2 * HALF + HALF + j).to(tl.float32)
+    tl.store(out_ptr + tl.arange(0, BLOCK_H), head_sum_of_squares(x1, x2, HALF, ORDER))
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128])
+def test_head_sum_of_squares_in_torch_order(device, seed, head_dim):
+    """The q/k norm's sum from the rotary halves has the bits of torch's order for rows of
+    head_dim values at every row count (emulated), which the plain sum does not always
+    have."""
+    heads = 64
+    x = (torch.randn(heads, head_dim, device=device) * 4).to(torch.bfloat16)
+    got = torch.full((heads,), float("nan"), device=device)
+    order = head_norm_order(head_dim, head_dim)
+    _head_sums_kernel[(1,)](x, got, HALF=head_dim // 2, BLOCK_H=heads, ORDER=order)
+    sq = x.float().pow(2)
+    for rows in (1, 4, 8, 16, 64, 512):
+        torch_order = torch_row_sum_order(head_dim, rows)
+        want = torch_cuda_row_sum_reference(sq, torch_order.width, torch_order.vector)
+        assert torch.equal(got, want), f"seed={seed} rows={rows}: {(got != want).sum()} differ"
+    torch.manual_seed(0)
+    many = (torch.randn(4096, head_dim) * 4).to(torch.bfloat16).float().pow(2)
+    torch_order = torch_row_sum_order(head_dim, 1)
+    emulated = torch_cuda_row_sum_reference(many, torch_order.width, torch_order.vector)
+    assert (emulated != many.sum(-1)).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 3, 17, 300])
+def test_qk_norm_has_transformers_bits_at_head_dim_64_gpu(gpu, device, seed, tokens):
+    """At head_dim 64 the q/k norm (in the rope kernel and folded into decode attention,
+    which ``test_decode_rotation`` holds to the same bits) equals transformers' Qwen3 norm
+    run by torch on the heads, bit for bit, and so does the rotation after it."""
+    n_q, n_kv, head_dim, eps = 8, 2, 64, 1e-6
+    q, k = _qkv(tokens, n_q, n_kv, head_dim, torch.bfloat16, device)
+    q, k = q * 3, k * 3
+    positions = torch.randint(0, 4096, (tokens,), device=device)
+    cache = build_cos_sin_cache(_inv_freq(head_dim).to(device), 4096)
+    qw = (1 + 0.2 * torch.randn(head_dim, device=device)).to(torch.bfloat16)
+    kw = (1 + 0.2 * torch.randn(head_dim, device=device)).to(torch.bfloat16)
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    qk_norm_rope(positions, q, k, qw, kw, eps, cache, q_out=q_out, k_out=k_out)
+    for x, w, out, name in ((q, qw, q_out, "q"), (k, kw, k_out, "k")):
+        # transformers normalizes the [B, T, heads, head_dim] view: one launch, all heads
+        normed = transformers_rms_norm(x.reshape(-1, head_dim), w, eps).view_as(x)
+        want = rope_reference(normed, positions, cache)
+        assert torch.equal(out, want), f"seed={seed} {name}: {(out != want).sum()} differ"
 
 
 # ---------------------------------------------------------------- rope + KV-cache store

@@ -17,6 +17,14 @@ The order, for a launch of ``rows`` rows of ``n`` contiguous float32 values:
   added left to right.
 - The W thread sums are halved: t takes t + W/2's sum, then t + W/4's, ... down to one.
 - The mean is that sum times fl(1/n), then plus eps in its own rounding.
+
+A Qwen3 q/k norm normalizes each head: rows of ``head_dim`` values. At 16 to 128 values
+(powers of 2) the order does not depend on the row count, and a kernel holding the head as
+its two rotary halves x1, x2 [heads, head_dim / 2] can follow it without reading the row
+back (``head_sum_of_squares``): up to 64 values, thread t holds x1[t] and x2[t] (strided,
+W >= head_dim / 2), so the halving starts from x1² + x2²; at 128, thread t holds the 4
+consecutive values 4t..4t+3 (vector, W = 32), so it starts from x1's and x2's quads,
+each added left to right.
 """
 
 from __future__ import annotations
@@ -64,6 +72,35 @@ def torch_row_sum_order(n: int, rows: int) -> RowSumOrder:
     width = min(dim0_pow2, _MAX_THREADS // height)
     per_pass = width * _VECTOR
     return RowSumOrder(width, vector, -(-n // per_pass))
+
+
+# ``head_norm_order``: how a q/k norm adds a head's squares
+HEAD_SUM_TRITON = 0  # Triton's reduction (tl.sum)
+HEAD_SUM_PAIRS = 1  # torch's, from x1² + x2²
+HEAD_SUM_QUADS = 2  # torch's, from x1's quads + x2's quads
+
+
+def head_norm_order(head_dim: int, rotary_dim: int) -> int:
+    """How a q/k norm over heads of ``head_dim`` values, rotated over ``rotary_dim`` of
+    them, follows torch's order (module docstring): ``HEAD_SUM_PAIRS`` or
+    ``HEAD_SUM_QUADS`` where the head is exactly its two rotary halves and torch's order
+    comes to the same for any row count; otherwise ``HEAD_SUM_TRITON``."""
+    if rotary_dim != head_dim or head_dim not in (16, 32, 64, 128):
+        return HEAD_SUM_TRITON
+    forms = {_head_sum_form(head_dim, 1 << e) for e in range(10)}  # 1 to 512 rows
+    return forms.pop() if len(forms) == 1 else HEAD_SUM_TRITON
+
+
+def _head_sum_form(head_dim: int, rows: int) -> int:
+    order = torch_row_sum_order(head_dim, rows)
+    if order.passes != 1:
+        return HEAD_SUM_TRITON
+    if order.vector:
+        # thread t's 4 consecutive values lie in one half, thread t + W/2's in the other
+        return HEAD_SUM_QUADS if order.width * 4 == head_dim else HEAD_SUM_TRITON
+    # thread t holds values t (and t + W where W is half the head); the first halving
+    # adds thread t + W/2's, so every lane starts from x1[t]² + x2[t]²
+    return HEAD_SUM_PAIRS if order.width * 2 >= head_dim else HEAD_SUM_TRITON
 
 
 @triton.jit
@@ -114,3 +151,30 @@ def row_sum_of_squares(
     for _ in tl.static_range(SUM_WIDTH.bit_length() - 1):
         total = tl.sum(tl.reshape(total, (2, total.shape[0] // 2)), axis=0)  # one add each
     return tl.sum(total, axis=0)  # [1] -> scalar
+
+
+@triton.jit
+def halved(total, LANES: tl.constexpr):
+    """total [R, LANES] (LANES a power of 2) -> [R]: lane t takes lane t + LANES/2's sum,
+    then t + LANES/4's, ... down to one, each step one addition."""
+    for _ in tl.static_range(LANES.bit_length() - 1):
+        total = tl.sum(tl.reshape(total, (total.shape[0], 2, total.shape[1] // 2)), axis=1)
+    return tl.sum(total, axis=1)  # [R, 1] -> [R]
+
+
+@triton.jit
+def head_sum_of_squares(x1, x2, HALF: tl.constexpr, ORDER: tl.constexpr):
+    """Each head's sum of squares [H] in float32 from its rotary halves x1, x2
+    [H, HALF] (HALF a power of 2, the head nothing else), in ``ORDER``
+    (``head_norm_order``: ``HEAD_SUM_PAIRS`` or ``HEAD_SUM_QUADS``), each square rounded
+    before it is added."""
+    sq1 = unfused(x1 * x1)
+    sq2 = unfused(x2 * x2)
+    if ORDER == 2:  # HEAD_SUM_QUADS: thread t's 4 consecutive values, left to right
+        rows, quads = x1.shape[0], x1.shape[1] // 4
+        a0, a1, a2, a3 = four_columns(tl.reshape(sq1, (rows * quads, 4)))
+        b0, b1, b2, b3 = four_columns(tl.reshape(sq2, (rows * quads, 4)))
+        sq1 = tl.reshape(((a0 + a1) + a2) + a3, (rows, quads))
+        sq2 = tl.reshape(((b0 + b1) + b2) + b3, (rows, quads))
+        return halved(sq1 + sq2, HALF // 4)
+    return halved(sq1 + sq2, HALF)

@@ -68,7 +68,8 @@ from jacana_engine.kernels._pdl import (
     wait_for_previous_kernel,
     wait_only_for_previous_kernel,
 )
-from jacana_engine.kernels.rope import rope_heads, token_cos_sin, token_slot
+from jacana_engine.kernels._row_sum_order import HEAD_SUM_TRITON
+from jacana_engine.kernels.rope import qk_norm_order, rope_heads, token_cos_sin, token_slot
 
 _LOG2E = 1.4426950408889634
 COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kernels/_arrivals.py)
@@ -158,6 +159,7 @@ def _rotate_and_store(
     GROUP: tl.constexpr, BLOCK_GQ: tl.constexpr, BLOCK_D: tl.constexpr,
     HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr, HAS_NORM: tl.constexpr,
+    NORM_ORDER: tl.constexpr,
 ):  # fmt: skip
     """The rope kernel's work for one sequence's token and one KV head's group: q/k norm
     and rotation of the GROUP q heads (into q_ptr) and of the k head (into k_out and the
@@ -169,12 +171,13 @@ def _rotate_and_store(
     rope_heads(
         raw_q_ptr + first_q * stride_rqh, q_ptr + first_q * stride_qh, q_norm_ptr, q_ptr,
         token, stride_rqb, stride_rqh, stride_qb, stride_qh, 0, GROUP, 0, cos, sin, eps,
-        HALF, HEAD_DIM, BLOCK_GQ, BLOCK_HALF, BLOCK_PASS, HAS_NORM, False,
+        HALF, HEAD_DIM, BLOCK_GQ, BLOCK_HALF, BLOCK_PASS, HAS_NORM, False, NORM_ORDER,
     )  # fmt: skip
     rope_heads(
         raw_k_ptr + kv_head * stride_rkh, k_out_ptr + kv_head * stride_koh, k_norm_ptr,
         k_cache_ptr + slot_row, token, stride_rkb, stride_rkh, stride_kob, stride_koh, 0, 1,
         cache_heads, cos, sin, eps, HALF, HEAD_DIM, 1, BLOCK_HALF, BLOCK_PASS, HAS_NORM, True,
+        NORM_ORDER,
     )  # fmt: skip
     d = tl.arange(0, BLOCK_D)
     v_mask = d < cache_heads * HEAD_DIM  # nothing for a padding sequence
@@ -275,6 +278,7 @@ def _decode_partial_kernel(
     BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr,
     HAS_NORM: tl.constexpr,
+    NORM_ORDER: tl.constexpr,  # ROPE and HAS_NORM: the q/k norm's sum order (rope.py)
     EARLY_TILE: tl.constexpr,  # load the split's first KV tile before the wait (see above)
 ):
     seq = tl.program_id(0)
@@ -325,6 +329,7 @@ def _decode_partial_kernel(
             stride_rqb, stride_rqh, stride_rkb, stride_rkh, stride_rvb, stride_rvh,
             stride_qb, stride_qh, stride_kob, stride_koh, rope_eps,
             GROUP, BLOCK_GQ, BLOCK_D, HALF, HEAD_DIM, BLOCK_HALF, BLOCK_PASS, HAS_NORM,
+            NORM_ORDER,
         )  # fmt: skip
         tl.debug_barrier()
     else:
@@ -463,7 +468,9 @@ class DecodeRotation(NamedTuple):
     eps: float = 0.0
 
 
-_NO_ROPE_META = dict(ROPE=False, HALF=1, HEAD_DIM=1, BLOCK_HALF=1, BLOCK_PASS=0, HAS_NORM=False)
+_NO_ROPE_META = dict(
+    ROPE=False, HALF=1, HEAD_DIM=1, BLOCK_HALF=1, BLOCK_PASS=0, HAS_NORM=False, NORM_ORDER=0
+)
 
 
 def _rope_tensors(
@@ -504,6 +511,7 @@ def _rope_launch_args(rotation: DecodeRotation, q: torch.Tensor, kv_cache: torch
         BLOCK_HALF=next_power_of_2(rotary_dim // 2),
         BLOCK_PASS=next_power_of_2(pass_dim) if pass_dim else 0,
         HAS_NORM=has_norm,
+        NORM_ORDER=qk_norm_order(head_dim, rotary_dim) if has_norm else HEAD_SUM_TRITON,
     )
 
 

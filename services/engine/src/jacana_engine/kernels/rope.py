@@ -37,7 +37,27 @@ from jacana_engine.kernels._common import (
     next_power_of_2,
 )
 from jacana_engine.kernels._pdl import pdl_launch, wait_for_previous_kernel
+from jacana_engine.kernels._row_sum_order import (
+    HEAD_SUM_TRITON,
+    head_norm_order,
+    head_sum_of_squares,
+    unfused,
+)
 from jacana_engine.kernels.rmsnorm import rms_scale
+
+# The q/k norm follows torch's order (``_row_sum_order.head_norm_order``) up to this head
+# size. Above it (Qwen3's 128) the decode attention kernel that folds the norm in is at
+# its register ceiling, and the order's tile cost the 8B ~0.3 ms a step (twentieth GPU run).
+_TORCH_ORDER_MAX_HEAD_DIM = 64
+
+
+def qk_norm_order(head_dim: int, rotary_dim: int) -> int:
+    """The ``NORM_ORDER`` constexpr of ``rope_heads`` for this head: the same in every
+    kernel that runs it (the rope kernel, decode attention's fold), so they agree bit for
+    bit."""
+    if head_dim > _TORCH_ORDER_MAX_HEAD_DIM:
+        return HEAD_SUM_TRITON
+    return head_norm_order(head_dim, rotary_dim)
 
 
 @triton.jit
@@ -80,6 +100,7 @@ def rope_heads(
     BLOCK_PASS: tl.constexpr,
     HAS_NORM: tl.constexpr,
     STORE_CACHE: tl.constexpr,
+    NORM_ORDER: tl.constexpr,  # with HAS_NORM: qk_norm_order(HEAD_DIM, 2 * HALF)
 ):
     h = tl.arange(0, BLOCK_H)[:, None]
     j = tl.arange(0, BLOCK_HALF)[None, :]
@@ -94,10 +115,14 @@ def rope_heads(
         pass_mask = (h < num_heads) & (p < HEAD_DIM - 2 * HALF)
         xp = tl.load(src + 2 * HALF + p, mask=pass_mask, other=0.0).to(tl.float32)
     if HAS_NORM:
-        sq = tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)
-        if BLOCK_PASS > 0:
-            sq += tl.sum(xp * xp, axis=1)
-        rstd = tl.rsqrt(sq / HEAD_DIM + eps)[:, None]  # [BLOCK_H, 1]
+        if NORM_ORDER == 0:  # HEAD_SUM_TRITON
+            sq = tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)
+            if BLOCK_PASS > 0:
+                sq += tl.sum(xp * xp, axis=1)
+            rstd = tl.rsqrt(sq / HEAD_DIM + eps)[:, None]  # [BLOCK_H, 1]
+        else:  # torch's order; HEAD_DIM a power of 2, so 1 / HEAD_DIM is exact
+            sq = head_sum_of_squares(x1, x2, HALF, NORM_ORDER)  # [BLOCK_H]
+            rstd = tl.rsqrt(unfused(sq * (1.0 / HEAD_DIM)) + eps)[:, None]
         w1 = tl.load(norm_w_ptr + j, mask=j < HALF, other=0.0).to(tl.float32)
         w2 = tl.load(norm_w_ptr + HALF + j, mask=j < HALF, other=0.0).to(tl.float32)
         odt = out_ptr.dtype.element_ty
@@ -191,6 +216,7 @@ def _rope_kernel(
     BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr,
     HAS_NORM: tl.constexpr,
+    NORM_ORDER: tl.constexpr,
     STORE_KV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,  # KV cache block size (STORE_KV only)
     BLOCK_D: tl.constexpr,  # next power of 2 of HEAD_DIM (STORE_KV only)
@@ -231,6 +257,7 @@ def _rope_kernel(
         BLOCK_PASS,
         HAS_NORM,
         False,
+        NORM_ORDER,
     )
     rope_heads(
         k_ptr,
@@ -255,6 +282,7 @@ def _rope_kernel(
         BLOCK_PASS,
         HAS_NORM,
         STORE_KV,
+        NORM_ORDER,
     )
     if STORE_KV:
         # v is copied as is: [BLOCK_HK, BLOCK_D] per token
@@ -356,6 +384,7 @@ def _rope(
         BLOCK_HALF=next_power_of_2(rotary_dim // 2),
         BLOCK_PASS=next_power_of_2(pass_dim) if pass_dim else 0,
         HAS_NORM=has_norm,
+        NORM_ORDER=qk_norm_order(head_dim, rotary_dim) if has_norm else HEAD_SUM_TRITON,
         STORE_KV=store is not None,
         BLOCK_SIZE=block_size,
         BLOCK_D=next_power_of_2(head_dim),
