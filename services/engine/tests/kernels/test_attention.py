@@ -85,7 +85,9 @@ def _check_decode(
     )
 
 
-def _decode_with_splits(device, paged_batch, seq_lens, head_dim, splits) -> list[torch.Tensor]:
+def _decode_with_splits(
+    device, paged_batch, seq_lens, head_dim, splits, min_split_tiles=1
+) -> list[torch.Tensor]:
     """One batch of decode inputs (float32, 4 query heads over 2 KV heads) run once per
     split count in ``splits``."""
     batch = paged_batch(
@@ -99,19 +101,22 @@ def _decode_with_splits(device, paged_batch, seq_lens, head_dim, splits) -> list
         paged_decode_attention(
             q, batch.kv_cache, batch.seq_lens_t, batch.block_tables, head_dim**-0.5,
             num_splits=num_splits, max_seq_len=max(seq_lens), out=out,
+            min_split_tiles=min_split_tiles,
         )  # fmt: skip
         outs.append(out)
     return outs
 
 
-def test_decode_up_to_four_tiles_runs_in_one_pass_at_cudnn_head_sizes(device, seed, paged_batch):
-    """At head_dim <= 64 (cuDNN's numerics) a sequence of at most 4 tiles (256 keys) runs in
-    one pass whatever the launch's split count (a CUDA graph's is fixed by the longest
-    length), so it has the bits of one split; at head_dim 128 the splits part earlier
-    (their merge rounds otherwise), or the first check would prove nothing."""
-    one, eight = _decode_with_splits(device, paged_batch, [1, 64, 65, 200, 256], 64, (1, 8))
+def test_min_split_tiles_runs_short_sequences_in_one_pass(device, seed, paged_batch):
+    """With ``min_split_tiles=4`` a sequence of at most 4 tiles (256 keys) runs in one pass
+    whatever the launch's split count (a CUDA graph's is fixed by the longest length), so
+    it has the bits of one split, cuDNN's order; by default the splits part from the
+    second tile on (their merge rounds otherwise), or the first check would prove
+    nothing."""
+    lens = [1, 64, 65, 200, 256]
+    one, eight = _decode_with_splits(device, paged_batch, lens, 64, (1, 8), min_split_tiles=4)
     assert torch.equal(one, eight), f"seed={seed}"
-    one, eight = _decode_with_splits(device, paged_batch, [130, 200, 256], 128, (1, 8))
+    one, eight = _decode_with_splits(device, paged_batch, [130, 200, 256], 64, (1, 8))
     assert not torch.equal(one, eight), f"seed={seed}"
 
 

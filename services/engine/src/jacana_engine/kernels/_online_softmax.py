@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from jacana_engine.kernels._row_sum_order import four_columns
+from jacana_engine.kernels._row_sum_order import four_columns, unfused
 
 
 def follows_cudnn_tiles(head_dim: int) -> bool:
@@ -32,16 +32,28 @@ def fragment_row_sums(p, part):
     the threads of a Hopper MMA accumulator hold it: lane q of a row's quad holds columns
     8 i + 2 q + j and folds them in for i = 0, 1, ..., j = 0, 1 in turn. cuDNN (and
     FlashAttention) keep such per-thread partial sums across tiles and add the quad's four
-    once, at the end (``quad_total``). Each column is picked out by a masked sum, which is
-    exact (one value plus zeros)."""
+    once, at the end (``quad_total``). The tile is rearranged so that each lane's columns
+    lie in folding order along one axis, k = 2 i + j, which ``_fold_in_order`` walks."""
     ROWS: tl.constexpr = p.shape[0]
     BLOCK_N: tl.constexpr = p.shape[1]
-    pa, pb = tl.split(tl.reshape(p, [ROWS, BLOCK_N // 8, 4, 2]))  # j = 0, 1: [ROWS, N/8, 4]
-    i_idx = tl.arange(0, BLOCK_N // 8)[None, :, None]
-    for i in tl.static_range(BLOCK_N // 8):
-        part = part + tl.sum(tl.where(i_idx == i, pa, 0.0), axis=1)
-        part = part + tl.sum(tl.where(i_idx == i, pb, 0.0), axis=1)
-    return part
+    lanes = tl.permute(tl.reshape(p, [ROWS, BLOCK_N // 8, 4, 2]), (0, 2, 1, 3))  # [R, q, i, j]
+    # part arrives rescaled (part * alpha): kept out of a fused multiply-add with the
+    # first column, as cuDNN rounds the rescale on its own
+    part = unfused(part)
+    return _fold_in_order(part, tl.reshape(lanes, [ROWS, 4, BLOCK_N // 4]), BLOCK_N // 4)
+
+
+@triton.jit
+def _fold_in_order(part, x, K: tl.constexpr):
+    """part [ROWS, 4] plus x[:, :, 0], then x[:, :, 1], ... x[:, :, K - 1] (x [ROWS, 4, K],
+    K a power of 2), one addition at a time: the first half of x, then the second, each
+    split off exactly (no arithmetic)."""
+    if K == 1:
+        return part + tl.reshape(x, [x.shape[0], 4])
+    else:
+        halves = tl.permute(tl.reshape(x, [x.shape[0], 4, 2, K // 2]), (0, 1, 3, 2))
+        first, second = tl.split(halves)  # each [ROWS, 4, K / 2]
+        return _fold_in_order(_fold_in_order(part, first, K // 2), second, K // 2)
 
 
 @triton.jit

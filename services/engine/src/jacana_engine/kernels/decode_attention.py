@@ -8,9 +8,11 @@ partial (accumulator, running max, running sum) and the splits are merged with
 log-sum-exp weights. The split count is fixed per launch while each sequence divides
 its own length into that many ranges on the device, so a launch needs no host sync and
 has the same grid every step (CUDA-graph friendly). A split takes at least
-``MIN_SPLIT_TILES`` tiles: where the kernels follow cuDNN's numerics (``_online_softmax``)
-that is 4 (256 keys), so a sequence that short runs in one pass, as cuDNN's attention
-does (a merge of per-split partials rounds differently), whatever the graph's split count.
+``min_split_tiles`` tiles (1 by default). cuDNN's attention adds a sequence in one pass,
+and a merge of per-split partials rounds differently, so where the kernels follow
+cuDNN's numerics (``_online_softmax``) ``min_split_tiles=4`` gives its bits up to 256
+keys whatever a graph's split count; not by default: the serial tiles cost SmolLM2's
+batch-1 step on an H200 0.54 -> 0.74 ms (``bench/results/gpu_targets.md``).
 
 The merge runs by default in the same launch ("last program merges"): each stage-1
 program bumps a per-(sequence, KV head) arrival counter after storing its partial, and
@@ -76,10 +78,6 @@ COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kerne
 _BLOCK_N = 64  # KV tokens per tile (cuDNN's for one query: ``_online_softmax``)
 _MIN_BLOCK_G = 16  # tl.dot needs >= 16 rows: small GQA groups are padded
 _MAX_SPLITS = 64
-# Tiles a split takes at least where the kernels follow cuDNN's numerics (module
-# docstring): cuDNN's bits were matched in one pass up to 160 keys (``bench/results/
-# gpu_targets.md``); the merge of splits would part from them from the second tile on.
-_CUDNN_MIN_SPLIT_TILES = 4
 _NUM_WARPS = 4  # warps a program of the decode kernel (and of its unfused merge)
 # fp32 partial elements a merge step holds (group heads x splits x head_dim): 128 per
 # thread at 4 warps. Fewer splits a step measured slower on an H200 (batch 1, 4096 tokens).
@@ -552,6 +550,7 @@ def paged_decode_attention(
     pdl: bool = False,  # launch with programmatic dependent launch (kernels/_pdl.py)
     rotation: DecodeRotation | None = None,  # q is raw: rotate it, store k/v, then attend
     early_tile: bool | None = None,  # first KV tile before the wait; None: with PDL only
+    min_split_tiles: int = 1,  # KV tiles a split takes at least (module docstring)
 ) -> torch.Tensor:  # [B, n_heads, head_dim] in q's dtype (or out's)
     """Attention of each sequence's single query over its whole paged KV (causality is
     implicit: the query is the last position). The token's own K/V must already be in
@@ -589,6 +588,8 @@ def paged_decode_attention(
         num_splits = choose_num_splits(batch, n_kv, bound, q.device)
     if not 1 <= num_splits <= 256:
         raise ValueError(f"num_splits must be in [1, 256], got {num_splits}")
+    if min_split_tiles < 1:
+        raise ValueError(f"min_split_tiles must be >= 1, got {min_split_tiles}")
     block_d = next_power_of_2(head_dim)
     block_g = max(_MIN_BLOCK_G, next_power_of_2(group))
     block_gq = next_power_of_2(group)  # the merge needs no tl.dot padding
@@ -644,7 +645,7 @@ def paged_decode_attention(
         BLOCK_N=_BLOCK_N,
         BLOCK_SIZE=block_size,
         NUM_SPLITS=num_splits,
-        MIN_SPLIT_TILES=_CUDNN_MIN_SPLIT_TILES if follows_cudnn_tiles(head_dim) else 1,
+        MIN_SPLIT_TILES=min_split_tiles,
         FUSED_MERGE=fused,
         PRECISION=dot_precision(q.dtype),
         FRAGMENT_SUM=follows_cudnn_tiles(head_dim),
