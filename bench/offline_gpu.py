@@ -99,6 +99,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         fuse_norm_gemm=args.fuse_norm_gemm,
         split_norm=args.split_norm,
         fuse_rope_attention=args.fuse_rope_attention,
+        exact_decode_attention=args.exact_decode_attention,
         l2_prefetch_bytes=args.l2_prefetch_bytes,
         tuning_cache=args.tuning_cache,
         pdl=not args.no_pdl,
@@ -517,6 +518,12 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
         default=EngineConfig.fuse_rope_attention,
         help="EngineConfig.fuse_rope_attention (on by default, as there)",
     )
+    parser.add_argument(
+        "--exact-decode-attention",
+        action=argparse.BooleanOptionalAction,
+        default=EngineConfig.exact_decode_attention,
+        help="EngineConfig.exact_decode_attention (on by default, as there)",
+    )
     parser.add_argument("--no-pdl", action="store_true", help="EngineConfig.pdl off")
     parser.add_argument(
         "--l2-prefetch-bytes",
@@ -565,6 +572,7 @@ def main() -> None:
             "fuse_norm_gemm": args.fuse_norm_gemm,
             "split_norm": args.split_norm,
             "fuse_rope_attention": args.fuse_rope_attention,
+            "exact_decode_attention": args.exact_decode_attention,
             "l2_prefetch_bytes": args.l2_prefetch_bytes,
             "pdl": not args.no_pdl,
             "overlap_decode": not args.serial,

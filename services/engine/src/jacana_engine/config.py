@@ -74,6 +74,12 @@ class EngineConfig:
         launch fewer per layer, 0.04 ms off a Qwen3-8B batch-1 step on an H200; the same
         tokens as the rope kernel's, which GPU tests check). Never for float16
         activations (``model_runner.rope_folds_into_attention``).
+    exact_decode_attention: on the Triton attention backend, where the attention kernels
+        follow the numerics of cuDNN's attention, which transformers' SDPA runs on Hopper
+        (head_dim <= 64: SmolLM2), decode adds a sequence of up to 256 keys in one pass as
+        cuDNN does, whatever the CUDA graphs' split count, so its bits are cuDNN's; off,
+        each tile may be its own split, merged after: faster at small batches (SmolLM2's
+        shapes at batch 1 on an H200: 0.74 -> 0.54 ms per token), rounding otherwise.
     l2_prefetch_bytes: with ``pdl``, every one-row skinny GEMM the tuner picked with a
         dependent launch also asks L2, before its wait, to prefetch about this many bytes
         of its weight in all, an equal share of each row (``SkinnyConfig``,
@@ -127,6 +133,7 @@ class EngineConfig:
     tune_in_graph: bool = True
     pdl: bool = True
     fuse_rope_attention: bool = True
+    exact_decode_attention: bool = True
     l2_prefetch_bytes: int = 0
     tuning_cache: str | None = None
     enforce_eager: bool = False

@@ -284,6 +284,7 @@ class ModelRunner:
         backend = getattr(self.model, "backend", None)
         if backend is not None:  # before capture too: graphs keep the launches they see
             backend.fold_rope = rope_folds_into_attention(config)
+            backend.exact_decode = config.exact_decode_attention
         self._graph_sizes: list[int] = []
         self.dependent_launch = False
         self.tuning_seconds = 0.0  # the decode-GEMM tuners' share of the start-up

@@ -130,6 +130,14 @@ class EngineSettings(ServiceSettings):
         "of decode steps into the decode attention launch (one launch fewer per layer; "
         "0.04 ms off a Qwen3-8B batch-1 step on an H200).",
     )
+    exact_decode_attention: bool = Field(
+        True,
+        description="On the Triton attention backend at head sizes up to 64 (SmolLM2), "
+        "decode adds a sequence of up to 256 keys in one pass, as the cuDNN attention "
+        "behind transformers' SDPA on Hopper does (its bits); off: split per KV tile, "
+        "faster at small batches (SmolLM2's shapes at batch 1 on an H200: 0.74 -> 0.54 "
+        "ms per token).",
+    )
     l2_prefetch_bytes: int = Field(
         0,
         ge=0,
@@ -308,6 +316,7 @@ class EngineSettings(ServiceSettings):
             tune_in_graph=self.tune_in_graph,
             pdl=self.pdl,
             fuse_rope_attention=self.fuse_rope_attention,
+            exact_decode_attention=self.exact_decode_attention,
             l2_prefetch_bytes=self.l2_prefetch_bytes,
             tuning_cache=self.tuning_cache or None,
             enforce_eager=self.enforce_eager,

@@ -85,6 +85,31 @@ def test_triton_backend_matches_torch(device, seed, chunks, splits):
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5, msg=lambda m: f"seed {seed}: {m}")
 
 
+def test_exact_decode_adds_short_sequences_in_one_pass(device, seed):
+    """``exact_decode`` (``EngineConfig.exact_decode_attention``): at cuDNN's head sizes a
+    decode sequence of up to 256 keys gets the bits of one pass whatever the step's split
+    count (a CUDA graph's); without it the splits' merge rounds otherwise."""
+    rng = random.Random(seed)
+    chunks = [(99, 1), (200, 1), (255, 1)]  # 2 to 4 tiles of 64 keys
+    num_blocks = 160
+    q = torch.randn(len(chunks), N_HEADS, HEAD_DIM, device=device)
+    kv = torch.zeros(len(chunks), N_KV, HEAD_DIM, device=device)
+    cache = torch.randn(2, num_blocks, BLOCK, N_KV, HEAD_DIM, device=device)
+    meta = _batch(device, rng, chunks, num_blocks)
+    backend = get_attention_backend("triton")
+    outs = {}
+    for exact in (True, False):
+        backend.exact_decode = exact
+        for splits in (1, 8):
+            meta.decode_num_splits = splits
+            outs[exact, splits] = backend.forward(
+                q, kv, kv, cache, meta, HEAD_DIM**-0.5, kv_written=True
+            )
+    backend.exact_decode = False
+    assert torch.equal(outs[True, 1], outs[True, 8]), f"seed {seed}"
+    assert not torch.equal(outs[False, 1], outs[False, 8]), f"seed {seed}"
+
+
 def test_triton_backend_skips_written_kv(device, seed):
     """With ``kv_written`` the backend leaves the cache alone and reads what is there."""
     rng = random.Random(seed)

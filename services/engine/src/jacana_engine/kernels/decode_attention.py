@@ -10,9 +10,10 @@ its own length into that many ranges on the device, so a launch needs no host sy
 has the same grid every step (CUDA-graph friendly). A split takes at least
 ``min_split_tiles`` tiles (1 by default). cuDNN's attention adds a sequence in one pass,
 and a merge of per-split partials rounds differently, so where the kernels follow
-cuDNN's numerics (``_online_softmax``) ``min_split_tiles=4`` gives its bits up to 256
-keys whatever a graph's split count; not by default: the serial tiles cost SmolLM2's
-batch-1 step on an H200 0.54 -> 0.74 ms (``bench/results/gpu_targets.md``).
+cuDNN's numerics (``_online_softmax``) ``cudnn_min_split_tiles`` (4) gives its bits up to
+256 keys whatever a graph's split count. The engine asks for it by default
+(``EngineConfig.exact_decode_attention``); the serial tiles cost SmolLM2's batch-1 step on
+an H200 0.54 -> 0.74 ms (``bench/results/gpu_targets.md``).
 
 The merge runs by default in the same launch ("last program merges"): each stage-1
 program bumps a per-(sequence, KV head) arrival counter after storing its partial, and
@@ -511,6 +512,12 @@ def _rope_launch_args(rotation: DecodeRotation, q: torch.Tensor, kv_cache: torch
         HAS_NORM=has_norm,
         NORM_ORDER=qk_norm_order(head_dim, rotary_dim) if has_norm else HEAD_SUM_TRITON,
     )
+
+
+def cudnn_min_split_tiles(head_dim: int) -> int:
+    """``min_split_tiles`` for cuDNN's bits (module docstring): 4 where the kernels
+    follow its numerics (head_dim <= 64), so up to 256 keys run in one pass; else 1."""
+    return 4 if follows_cudnn_tiles(head_dim) else 1
 
 
 def tile_warps(head_dim: int, block_g: int) -> int:

@@ -36,6 +36,10 @@ class AttentionBackend(ABC):
     # Fold the rotation of decode steps into the attention launch where the backend can
     # (``rotates_decode``); set by the model runner. Backends that cannot ignore it.
     fold_rope: bool = False
+    # Decode adds a short sequence in one pass as cuDNN's attention does, where the
+    # backend follows cuDNN's numerics (``EngineConfig.exact_decode_attention``); set by
+    # the model runner. Backends without split-K decode ignore it.
+    exact_decode: bool = False
 
     @abstractmethod
     def forward(

@@ -70,6 +70,7 @@ class TritonAttentionBackend(AttentionBackend):
                 out=out,
                 pdl=self.dependent_launch,
                 rotation=rotation,
+                min_split_tiles=self._min_split_tiles(q.shape[-1]),
             )
         return self._prefill(
             q,
@@ -84,6 +85,11 @@ class TritonAttentionBackend(AttentionBackend):
 
     def rotates_decode(self, meta: AttentionMetadata, num_tokens: int) -> bool:
         return self.fold_rope and self._is_decode(meta, num_tokens)
+
+    def _min_split_tiles(self, head_dim: int) -> int:
+        from jacana_engine.kernels.decode_attention import cudnn_min_split_tiles
+
+        return cudnn_min_split_tiles(head_dim) if self.exact_decode else 1
 
     @staticmethod
     def _is_decode(meta: AttentionMetadata, num_tokens: int) -> bool:
