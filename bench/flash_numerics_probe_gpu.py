@@ -259,8 +259,13 @@ def probe_tiles(q, k, v, variant: Variant):
 def engine_kernels(q, k, v):
     """The engine's decode or prefill kernel on the same inputs (one sequence, paged), the
     decode with the split count a batch-1 CUDA graph of the parity tests' engines (1,024
-    tokens a sequence) launches it with."""
-    from jacana_engine.kernels.decode_attention import choose_num_splits, paged_decode_attention
+    tokens a sequence) launches it with, and the engine's default one-pass tiles
+    (``EngineConfig.exact_decode_attention``)."""
+    from jacana_engine.kernels.decode_attention import (
+        choose_num_splits,
+        cudnn_min_split_tiles,
+        paged_decode_attention,
+    )
     from jacana_engine.kernels.prefill_attention import paged_prefill_attention
 
     t, dim = q.shape[2], q.shape[3]
@@ -277,8 +282,9 @@ def engine_kernels(q, k, v):
     if t == 1:
         splits = choose_num_splits(1, h_kv, 1024, q.device)
         out = paged_decode_attention(
-            qs, cache, lens, tables, 1 / math.sqrt(dim), num_splits=splits, max_seq_len=s
-        )
+            qs, cache, lens, tables, 1 / math.sqrt(dim), num_splits=splits, max_seq_len=s,
+            min_split_tiles=cudnn_min_split_tiles(dim),
+        )  # fmt: skip
     else:
         qsl = torch.tensor([0, t], dtype=torch.int32, device=q.device)
         out = paged_prefill_attention(
