@@ -18,6 +18,9 @@ Cases:
   with ``lookahead``;
 - ``argmax_pdl``: the greedy argmax over bf16 logits, launched dependently, with its
   token copies (``TokenCopies``).
+- ``rope_qk_norm_pairs`` / ``rope_qk_norm_quads``: the rope kernel with the q/k norm in
+  torch's order at head_dim 64 and 128 (``_row_sum_order.head_norm_order``), compiled as
+  it launches (no contraction).
 
 Beside the instruction counts, ``loads_before_wait`` and ``loads_after_wait`` count the
 PTX global loads before ``griddepcontrol.wait`` and between it and the first branch
@@ -62,10 +65,26 @@ def _summary(kernel) -> dict:
     return counts
 
 
-def _counts(fn, constexprs: dict, pointers: dict, floats: tuple = (), divisible=()) -> dict:
+def _counts(
+    fn, constexprs: dict, pointers: dict, floats: tuple = (), divisible=(), fusion: bool = True
+) -> dict:
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
-    kernel = compile_for(fn, signature, constexprs, divisible=divisible, enable_fp_fusion=True)
+    kernel = compile_for(fn, signature, constexprs, divisible=divisible, enable_fp_fusion=fusion)
     return _summary(kernel)
+
+
+def _rope_qk_norm(head_dim: int) -> dict:
+    from jacana_engine.kernels import rope
+
+    # Qwen3-8B's 32 q / 8 KV heads, K/V stored in the same launch
+    constexprs = dict(
+        HALF=head_dim // 2, HEAD_DIM=head_dim, BLOCK_HQ=32, BLOCK_HK=8,
+        BLOCK_HALF=head_dim // 2, BLOCK_PASS=0, HAS_NORM=True,
+        NORM_ORDER=rope.head_norm_order(head_dim, head_dim), STORE_KV=True, BLOCK_SIZE=16,
+        BLOCK_D=head_dim, PDL=False,
+    )  # fmt: skip
+    pointers = {"positions_ptr": "*i64", "cos_sin_ptr": "*fp32", "slot_ptr": "*i64"}
+    return _counts(rope._rope_kernel, constexprs, pointers, ("eps",), fusion=False)
 
 
 def _folded_rotation(has_norm: bool) -> dict:
@@ -130,6 +149,8 @@ def main() -> None:
             SkinnyConfig(1, 2, 2048, False, pdl=True, lookahead=True), (6144, 4096)
         ),
         "argmax_pdl": _argmax(),
+        "rope_qk_norm_pairs": _rope_qk_norm(64),
+        "rope_qk_norm_quads": _rope_qk_norm(128),
     }  # fmt: skip
     print(json.dumps(counts))
 

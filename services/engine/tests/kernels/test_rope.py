@@ -20,6 +20,7 @@ pytest.importorskip("triton")
 
 import triton
 import triton.language as tl
+from hopper_codegen import hopper_ptx_counts
 
 from jacana_engine.kernels._row_sum_order import (
     HEAD_SUM_PAIRS,
@@ -194,6 +195,15 @@ def test_head_sum_of_squares_in_torch_order(device, seed, head_dim):
     torch_order = torch_row_sum_order(head_dim, 1)
     emulated = torch_cuda_row_sum_reference(many, torch_order.width, torch_order.vector)
     assert (emulated != many.sum(-1)).any()
+
+
+def test_head_sum_orders_compile_for_hopper():
+    """Both of torch's orders build in the rope kernel compiled for sm90, not only under
+    the CPU interpreter (a return inside a compile-time branch once let the quads fall
+    through to the pairs' halving there), with no bf16 FMA."""
+    counts = hopper_ptx_counts()
+    for case in ("rope_qk_norm_pairs", "rope_qk_norm_quads"):
+        assert counts[case]["fma.rn.bf16"] == 0, counts[case]
 
 
 @pytest.mark.gpu

@@ -122,6 +122,13 @@ def four_columns(x):
 
 
 @triton.jit
+def left_to_right(x):
+    """x [R, 4] -> [R]: each row's four values added left to right, ((c0 + c1) + c2) + c3."""
+    c0, c1, c2, c3 = four_columns(x)
+    return ((c0 + c1) + c2) + c3
+
+
+@triton.jit
 def row_sum_of_squares(
     row_ptr,
     n,
@@ -144,13 +151,8 @@ def row_sum_of_squares(
             idx = t + (4 * p + i) * SUM_WIDTH
         v = tl.load(row_ptr + idx, mask=idx < n, other=0.0).to(tl.float32)
         acc += unfused(v * v)  # zeros past n add exactly
-    # the 4 running sums, added left to right
-    s0, s1, s2, s3 = four_columns(acc)
-    total = ((s0 + s1) + s2) + s3  # [W]
-    # halving: thread t takes thread t + half's sum, half = W/2, W/4, ..., 1
-    for _ in tl.static_range(SUM_WIDTH.bit_length() - 1):
-        total = tl.sum(tl.reshape(total, (2, total.shape[0] // 2)), axis=0)  # one add each
-    return tl.sum(total, axis=0)  # [1] -> scalar
+    total = left_to_right(acc)  # [W]: each thread's 4 running sums
+    return tl.sum(halved(tl.reshape(total, (1, SUM_WIDTH)), SUM_WIDTH), axis=0)  # scalar
 
 
 @triton.jit
@@ -171,10 +173,11 @@ def head_sum_of_squares(x1, x2, HALF: tl.constexpr, ORDER: tl.constexpr):
     sq1 = unfused(x1 * x1)
     sq2 = unfused(x2 * x2)
     if ORDER == 2:  # HEAD_SUM_QUADS: thread t's 4 consecutive values, left to right
-        rows, quads = x1.shape[0], x1.shape[1] // 4
-        a0, a1, a2, a3 = four_columns(tl.reshape(sq1, (rows * quads, 4)))
-        b0, b1, b2, b3 = four_columns(tl.reshape(sq2, (rows * quads, 4)))
-        sq1 = tl.reshape(((a0 + a1) + a2) + a3, (rows, quads))
-        sq2 = tl.reshape(((b0 + b1) + b2) + b3, (rows, quads))
-        return halved(sq1 + sq2, HALF // 4)
-    return halved(sq1 + sq2, HALF)
+        QUADS: tl.constexpr = HALF // 4
+        ROWS: tl.constexpr = x1.shape[0]
+        sq1 = tl.reshape(left_to_right(tl.reshape(sq1, (ROWS * QUADS, 4))), (ROWS, QUADS))
+        sq2 = tl.reshape(left_to_right(tl.reshape(sq2, (ROWS * QUADS, 4))), (ROWS, QUADS))
+        total = halved(sq1 + sq2, QUADS)
+    else:  # one return: compiled, a return inside a compile-time branch does not end it
+        total = halved(sq1 + sq2, HALF)
+    return total
