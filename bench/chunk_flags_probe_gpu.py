@@ -11,7 +11,9 @@ before its x tile instead of for the whole gate_up grid. The same sums: the chec
 one layer both ways and compares bits.
 
 Variants also try down configs that hold more weight in flight (two tiles before the
-first wait, ``lookahead``) and a 512-column chunk.
+first wait, ``lookahead``) and a 512-column chunk; and, to split the cost, the down
+launched without PDL (it starts once gate_up has finished) with and without the flags:
+what the waits cost when every chunk is already marked.
 
 Usage: python bench/chunk_flags_probe_gpu.py [--out DIR] [--layers 36] [--reps 5]
 Writes ``chunk_flags_probe_gpu.json`` / ``.md``. Needs an sm90 GPU (PDL).
@@ -33,14 +35,18 @@ from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
 from jacana_engine.kernels.skinny_gemm import SkinnyConfig, chunk_flags, skinny_linear
 
 DOWN = PICKS["down"]
-VARIANTS = {  # name: (gate_up config, down config), chunk flags between them
-    "flags, picks": (PICKS["gate_up"], DOWN),
-    "flags, down +2 tiles": (PICKS["gate_up"], dataclasses.replace(DOWN, prefetch_tiles=2)),
-    "flags, down ahead": (PICKS["gate_up"], dataclasses.replace(DOWN, lookahead=True)),
+NO_PDL = dataclasses.replace(DOWN, pdl=False)
+VARIANTS = {  # name: (gate_up config, down config, chunk flags between them)
+    "flags, picks": (PICKS["gate_up"], DOWN, True),
+    "flags, down +2 tiles": (PICKS["gate_up"], dataclasses.replace(DOWN, prefetch_tiles=2), True),
+    "flags, down ahead": (PICKS["gate_up"], dataclasses.replace(DOWN, lookahead=True), True),
     "flags, down 8x512 +2 ahead": (
         PICKS["gate_up"],
         SkinnyConfig(1, 8, 512, False, pdl=True, prefetch_tiles=2, lookahead=True),
+        True,
     ),
+    "down without PDL": (PICKS["gate_up"], NO_PDL, False),
+    "down without PDL, flags": (PICKS["gate_up"], NO_PDL, True),
 }
 
 
@@ -51,13 +57,13 @@ class FlagChain(Chain):
         super().__init__(layers)
         dev = torch.device("cuda")
         self.flags = {
-            name: [chunk_flags(p, c, INTER, dev, gated=True) for _ in self.layers]
-            for name, (p, c) in VARIANTS.items()
+            name: [chunk_flags(p, c, INTER, dev, gated=True) if on else None for _ in self.layers]
+            for name, (p, c, on) in VARIANTS.items()
         }
 
     def layer_flags(self, i: int, w: dict, variant: str) -> None:
         """``layer_separate`` with gate_up -> down as ``variant``'s chunk-flag pair."""
-        producer, consumer = VARIANTS[variant]
+        producer, consumer, _ = VARIANTS[variant]
         flags = self.flags[variant][i]
         attn = self.qkv[:, :H]
         res_in, res_out = self.res[i % 2], self.res[(i + 1) % 2]
@@ -99,7 +105,7 @@ def check(chain: FlagChain, variant: str) -> dict:
     a, b = outs["separate"], outs[variant]
     return {
         "bits_equal": bool(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])),
-        "flags_zero": not any(f.flags.any() for f in chain.flags[variant]),
+        "flags_zero": not any(f is not None and f.flags.any() for f in chain.flags[variant]),
     }
 
 
@@ -123,7 +129,9 @@ def main() -> None:
         for v in variants:
             times[v].append(replay_seconds(graphs[v], args.replays) * 1e6 / args.layers)
         print({v: round(t[-1], 2) for v, t in times.items()}, flush=True)
-    checks_after = {v: not any(f.flags.any() for f in chain.flags[v]) for v in VARIANTS}
+    checks_after = {
+        v: not any(f is not None and f.flags.any() for f in chain.flags[v]) for v in VARIANTS
+    }
     layer_bytes = (H * H + 2 * INTER * H + H * INTER + QKV * H) * 2
     base = statistics.median(times["separate"])
     rows = {

@@ -504,7 +504,8 @@ def _awaited_columns(
 ):  # fmt: skip
     """x's column offsets ``k0 + ks`` [BLOCK_K]; with AWAIT, once the chunk holding them is
     ready (``flags[k0 // BLOCK_K] >= arrivals``), the offsets made to depend on the flag's
-    value (plus its sign bit, always 0) so that no load of x can move above the wait."""
+    value (plus its sign bit, always 0, times BLOCK_K: the offsets stay as aligned as
+    before, so x's loads still vectorize) so that no load of x can move above the wait."""
     if AWAIT:
         flag = flags_ptr + k0 // BLOCK_K
         if SPIN_ASM:  # every thread spins on its own acquiring load: its loads then see x
@@ -522,7 +523,7 @@ def _awaited_columns(
             seen = tl.atomic_add(flag, 0, sem="acquire")
             while seen < arrivals:
                 seen = tl.atomic_add(flag, 0, sem="acquire")
-        return k0 + ks + (seen >> 31)
+        return k0 + ks + (seen >> 31) * BLOCK_K
     else:
         return k0 + ks
 
