@@ -63,9 +63,6 @@
 #             cuBLAS, the tensor-core gemv_mma probe after its sweep) each replayed for 3 s
 #             from an idle card: cold and hot pace, watts, joules a replay, SM clock, power-cap
 #             share from NVML (~3 min)
-# flags       the chunk-flag GPU tests (skinny_gemm), then chunk_flags_probe_gpu.py: the 8B
-#             layer chain with gate_up -> down waiting for the whole gate_up kernel against
-#             the down reading gate_up's chunks as they are stored (~2 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
@@ -451,11 +448,6 @@ for phase in "$@"; do
       timeout 90 python3 bench/pdl_probe_gpu.py --out "$OUT" 2>&1 | tail -10
       timeout 90 python3 bench/pdl_probe_gpu.py --k 12288 --n 4096 --name pdl_probe_gpu_down \
         --out "$OUT" 2>&1 | tail -8
-      ;;
-    flags)
-      stamp "gate_up -> down as a chunk-flag pair"
-      timeout 150 "${PYTEST[@]}" services/engine/tests/kernels/test_skinny_gemm.py -k chunk 2>&1 | tail -4
-      timeout 240 python3 bench/chunk_flags_probe_gpu.py --reps 5 --out "$OUT" 2>&1 | tail -14
       ;;
     stream)
       stamp "one persistent launch per decode layer against the separate kernels"

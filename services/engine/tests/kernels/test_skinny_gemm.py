@@ -33,7 +33,6 @@ from jacana_engine.kernels.skinny_gemm import (
     NormPrologue,
     SkinnyConfig,
     candidate_configs,
-    chunk_flags,
     l2_prefetch_plan,
     pick_config,
     skinny_linear,
@@ -477,105 +476,6 @@ def test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu(gpu, device, seed, name)
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(got, want), (name, cfg, seed)
-
-
-def _chunk_pair(x, w_gu, w_d, producer, consumer, flags=None):
-    """gate_up then the gated down, plainly or (with ``flags``) as a chunk-flag pair."""
-    gu = skinny_linear(x, w_gu, config=producer, signal=flags)
-    return gu, skinny_linear(gu, w_d, config=consumer, gated=True, await_chunks=flags)
-
-
-def test_a_chunk_flag_pair_gives_the_plain_pairs_bits_and_resets_its_flags(device, seed):
-    """A gate_up that marks its output's chunks and a gated down that reads each chunk once
-    marked (``ChunkFlags``): the plain launches' bits. After the producer alone each flag
-    counts the producer tiles of its chunk (gate and up); after the consumer every flag
-    and its count are zero again, so three pairs in a row repeat the bits."""
-    hidden, inter = 64, 128
-    producer = SkinnyConfig(1, 4, 32, False, pdl=True)  # 4 output columns a program
-    consumer = SkinnyConfig(1, 8, 32, False, pdl=True)  # 4 chunks of 32 columns of K
-    x = torch.randn(1, hidden, device=device).bfloat16()
-    w_gu = (torch.randn(2 * inter, hidden, device=device) * hidden**-0.5).bfloat16()
-    w_d = (torch.randn(40, inter, device=device) * inter**-0.5).bfloat16()
-    want_gu, want = _chunk_pair(x, w_gu, w_d, producer, consumer)
-    flags = chunk_flags(producer, consumer, inter, device, gated=True)
-    assert (flags.chunk, flags.arrivals, flags.flags.numel()) == (32, 16, 5)
-    gu = skinny_linear(x, w_gu, config=producer, signal=flags)
-    assert flags.flags.tolist() == [16, 16, 16, 16, 0] and torch.equal(gu, want_gu)
-    got = skinny_linear(gu, w_d, config=consumer, gated=True, await_chunks=flags)
-    assert torch.equal(got, want), f"seed={seed}"
-    assert flags.flags.tolist() == [0] * 5
-    for _ in range(3):  # one pair's flags serve the next once it has finished (the contract)
-        assert torch.equal(_chunk_pair(x, w_gu, w_d, producer, consumer, flags)[1], want)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    assert flags.flags.tolist() == [0] * 5
-
-
-def test_chunk_flags_reject_pairs_that_do_not_tile(device):
-    p, c = SkinnyConfig(1, 4, 32, False), SkinnyConfig(1, 8, 32, False)
-    with pytest.raises(ValueError, match="whole chunks"):
-        chunk_flags(p, c, 100, device, gated=True)  # K not whole chunks of 32
-    with pytest.raises(ValueError, match="whole"):
-        chunk_flags(SkinnyConfig(1, 64, 32, False), c, 128, device, gated=True)
-    flags = chunk_flags(p, c, 128, device, gated=True)
-    x, w = torch.randn(1, 64, device=device), torch.randn(256, 64, device=device)
-    with pytest.raises(ValueError, match="producer"):  # tiles of 8 columns, not 4
-        skinny_linear(x, w, config=SkinnyConfig(1, 8, 32, False), signal=flags)
-    with pytest.raises(ValueError, match="producer"):  # N of 128, not gate + up of 128
-        skinny_linear(x, w[:128], config=p, signal=flags)
-    gu, wd = torch.randn(1, 256, device=device), torch.randn(40, 128, device=device)
-    with pytest.raises(ValueError, match="consumer"):  # BLOCK_K 64, not the chunk's 32
-        skinny_linear(gu, wd, config=SkinnyConfig(1, 8, 64, False), gated=True, await_chunks=flags)
-    with pytest.raises(ValueError, match="consumer"):  # not gated
-        skinny_linear(gu[:, :128], wd, config=c, await_chunks=flags)
-    with pytest.raises(ValueError, match="either"):
-        skinny_linear(gu, wd, config=c, gated=True, await_chunks=flags, signal=flags)
-    assert flags.flags.tolist() == [0] * 5  # nothing launched
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("producer", "consumer"),
-    [  # the 8B in-graph picks (gate_up 2x2048, down 8x1024), and a deeper consumer
-        (SkinnyConfig(1, 2, 2048, False, pdl=True), SkinnyConfig(1, 8, 1024, False, pdl=True)),
-        (
-            SkinnyConfig(1, 8, 512, False, pdl=True, prefetch_tiles=2),
-            SkinnyConfig(1, 8, 512, False, pdl=True, prefetch_tiles=2, lookahead=True),
-        ),
-    ],
-)
-def test_chunk_flag_pairs_keep_the_bits_in_a_cuda_graph_gpu(gpu, device, seed, producer, consumer):
-    """Four Qwen3-8B MLPs (gate_up, then the gated down awaiting its chunks, PDL; flags of
-    their own) captured in one CUDA graph and replayed five times equal the plain launches
-    run eagerly; the flags end at zero."""
-    hidden, inter = QWEN3_SHAPES["8B gate_up"][0], QWEN3_SHAPES["8B down"][0]
-    mlps = [
-        (
-            (torch.randn(2 * inter, hidden, device=device) * hidden**-0.5).bfloat16(),
-            (torch.randn(hidden, inter, device=device) * inter**-0.5).bfloat16(),
-        )
-        for _ in range(4)
-    ]
-    flags = [chunk_flags(producer, consumer, inter, device, gated=True) for _ in mlps]
-
-    def chain(x, pair_flags):
-        for (w_gu, w_d), f in zip(mlps, pair_flags, strict=True):
-            x = _chunk_pair(x, w_gu, w_d, producer, consumer, f)[1]
-        return x
-
-    x = torch.randn(1, hidden, device=device).bfloat16()
-    want = chain(x, [None] * len(mlps))
-    assert torch.equal(chain(x, flags), want), seed  # eager, and compiled outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        got = chain(x, flags)
-    for _ in range(5):
-        got.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(got, want), (producer, consumer, seed)
-    assert not any(f.flags.any() for f in flags)
 
 
 @pytest.mark.gpu

@@ -70,18 +70,15 @@ def compile_for(
 
 def compile_skinny(
     cfg, *, gated: bool = False, shape: tuple[int, int] = (4096, 4096),
-    target: GPUTarget = HOPPER, signal: bool = False, await_chunks: bool = False,
+    target: GPUTarget = HOPPER,
 ):  # fmt: skip
     """The skinny GEMM (``kernels/skinny_gemm.py``) at one row with launch config ``cfg``
     (a ``SkinnyConfig``, PDL as asked) for a bf16 weight of ``shape`` [N, K] (which only
     sizes its L2 prefetch, ``skinny_gemm.l2_prefetch_plan``), compiled as a launch on
-    16-byte aligned tensors with sizes and strides of 16s would specialize it; with
-    ``signal`` or ``await_chunks``, as a chunk producer or consumer (``ChunkFlags``, its
-    chunks the K steps of [N, K] on CUDA)."""
+    16-byte aligned tensors with sizes and strides of 16s would specialize it."""
     import torch
 
     from jacana_engine.kernels import skinny_gemm
-    from jacana_engine.kernels._common import next_power_of_2
 
     weight = torch.empty(shape, dtype=torch.bfloat16, device="meta")  # aligned: address 0
     l2_row_bytes, l2_pieces = skinny_gemm.l2_prefetch_plan(cfg, weight)
@@ -93,11 +90,9 @@ def compile_skinny(
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
         W_EVICTION=cfg.weight_eviction, TAIL=0, BLOCK_TAIL=1,
         L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
-        SIGNAL=signal, AWAIT=await_chunks, SPIN_ASM=await_chunks,
-        BLOCK_FLAGS=next_power_of_2(shape[1] // cfg.block_k + 1) if await_chunks else 1,
     )  # fmt: skip
     floats = ("eps", "tail_eps", "tail_inv_n")
-    pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32", "flags_ptr": "*i32"}
+    pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32"}
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
     divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))
     return compile_for(

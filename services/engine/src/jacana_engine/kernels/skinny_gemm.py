@@ -314,7 +314,6 @@ def _skinny_gemm_kernel(
     tail_res_out_ptr,  # TAIL: [M, N] product + residual (may be tail_res_ptr)
     counter_ptr,  # TAIL == 1: int32 arrival counter, zero between launches
     stats_ptr,  # NORM == 3: [M, num_stats] partial sums of squares read; TAIL == 2: written
-    flags_ptr,  # SIGNAL / AWAIT: int32 [chunks + 1] chunk flags (ChunkFlags), zero between pairs
     M,
     N,
     K,
@@ -330,10 +329,6 @@ def _skinny_gemm_kernel(
     eps,
     tail_eps,
     tail_inv_n,  # TAIL == 1: float32's 1 / N
-    flag_wrap,  # SIGNAL: output columns c and c + flag_wrap feed the consumer's column c
-    flag_chunk,  # SIGNAL: the consumer's columns a flag covers (its BLOCK_K)
-    flag_arrivals,  # AWAIT: producer programs that make a chunk ready
-    flag_chunks,  # AWAIT: chunks (the last program resets flags[0 .. flag_chunks])
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -356,10 +351,6 @@ def _skinny_gemm_kernel(
     SUM_WIDTH: tl.constexpr = 1,  # TAIL == 1: the norm's sum order (rmsnorm.row_norm_args)
     SUM_VECTOR: tl.constexpr = False,
     SUM_PASSES: tl.constexpr = 1,
-    SIGNAL: tl.constexpr = False,  # bump flags[chunk of this program's columns] once stored
-    AWAIT: tl.constexpr = False,  # wait for flags[k // BLOCK_K] before x's tile at k
-    SPIN_ASM: tl.constexpr = False,  # AWAIT: spin with ld.acquire (CUDA), else with atomics
-    BLOCK_FLAGS: tl.constexpr = 1,  # AWAIT: next power of 2 of flag_chunks + 1
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -378,8 +369,8 @@ def _skinny_gemm_kernel(
         w_second = _w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION)
     if L2_BYTES > 0:
         prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES, L2_PIECES)
-    if PDL and not AWAIT:  # everything below may read what the previous kernel wrote
-        tl.extra.cuda.gdc_wait()  # (AWAIT: x's tiles wait for their chunks instead)
+    if PDL:  # everything below may read what the previous kernel wrote
+        tl.extra.cuda.gdc_wait()
     if LOOKAHEAD:  # the loop's first tile: on its way from HBM while x comes from L2
         w_next = _w_tile(w_rows, PEEL * BLOCK_K + ks, n_mask, K, W_EVICTION)
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
@@ -413,16 +404,15 @@ def _skinny_gemm_kernel(
     start = 0
     sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)  # NORM == 4: x's, as the loop loads it
     if PEEL >= 1:
-        k = _awaited_columns(flags_ptr, 0, ks, BLOCK_K, flag_arrivals, AWAIT, SPIN_ASM)
         x, sq = _loop_x_tile(
-            x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
+            x_rows, r_rows, norm_w_ptr, rstd, ks, m_mask, K, GATED, NORM, USE_DOT, dtype
         )
         if NORM == 4:  # the other modes carry no sums through the loop
             sum_sq += sq
         acc = _accumulate(acc, x, w_first, USE_DOT, PRECISION)
         start = BLOCK_K
     if PEEL >= 2:
-        k = _awaited_columns(flags_ptr, BLOCK_K, ks, BLOCK_K, flag_arrivals, AWAIT, SPIN_ASM)
+        k = BLOCK_K + ks
         x, sq = _loop_x_tile(
             x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
         )
@@ -431,10 +421,10 @@ def _skinny_gemm_kernel(
         acc = _accumulate(acc, x, w_second, USE_DOT, PRECISION)
         start = 2 * BLOCK_K
     for k0 in range(start, K, BLOCK_K):
-        k = _awaited_columns(flags_ptr, k0, ks, BLOCK_K, flag_arrivals, AWAIT, SPIN_ASM)
+        k = k0 + ks
         if LOOKAHEAD:  # the next tile asked for before this one is used (none past K)
             w = w_next
-            w_next = _w_tile(w_rows, k0 + BLOCK_K + ks, n_mask, K, W_EVICTION)
+            w_next = _w_tile(w_rows, k + BLOCK_K, n_mask, K, W_EVICTION)
             x, sq = _loop_x_tile(
                 x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
             )
@@ -442,7 +432,7 @@ def _skinny_gemm_kernel(
             x, sq = _loop_x_tile(
                 x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
             )
-            w = _w_tile(w_rows, k0 + ks, n_mask, K, W_EVICTION)
+            w = _w_tile(w_rows, k, n_mask, K, W_EVICTION)
         if NORM == 4:
             sum_sq += sq
         acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
@@ -482,50 +472,6 @@ def _skinny_gemm_kernel(
     else:
         out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
         tl.store(out, product, mask=tile_mask)
-    if SIGNAL:
-        # as the norm epilogue's counter: every thread's stores, then one release
-        tl.debug_barrier()
-        chunk = (tl.program_id(0) * BLOCK_N) % flag_wrap // flag_chunk
-        tl.atomic_add(flags_ptr + chunk, 1, sem="release")
-    if AWAIT:
-        # every program is past its last wait once all have arrived: the last one zeroes
-        # the flags (and this count) for the next pair that uses them (ChunkFlags)
-        tl.debug_barrier()
-        done = tl.atomic_add(flags_ptr + flag_chunks, 1, sem="acq_rel")
-        if done == tl.num_programs(0) - 1:
-            f = tl.arange(0, BLOCK_FLAGS)
-            tl.store(flags_ptr + f, tl.zeros([BLOCK_FLAGS], dtype=tl.int32), mask=f <= flag_chunks)
-
-
-@triton.jit
-def _awaited_columns(
-    flags_ptr, k0, ks, BLOCK_K: tl.constexpr, arrivals, AWAIT: tl.constexpr,
-    SPIN_ASM: tl.constexpr,
-):  # fmt: skip
-    """x's column offsets ``k0 + ks`` [BLOCK_K]; with AWAIT, once the chunk holding them is
-    ready (``flags[k0 // BLOCK_K] >= arrivals``), the offsets made to depend on the flag's
-    value (plus its sign bit, always 0, times BLOCK_K: the offsets stay as aligned as
-    before, so x's loads still vectorize) so that no load of x can move above the wait."""
-    if AWAIT:
-        flag = flags_ptr + k0 // BLOCK_K
-        if SPIN_ASM:  # every thread spins on its own acquiring load: its loads then see x
-            seen = tl.inline_asm_elementwise(
-                "{\n\t.reg .pred p;\n"
-                "SPIN:\n\tld.acquire.gpu.global.b32 $0, [$1];\n"
-                "\tsetp.lt.s32 p, $0, $2;\n\t@p bra SPIN;\n}",
-                "=r,l,r",
-                [flag, arrivals],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
-        else:  # the interpreter: programs run one after another, the chunk is ready
-            seen = tl.atomic_add(flag, 0, sem="acquire")
-            while seen < arrivals:
-                seen = tl.atomic_add(flag, 0, sem="acquire")
-        return k0 + ks + (seen >> 31) * BLOCK_K
-    else:
-        return k0 + ks
 
 
 @triton.jit
@@ -616,49 +562,6 @@ class NormPrologue:
     deferred: bool = False  # 1/rms applied to the product (float32), not to x
 
 
-@dataclass(frozen=True)
-class ChunkFlags:
-    """A GEMV that starts on its x as the GEMV before it produces x, instead of waiting
-    for that whole kernel: the producer (``skinny_linear(signal=...)``) bumps the flag of
-    its output columns' chunk once it has stored them, and the consumer
-    (``skinny_linear(await_chunks=...)``, launched right after it with PDL) waits before
-    each x tile for its chunk's flag, not for the producer's grid. The consumer's last
-    program zeroes the flags. Chunk c is the consumer's x columns [c * chunk, (c + 1) *
-    chunk), one consumer K step (its BLOCK_K); a gated consumer's column j is the
-    producer's columns j and j + K. The same sums in the same order: the same bits.
-
-    Contract: one producer launch, then its one consumer launch, in one stream. Flags are
-    reused only by a pair that starts after this pair's consumer has finished: with
-    dependent launches the kernels further down a stream may already run, so every pair
-    of a decode step (every layer's MLP) has flags of its own, and a CUDA graph replay
-    ends before the next begins. Only a skinny producer with ``signal`` makes a chunk
-    ready: a consumer awaiting anything else waits forever. Built by ``chunk_flags``."""
-
-    flags: torch.Tensor  # int32 [chunks + 1]: per chunk, producer programs done; then
-    # consumer programs done. All zero between pairs.
-    chunk: int  # consumer columns a flag covers
-    arrivals: int  # producer programs that make a chunk ready
-    gated: bool  # the consumer's x is gate then up
-
-
-def chunk_flags(
-    producer: SkinnyConfig, consumer: SkinnyConfig, k: int, device: torch.device, *, gated: bool
-) -> ChunkFlags:
-    """New zeroed flags (allocate them outside a CUDA-graph capture) between a producer
-    launched with ``producer`` that writes the consumer's x (``2 * k`` columns when
-    ``gated``, else ``k``) and a consumer launched with ``consumer`` over K = ``k``.
-    Raises ``ValueError`` where a producer program's columns would straddle two chunks or
-    K is not a whole number of chunks."""
-    chunk = consumer.block_k
-    if k % chunk or chunk % producer.block_n:
-        raise ValueError(
-            f"K={k} must be whole chunks of the consumer's BLOCK_K={chunk}, and a chunk whole "
-            f"producer tiles of BLOCK_N={producer.block_n}"
-        )
-    flags = torch.zeros(k // chunk + 1, dtype=torch.int32, device=device)
-    return ChunkFlags(flags, chunk, chunk // producer.block_n * (2 if gated else 1), gated)
-
-
 def stats_columns(config: SkinnyConfig, n: int) -> int:
     """Columns of a ``ResidualStats.stats`` for an output of width n: one per program."""
     return triton.cdiv(n, config.block_n)
@@ -674,8 +577,6 @@ def skinny_linear(
     norm: NormPrologue | None = None,  # multiply by rms_norm(x [+ residual]) instead
     then_norm: NormEpilogue | None = None,  # return rms_norm(product + residual) instead
     then_stats: ResidualStats | None = None,  # return product + residual, and its statistics
-    signal: ChunkFlags | None = None,  # mark each chunk of the output ready for a consumer
-    await_chunks: ChunkFlags | None = None,  # read x's chunks as the producer marks them
 ) -> torch.Tensor:  # [M, N] in x's dtype
     """``x @ weight.T`` accumulated in float32, rounded once to x's dtype; with ``gated``,
     ``silu_and_mul(x) @ weight.T``, the activation computed as the weight streams in and
@@ -685,8 +586,7 @@ def skinny_linear(
     ``kernels.rmsnorm``'s, so a normalized element may round to its neighbour); with
     ``then_norm``, the RMSNorm of the product plus a residual (:class:`NormEpilogue`); with
     ``then_stats``, the product plus a residual and its statistics (:class:`ResidualStats`,
-    whose partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads). With
-    ``signal`` / ``await_chunks``, the two halves of a :class:`ChunkFlags` pair. Raises
+    whose partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads). Raises
     ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
     Never syncs with the host, so it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:
@@ -732,8 +632,6 @@ def skinny_linear(
         _check_stats(stats, m, stats_columns(cfg, n))
     if then_norm is not None:
         counter = arrival_counters(COUNTERS, x.device, 1)
-    _check_chunk_flags(signal, await_chunks, cfg, n, k, gated=gated)
-    flags = signal or await_chunks
     num_stats = norm.stats.shape[1] if norm is not None and norm.stats is not None else 1
     tail_inv_n, sum_order = row_norm_args(n, m) if then_norm is not None else (0.0, {})
     launch = pdl_launch(cfg.pdl, x.device)
@@ -750,7 +648,6 @@ def skinny_linear(
         tail_res_out,
         counter,
         stats,
-        flags.flags if flags is not None else counter,
         m,
         n,
         k,
@@ -766,10 +663,6 @@ def skinny_linear(
         norm.eps if norm is not None else 0.0,
         then_norm.eps if then_norm is not None else 0.0,
         tail_inv_n,
-        flags.chunk * (flags.flags.numel() - 1) if signal is not None else 1,
-        flags.chunk if flags is not None else 1,
-        flags.arrivals if flags is not None else 0,
-        flags.flags.numel() - 1 if flags is not None else 0,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
@@ -784,10 +677,6 @@ def skinny_linear(
         L2_BYTES=l2_row_bytes,
         L2_PIECES=l2_pieces,
         LOOKAHEAD=cfg.lookahead,
-        SIGNAL=signal is not None,
-        AWAIT=await_chunks is not None,
-        SPIN_ASM=x.device.type == "cuda",
-        BLOCK_FLAGS=next_power_of_2(flags.flags.numel()) if flags is not None else 1,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **sum_order,
@@ -816,33 +705,6 @@ def l2_prefetch_plan(cfg: SkinnyConfig, weight: torch.Tensor) -> tuple[int, int]
     row_bytes = share // (16 * pieces) * 16 * pieces
     aligned = weight.data_ptr() % 16 == 0 and (weight.stride(0) * elem) % 16 == 0
     return (row_bytes, pieces) if aligned and (first * elem) % 16 == 0 else (0, 1)
-
-
-def _check_chunk_flags(
-    signal: ChunkFlags | None, await_chunks: ChunkFlags | None, cfg: SkinnyConfig, n: int,
-    k: int, *, gated: bool,
-) -> None:  # fmt: skip
-    """Raise ``ValueError`` unless this launch can be the producer of ``signal`` (its N
-    the consumer's x) or the consumer of ``await_chunks`` (its K and BLOCK_K the flags')."""
-    if signal is not None and await_chunks is not None:
-        raise ValueError("a launch is either a chunk producer or a chunk consumer")
-    if signal is not None:
-        width = signal.chunk * (signal.flags.numel() - 1) * (2 if signal.gated else 1)
-        tiles = signal.chunk // cfg.block_n * (2 if signal.gated else 1)
-        if n != width or signal.chunk % cfg.block_n or tiles != signal.arrivals:
-            raise ValueError(
-                f"a producer of N={n}, BLOCK_N={cfg.block_n} does not fill the flags' chunks "
-                f"of {signal.chunk} ({signal.arrivals} tiles each, gated={signal.gated})"
-            )
-    if await_chunks is not None:
-        chunks = await_chunks.flags.numel() - 1
-        if gated != await_chunks.gated or cfg.block_k != await_chunks.chunk:
-            raise ValueError(
-                f"a consumer with BLOCK_K={cfg.block_k}, gated={gated} does not match chunks "
-                f"of {await_chunks.chunk}, gated={await_chunks.gated}"
-            )
-        if k != chunks * await_chunks.chunk:
-            raise ValueError(f"a consumer of K={k} does not match {chunks} chunks")
 
 
 def _norm_mode(norm: NormPrologue | None) -> int:
