@@ -112,17 +112,10 @@ def test_min_split_tiles_runs_short_sequences_in_one_pass(device, seed, paged_ba
     whatever the launch's split count (a CUDA graph's is fixed by the longest length), so
     it has the bits of one split, cuDNN's order; by default the splits part from the
     second tile on (their merge rounds otherwise), or the first check would prove
-    nothing. Its splits load each next tile ahead: the same bits as the plain loop."""
+    nothing."""
     lens = [1, 64, 65, 200, 256]
     one, eight = _decode_with_splits(device, paged_batch, lens, 64, (1, 8), min_split_tiles=4)
     assert torch.equal(one, eight), f"seed={seed}"
-    torch.manual_seed(seed)  # the same inputs: the loop that loads a tile ahead (splits of
-    # several tiles) adds as the plain loop does, at one split and past 4 tiles too
-    lens = [*lens, 300, 700]
-    ahead = _decode_with_splits(device, paged_batch, lens, 64, (1,), min_split_tiles=4)[0]
-    torch.manual_seed(seed)
-    plain = _decode_with_splits(device, paged_batch, lens, 64, (1,))[0]
-    assert torch.equal(ahead, plain), f"seed={seed}"
     one, eight = _decode_with_splits(device, paged_batch, [130, 200, 256], 64, (1, 8))
     assert not torch.equal(one, eight), f"seed={seed}"
 

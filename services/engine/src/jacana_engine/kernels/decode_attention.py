@@ -357,34 +357,14 @@ def _decode_partial_kernel(
                 q, tl.where(is_now, k_now, k_first), tl.where(is_now, v_now, v_first),
                 n_first < seq_len, m_i, l_i, acc, scale_log2, PRECISION, FRAGMENT_SUM,
             )  # fmt: skip
-    if MIN_SPLIT_TILES > 1:
-        # A split walks several tiles one after another (the one-pass decode): the next
-        # tile's K and V are asked for before this one is attended, so their round trip
-        # overlaps its softmax (past the split's last tile they load as zeros, unused).
-        k_next, v_next, _, n_next = _kv_tile(
-            k_cache_ptr, v_cache_ptr, bt_row, rest, seq_len, head_off, stride_cache_block,
-            stride_cache_offset, tl.where(rest < tile_hi, seq_len, 0), d, d_mask, BLOCK_N,
-            BLOCK_SIZE,
+    for tile in range(rest, tile_hi):
+        k, v, _, n = _kv_tile(
+            k_cache_ptr, v_cache_ptr, bt_row, tile, seq_len, head_off, stride_cache_block,
+            stride_cache_offset, seq_len, d, d_mask, BLOCK_N, BLOCK_SIZE,
         )  # fmt: skip
-        for tile in range(rest, tile_hi):
-            k, v, n = k_next, v_next, n_next
-            k_next, v_next, _, n_next = _kv_tile(
-                k_cache_ptr, v_cache_ptr, bt_row, tile + 1, seq_len, head_off,
-                stride_cache_block, stride_cache_offset,
-                tl.where(tile + 1 < tile_hi, seq_len, 0), d, d_mask, BLOCK_N, BLOCK_SIZE,
-            )  # fmt: skip
-            m_i, l_i, acc = _attend_tile(
-                q, k, v, n < seq_len, m_i, l_i, acc, scale_log2, PRECISION, FRAGMENT_SUM
-            )
-    else:
-        for tile in range(rest, tile_hi):
-            k, v, _, n = _kv_tile(
-                k_cache_ptr, v_cache_ptr, bt_row, tile, seq_len, head_off, stride_cache_block,
-                stride_cache_offset, seq_len, d, d_mask, BLOCK_N, BLOCK_SIZE,
-            )  # fmt: skip
-            m_i, l_i, acc = _attend_tile(
-                q, k, v, n < seq_len, m_i, l_i, acc, scale_log2, PRECISION, FRAGMENT_SUM
-            )
+        m_i, l_i, acc = _attend_tile(
+            q, k, v, n < seq_len, m_i, l_i, acc, scale_log2, PRECISION, FRAGMENT_SUM
+        )
     l_i = row_sum(l_i, FRAGMENT_SUM)  # [BLOCK_G]
 
     if NUM_SPLITS == 1:
