@@ -56,6 +56,7 @@ from jacana_engine.kernels.skinny_gemm import (
     ResidualStats,
     SkinnyConfig,
     skinny_linear,
+    stats_columns,
 )
 
 H, INTER, QKV = 4096, 12288, 6144
@@ -167,6 +168,31 @@ class Chain:
         skinny_linear(self.gu, w["wd"], h, config=picks["down"], gated=True, then_stats=tail)
         norm = NormPrologue(w["g_next"], EPS, deferred=True)
         skinny_linear(h, w["wqkv"], self.qkv, config=picks["qkv"], norm=norm)
+
+    def layer_split(self, w: dict, picks: dict[str, SkinnyConfig] = PICKS) -> None:
+        """One layer with no norm launches and HF's roundings (``NormPrologue.stats``):
+        o_proj and down add the residual in their epilogue and store each program's sum
+        of squares of it; gate_up and qkv sum those partial sums, then normalize x as it
+        loads, rounded as the norm kernel rounds it (the sum in another order)."""
+        h, attn = self.res[0], self.qkv[:, :H]
+        stats = self.stats[:, : stats_columns(picks["o"], H)]
+        skinny_linear(attn, w["wo"], h, config=picks["o"], then_stats=ResidualStats(h, stats))
+        norm = NormPrologue(w["g_post"], EPS, stats=stats)
+        skinny_linear(h, w["wgu"], self.gu, config=picks["gate_up"], norm=norm)
+        stats = self.stats[:, : stats_columns(picks["down"], H)]
+        tail = ResidualStats(h, stats)
+        skinny_linear(self.gu, w["wd"], h, config=picks["down"], gated=True, then_stats=tail)
+        norm = NormPrologue(w["g_next"], EPS, stats=stats)
+        skinny_linear(h, w["wqkv"], self.qkv, config=picks["qkv"], norm=norm)
+
+    def layer_without_norms(self, w: dict, gemv: Gemv) -> None:
+        """Timing only (wrong results): the layer's four GEMVs with nothing between them,
+        what any way of fusing the norms could at best come to on these launches."""
+        attn = self.qkv[:, :H]
+        gemv("o", attn, w["wo"], self.o)
+        gemv("gate_up", self.o, w["wgu"], self.gu)
+        gemv("down", self.gu, w["wd"], self.d, gated=True)
+        gemv("qkv", self.d, w["wqkv"], self.qkv)
 
     def layer_stream(self, i: int, w: dict, variant: str) -> None:
         args = (

@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -51,8 +52,25 @@ def _everywhere(block_n: int, block_k: int) -> dict[str, SkinnyConfig]:
     return {name: SkinnyConfig(1, block_n, block_k, False, pdl=True) for name in SHAPES}
 
 
+# the sustained search's lean twin on capped cards (seventeenth run): qkv and gate_up
+# 8x512 with two tiles loaded before the wait, o and down as picked
+LEAN = PICKS | {
+    name: SkinnyConfig(1, 8, 512, False, pdl=True, prefetch_tiles=2) for name in ("qkv", "gate_up")
+}
+# variants with no norm launches, on wider tiles than the picks' 2-row ones (whose x and
+# norm weight reads double the L2 traffic): (layer method, launch configs)
+NORMLESS_VARIANTS = {
+    "8x1024, norms deferred": ("deferred", _everywhere(8, 1024)),
+    "16x512, norms deferred": ("deferred", _everywhere(16, 512)),
+    "lean, norms deferred": ("deferred", LEAN),
+    "8x1024, norms split": ("split", _everywhere(8, 1024)),
+    "lean, norms split": ("split", LEAN),
+    "lean, no norms (timing only)": ("none", LEAN),
+    "8x1024, no norms (timing only)": ("none", _everywhere(8, 1024)),
+}
 SKINNY_VARIANTS = {
     "picks": PICKS,
+    "lean": LEAN,
     "8x1024": _everywhere(8, 1024),
     "16x512": _everywhere(16, 512),
     "32x256": _everywhere(32, 256),
@@ -119,6 +137,14 @@ class Layers(Chain):
                 self.layer_copy(w)
             elif variant == DEFERRED:
                 self.layer_deferred(w)
+            elif variant in NORMLESS_VARIANTS:
+                how, picks = NORMLESS_VARIANTS[variant]
+                if how == "deferred":
+                    self.layer_deferred(w, picks)
+                elif how == "split":
+                    self.layer_split(w, picks)
+                else:
+                    self.layer_without_norms(w, skinny_gemv(picks))
             else:
                 self.layer_separate(i, w, *self.gemvs[variant])
 
@@ -146,15 +172,16 @@ class Layers(Chain):
             return None
         return replay_seconds(graph, 10) * 1e6 / len(self.layers)
 
-    def deferred_vs_separate(self) -> dict[str, float]:
-        """One layer from the same inputs with separate and with deferred norms: max |diff|
-        / max |separate| of the qkv output and of the residual after the layer."""
+    def versus_separate(self, layer: Callable[[dict], None]) -> dict[str, float]:
+        """One layer from the same inputs with separate norms and by ``layer`` (a layer
+        with no norm launches, its residual in place in ``res[0]``): max |diff| / max
+        |separate| of the qkv output and of the residual after the layer."""
         w, qkv0, res0 = self.layers[0], self.qkv.clone(), self.res[0].clone()
         self.layer_separate(0, w)
         ref = self.qkv.clone(), self.res[1].clone()
         self.qkv.copy_(qkv0)
         self.res[0].copy_(res0)
-        self.layer_deferred(w)
+        layer(w)
         got = self.qkv.clone(), self.res[0].clone()
         self.qkv.copy_(qkv0)
         self.res[0].copy_(res0)
@@ -163,6 +190,16 @@ class Layers(Chain):
             for g, r in zip(got, ref, strict=True)
         ]
         return {"qkv_rel_diff": rel[0], "residual_rel_diff": rel[1]}
+
+    def normless_checks(self) -> dict[str, dict[str, float]]:
+        """``versus_separate`` for every variant with no norm launches that computes the
+        layer (not the timing-only ones)."""
+        methods = {"deferred": self.layer_deferred, "split": self.layer_split}
+        checks = {DEFERRED: self.versus_separate(self.layer_deferred)}
+        for variant, (how, picks) in NORMLESS_VARIANTS.items():
+            if how in methods:
+                checks[variant] = self.versus_separate(lambda w, m=methods[how], p=picks: m(w, p))
+        return checks
 
     def compare(self, name: str, picks: dict[str, MmaConfig]) -> dict[str, float]:
         """max |mma - skinny| / max |skinny| of shape ``name`` on the first layer's weight."""
@@ -254,18 +291,22 @@ def main() -> None:
     parser.add_argument("--cold", type=float, default=0.25)
     parser.add_argument("--hot", type=float, default=1.5)
     parser.add_argument("--name", default="power_probe_gpu")
+    parser.add_argument("--no-mma", action="store_true", help="skip gemv_mma's sweep")
+    parser.add_argument("--only", default="", help="variants to run, separated by ';'")
     args = parser.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         raise SystemExit("needs a CUDA GPU of compute capability 9.0 or later (PDL)")
     nvml = Nvml(torch.cuda.current_device())
     chain = Layers(args.layers)
-    sweep = chain.sweep_mma()
-    variants = [*chain.gemvs, DEFERRED, "copy"]
-    deferred_check = chain.deferred_vs_separate()
-    print("norms deferred into the GEMVs against the separate norms:", deferred_check)
+    sweep = {} if args.no_mma else chain.sweep_mma()
+    variants = [*chain.gemvs, DEFERRED, *NORMLESS_VARIANTS, "copy"]
+    if args.only:
+        variants = [v for v in variants if v in args.only.split(";")]
+    deferred_check = chain.normless_checks()
+    print("no norm launches against the separate norms:", deferred_check)
     graphs = {v: capture(lambda v=v: chain.step_variant(v)) for v in variants}
     assert torch.isfinite(chain.qkv).all(), "the chain's output is not finite"
-    per_batch = max(1, round(0.05 / replay_seconds(graphs["picks"])))  # batches of ~50 ms
+    per_batch = max(1, round(0.05 / replay_seconds(graphs[variants[0]])))  # batches of ~50 ms
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     for rep in range(args.reps):  # interleaved, each variant from an idle card
         for v in variants:
@@ -288,7 +329,7 @@ def main() -> None:
         "variants": rows,
         "runs": runs,
         "mma_sweep_us": sweep,
-        "deferred_vs_separate": deferred_check,
+        "normless_vs_separate": deferred_check,
     }
     lines = [
         "# Energy and sustained pace of a batch-1 decode layer chain, by GEMV launch",

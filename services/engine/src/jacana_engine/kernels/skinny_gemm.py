@@ -371,11 +371,19 @@ def _skinny_gemm_kernel(
         prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES, L2_PIECES)
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
+    tile_mask = m_mask[:, None] & n_mask[None, :]
+    if TAIL > 0:  # the residual, asked for now so that the last program does not wait for it
+        r_tile = tail_res_ptr + rows.to(tl.int64)[:, None] * stride_trm + cols[None, :]
+        tail_r = tl.load(r_tile, mask=tile_mask, other=0.0).to(tl.float32)
     if LOOKAHEAD:  # the loop's first tile: on its way from HBM while x comes from L2
         w_next = _w_tile(w_rows, PEEL * BLOCK_K + ks, n_mask, K, W_EVICTION)
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)  # stays unused without a norm
     if NORM == 3:
+        if PEEL >= 1:  # the first tile's x and norm weight travel with the statistics
+            first_mask = m_mask[:, None] & (ks < K)[None, :]
+            first_h = tl.load(x_rows + ks[None, :], mask=first_mask, other=0.0)
+            first_nw = tl.load(norm_w_ptr + ks, mask=ks < K, other=0.0)
         # the producer's partial sums, added in one fixed order (the same in every program)
         p = tl.arange(0, BLOCK_TAIL)
         s_mask = m_mask[:, None] & (p < num_stats)[None, :]
@@ -404,9 +412,14 @@ def _skinny_gemm_kernel(
     start = 0
     sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)  # NORM == 4: x's, as the loop loads it
     if PEEL >= 1:
-        x, sq = _loop_x_tile(
-            x_rows, r_rows, norm_w_ptr, rstd, ks, m_mask, K, GATED, NORM, USE_DOT, dtype
-        )
+        if NORM == 3:  # loaded above: only normalized here, as _x_tile would
+            x = rms_scale(
+                first_h.to(tl.float32), rstd[:, None], first_nw.to(tl.float32)[None, :], dtype
+            )
+        else:
+            x, sq = _loop_x_tile(
+                x_rows, r_rows, norm_w_ptr, rstd, ks, m_mask, K, GATED, NORM, USE_DOT, dtype
+            )
         if NORM == 4:  # the other modes carry no sums through the loop
             sum_sq += sq
         acc = _accumulate(acc, x, w_first, USE_DOT, PRECISION)
@@ -441,12 +454,9 @@ def _skinny_gemm_kernel(
     if NORM == 4:
         acc = acc * tl.rsqrt(sum_sq / K + eps)[:, None]
     product = acc.to(out_ptr.dtype.element_ty)  # [BLOCK_M, BLOCK_N], rounded as stored
-    tile_mask = m_mask[:, None] & n_mask[None, :]
     if TAIL == 2:
         # HF's residual add, stored in place, and this program's share of the statistics
-        r_tile = tail_res_ptr + rows.to(tl.int64)[:, None] * stride_trm + cols[None, :]
-        r = tl.load(r_tile, mask=tile_mask, other=0.0).to(tl.float32)
-        h = (product.to(tl.float32) + r).to(dtype)
+        h = (product.to(tl.float32) + tail_r).to(dtype)
         out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
         tl.store(out, h, mask=tile_mask)
         hf = tl.where(tile_mask, h.to(tl.float32), 0.0)
@@ -454,9 +464,7 @@ def _skinny_gemm_kernel(
         tl.store(s_out, tl.sum(hf * hf, axis=1), mask=m_mask)
     elif TAIL == 1:
         # HF's residual add: the stored product plus the residual, rounded
-        r_tile = tail_res_ptr + rows.to(tl.int64)[:, None] * stride_trm + cols[None, :]
-        r = tl.load(r_tile, mask=tile_mask, other=0.0).to(tl.float32)
-        h = (product.to(tl.float32) + r).to(dtype)
+        h = (product.to(tl.float32) + tail_r).to(dtype)
         h_rows = tail_res_out_ptr + rows.to(tl.int64)[:, None] * stride_trom
         tl.store(h_rows + cols[None, :], h, mask=tile_mask)
         # The barrier orders every thread's stores before the (single-thread) release;
