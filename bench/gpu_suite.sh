@@ -46,7 +46,7 @@
 #             tests with the argmax kernel's, the skinny GEMM's (lookahead configs), the
 #             dependent-launch and overlap ones, beside the random-Qwen3 parity test; then
 #             the #4 targets without the peer (8B and 0.6B: b1, ttft1024, c64) (~9 min)
-# split       the split-norm GPU tests (skinny_gemm), then Qwen3-8B and 0.6B b1 without
+# split       the split-norm GPU tests (skinny_gemm, ~4 min), then Qwen3-8B and 0.6B b1 without
 #             and with split_norm on one tuning cache (~3 min)
 # prefill     the prefill attention's GPU tests and its launch settings at 8B head shapes
 #             (prefill_attention_gpu.py); then prefill_host_gpu.py: one 1024-token prompt's
@@ -319,7 +319,7 @@ for phase in "$@"; do
       ;;
     split)
       stamp "split-norm GPU tests"
-      timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py \
+      timeout 240 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py \
         -k split 2>&1 | tail -4
       rm -f /tmp/jacana-split-tuning.json
       for split in no-split-norm split-norm; do

@@ -57,6 +57,7 @@ from jacana_engine.kernels.skinny_gemm import (
     SkinnyConfig,
     skinny_linear,
     stats_columns,
+    stats_config,
 )
 
 H, INTER, QKV = 4096, 12288, 6144
@@ -162,26 +163,27 @@ class Chain:
         fewer than ``layer_separate``, on the same one-row picks."""
         h, attn = self.res[0], self.qkv[:, :H]
         tail = ResidualStats(h, self.stats)
-        skinny_linear(attn, w["wo"], h, config=picks["o"], then_stats=tail)
+        o, down = (stats_config(picks[name], H, 1) for name in ("o", "down"))
+        skinny_linear(attn, w["wo"], h, config=o, then_stats=tail)
         norm = NormPrologue(w["g_post"], EPS, deferred=True)
         skinny_linear(h, w["wgu"], self.gu, config=picks["gate_up"], norm=norm)
-        skinny_linear(self.gu, w["wd"], h, config=picks["down"], gated=True, then_stats=tail)
+        skinny_linear(self.gu, w["wd"], h, config=down, gated=True, then_stats=tail)
         norm = NormPrologue(w["g_next"], EPS, deferred=True)
         skinny_linear(h, w["wqkv"], self.qkv, config=picks["qkv"], norm=norm)
 
     def layer_split(self, w: dict, picks: dict[str, SkinnyConfig] = PICKS) -> None:
-        """One layer with no norm launches and HF's roundings (``NormPrologue.stats``):
-        o_proj and down add the residual in their epilogue and store each program's sum
-        of squares of it; gate_up and qkv sum those partial sums, then normalize x as it
-        loads, rounded as the norm kernel rounds it (the sum in another order)."""
+        """One layer with no norm launches and the norm kernel's bits
+        (``NormPrologue.stats``): o_proj and down, on ``stats_config``'s tiles, add the
+        residual in their epilogue and store each program's sum of squares of it in
+        torch's order; gate_up and qkv add those up and normalize x as it loads."""
         h, attn = self.res[0], self.qkv[:, :H]
-        stats = self.stats[:, : stats_columns(picks["o"], H)]
-        skinny_linear(attn, w["wo"], h, config=picks["o"], then_stats=ResidualStats(h, stats))
+        stats = self.stats[:, : stats_columns(H, 1)]
+        tail = ResidualStats(h, stats)
+        o, down = (stats_config(picks[name], H, 1) for name in ("o", "down"))
+        skinny_linear(attn, w["wo"], h, config=o, then_stats=tail)
         norm = NormPrologue(w["g_post"], EPS, stats=stats)
         skinny_linear(h, w["wgu"], self.gu, config=picks["gate_up"], norm=norm)
-        stats = self.stats[:, : stats_columns(picks["down"], H)]
-        tail = ResidualStats(h, stats)
-        skinny_linear(self.gu, w["wd"], h, config=picks["down"], gated=True, then_stats=tail)
+        skinny_linear(self.gu, w["wd"], h, config=down, gated=True, then_stats=tail)
         norm = NormPrologue(w["g_next"], EPS, stats=stats)
         skinny_linear(h, w["wqkv"], self.qkv, config=picks["qkv"], norm=norm)
 

@@ -53,10 +53,11 @@ class EngineConfig:
     split_norm: with ``decode_gemm="auto"``, each RMSNorm between two projections that
         both run a row count on the skinny kernel (o -> gate/up, down -> the next QKV) runs
         inside them: the producer's programs store the residual sum and their partial
-        sums of squares, the consumer normalizes its input as it loads it
-        (``RMSNorm.split_between_gemms``; two launches fewer per layer; opt-in: on an
-        H200 it made the Qwen3-8B and 0.6B batch-1 graphs 1-3% slower). Taken before
-        ``fuse_norm_gemm``'s folds where both apply.
+        sums of squares in torch's order, the consumer normalizes its input as it loads
+        it, with the norm kernel's bits (``RMSNorm.split_between_gemms``; two launches
+        fewer per layer). Opt-in: its earlier form, statistics in another order, made the
+        Qwen3-8B and 0.6B batch-1 graphs ~1% and ~5% faster on an H200; this one is not
+        yet measured there. Taken before ``fuse_norm_gemm``'s folds where both apply.
     tune_in_graph: with ``decode_gemm="auto"`` and a batch-1 decode graph, time each
         weight shape's one-row choices (cuBLAS and the skinny candidates) inside that
         graph, shape after shape (``layers/graph_picks.py``), instead of keeping the picks

@@ -16,6 +16,8 @@ Cases:
   L2 (``SkinnyConfig.l2_prefetch_bytes``);
 - ``skinny_2x2048`` / ``skinny_2x2048_ahead``: the 8B qkv's 2x2048 with PDL, without and
   with ``lookahead``;
+- ``skinny_split_producer`` / ``skinny_split_consumer``: a norm split over two skinny
+  GEMMs (``ResidualStats`` then ``NormPrologue(stats=...)``) at the 8B's one-row tiles;
 - ``argmax_pdl``: the greedy argmax over bf16 logits, launched dependently, with its
   token copies (``TokenCopies``).
 - ``rope_qk_norm_pairs`` / ``rope_qk_norm_quads``: the rope kernel with the q/k norm in
@@ -117,10 +119,10 @@ def _skinny(l2_bytes: int) -> dict:
     )
 
 
-def _skinny_config(cfg, shape: tuple[int, int] = (4096, 4096)) -> dict:
+def _skinny_config(cfg, shape: tuple[int, int] = (4096, 4096), **constexprs) -> dict:
     from jacana_engine.kernels.offline_compile import compile_skinny
 
-    return _summary(compile_skinny(cfg, shape=shape))
+    return _summary(compile_skinny(cfg, shape=shape, constexprs=constexprs))
 
 
 def _argmax() -> dict:
@@ -147,6 +149,14 @@ def main() -> None:
         "skinny_2x2048": _skinny_config(SkinnyConfig(1, 2, 2048, False, pdl=True), (6144, 4096)),
         "skinny_2x2048_ahead": _skinny_config(
             SkinnyConfig(1, 2, 2048, False, pdl=True, lookahead=True), (6144, 4096)
+        ),
+        # a norm split over the 8B's o and gate_up projections at one row: the producer
+        # on torch's 512 reduction threads, the consumer adding their 512 sums
+        "skinny_split_producer": _skinny_config(
+            SkinnyConfig(1, 8, 1024, False, pdl=True), TAIL=2, ROW_ORDER=1, ORDER_WIDTH=512
+        ),
+        "skinny_split_consumer": _skinny_config(
+            SkinnyConfig(1, 8, 1024, False, pdl=True), NORM=3, BLOCK_TAIL=512
         ),
         "argmax_pdl": _argmax(),
         "rope_qk_norm_pairs": _rope_qk_norm(64),

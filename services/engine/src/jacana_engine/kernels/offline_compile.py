@@ -70,12 +70,13 @@ def compile_for(
 
 def compile_skinny(
     cfg, *, gated: bool = False, shape: tuple[int, int] = (4096, 4096),
-    target: GPUTarget = HOPPER,
+    target: GPUTarget = HOPPER, constexprs: dict[str, Any] | None = None,
 ):  # fmt: skip
     """The skinny GEMM (``kernels/skinny_gemm.py``) at one row with launch config ``cfg``
     (a ``SkinnyConfig``, PDL as asked) for a bf16 weight of ``shape`` [N, K] (which only
     sizes its L2 prefetch, ``skinny_gemm.l2_prefetch_plan``), compiled as a launch on
-    16-byte aligned tensors with sizes and strides of 16s would specialize it."""
+    16-byte aligned tensors with sizes and strides of 16s would specialize it;
+    ``constexprs`` sets the kernel's others (a norm, an epilogue)."""
     import torch
 
     from jacana_engine.kernels import skinny_gemm
@@ -90,8 +91,8 @@ def compile_skinny(
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
         W_EVICTION=cfg.weight_eviction, TAIL=0, BLOCK_TAIL=1,
         L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
-    )  # fmt: skip
-    floats = ("eps", "tail_eps", "tail_inv_n")
+    ) | (constexprs or {})  # fmt: skip
+    floats = ("eps", "tail_eps", "tail_inv_n", "norm_inv_k")
     pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32"}
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
     divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))

@@ -31,7 +31,8 @@ of the product plus a residual, the last program to finish normalizing the rows 
 norm folded into the o or down projection before it); or, with ``then_stats``, the
 product plus a residual and each program's sum of squares of its columns of it
 (``ResidualStats``: the norm split between two GEMMs, no program reading a whole row and
-none waiting for the others).
+none waiting for the others; the programs take the columns torch's reduction threads
+take, so the split norm gives ``kernels.rmsnorm``'s bits).
 ``SkinnyConfig.pdl`` launches with programmatic dependent launch.
 
 Deterministic: each output element is reduced over K by one program in a fixed order,
@@ -52,6 +53,13 @@ import triton.language as tl
 from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precision, next_power_of_2
 from jacana_engine.kernels._pdl import pdl_launch
+from jacana_engine.kernels._row_sum_order import (
+    RowSumOrder,
+    halved,
+    left_to_right,
+    torch_row_sum_order,
+    unfused,
+)
 from jacana_engine.kernels.activation import silu_mul_rounded
 from jacana_engine.kernels.rmsnorm import rms_norm_row, rms_scale, row_norm_args
 
@@ -302,6 +310,37 @@ def _accumulate(acc, x, w, USE_DOT: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _program_columns(
+    pid, BLOCK_N: tl.constexpr, ROW_ORDER: tl.constexpr, ORDER_WIDTH: tl.constexpr
+):
+    """The output columns [BLOCK_N] program ``pid`` computes (the kernel's ROW_ORDER)."""
+    j = tl.arange(0, BLOCK_N)
+    if ROW_ORDER == 1:  # torch's vector order: thread p's quads, pass after pass
+        cols = 4 * (pid + ORDER_WIDTH * (j // 4)) + j % 4
+    elif ROW_ORDER == 2:  # torch's strided order
+        cols = pid + ORDER_WIDTH * j
+    else:
+        cols = pid * BLOCK_N + j
+    return cols
+
+
+@triton.jit
+def _thread_sum_of_squares(h, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """h [BLOCK_M, BLOCK_N] float32 (zeros where masked), its columns in a ROW_ORDER
+    program's order (pass j, running sum i at column 4 j + i) -> [BLOCK_M]: each row's
+    sum of squares as torch's reduction thread adds those values (``_row_sum_order``):
+    four running sums, pass after pass, each square rounded first, then added left to
+    right."""
+    PASSES: tl.constexpr = BLOCK_N // 4
+    sq = tl.reshape(unfused(h * h), (BLOCK_M, PASSES, 4))
+    j = tl.arange(0, PASSES)[None, :, None]
+    acc = tl.zeros([BLOCK_M, 4], tl.float32)
+    for p in tl.static_range(PASSES):  # picks out pass p exactly: the rest adds zeros
+        acc += tl.sum(tl.where(j == p, sq, 0.0), axis=1)
+    return left_to_right(acc)
+
+
+@triton.jit
 def _skinny_gemm_kernel(
     x_ptr,
     w_ptr,
@@ -329,6 +368,7 @@ def _skinny_gemm_kernel(
     eps,
     tail_eps,
     tail_inv_n,  # TAIL == 1: float32's 1 / N
+    norm_inv_k,  # NORM == 3: float32's 1 / K
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -351,9 +391,14 @@ def _skinny_gemm_kernel(
     SUM_WIDTH: tl.constexpr = 1,  # TAIL == 1: the norm's sum order (rmsnorm.row_norm_args)
     SUM_VECTOR: tl.constexpr = False,
     SUM_PASSES: tl.constexpr = 1,
+    # TAIL == 2: 0, program p takes rows p * BLOCK_N on; else the rows torch's reduction
+    # thread p adds (``stats_config``): 1 (vector order) 4 (p + W j) + i, 2 (strided)
+    # p + W (4 j + i), for j < BLOCK_N / 4, i < 4, W = ORDER_WIDTH
+    ROW_ORDER: tl.constexpr = 0,
+    ORDER_WIDTH: tl.constexpr = 1,
 ):
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    cols = _program_columns(tl.program_id(0), BLOCK_N, ROW_ORDER, ORDER_WIDTH)  # [BLOCK_N]
     ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
     m_mask = rows < M
     n_mask = cols < N
@@ -384,12 +429,17 @@ def _skinny_gemm_kernel(
             first_mask = m_mask[:, None] & (ks < K)[None, :]
             first_h = tl.load(x_rows + ks[None, :], mask=first_mask, other=0.0)
             first_nw = tl.load(norm_w_ptr + ks, mask=ks < K, other=0.0)
-        # the producer's partial sums, added in one fixed order (the same in every program)
+        # the producer's partial sums (torch's thread sums), halved as torch halves them,
+        # scaled as its mean scales; row by row (a [1, BLOCK_TAIL] tile each: on a
+        # [BLOCK_M, BLOCK_TAIL] one the halving's reshapes took minutes to compile)
         p = tl.arange(0, BLOCK_TAIL)
-        s_mask = m_mask[:, None] & (p < num_stats)[None, :]
-        s_rows = stats_ptr + rows.to(tl.int64)[:, None] * stride_sm
-        partial = tl.load(s_rows + p[None, :], mask=s_mask, other=0.0)  # [BLOCK_M, BLOCK_TAIL]
-        rstd = tl.rsqrt(tl.sum(partial, axis=1) / K + eps)
+        for m in tl.static_range(BLOCK_M):
+            partial = tl.load(
+                stats_ptr + m * stride_sm + p, mask=(p < num_stats) & (p * 0 + m < M), other=0.0
+            )  # [BLOCK_TAIL]
+            total = tl.sum(halved(tl.reshape(partial, (1, BLOCK_TAIL)), BLOCK_TAIL), axis=0)
+            row_rstd = tl.rsqrt(unfused(total * norm_inv_k) + eps)
+            rstd = tl.where(rows == m, row_rstd, rstd)
     if (NORM == 1) or (NORM == 2):
         # Every program reads its rows whole once for the statistics (from L2 after the
         # first; K * M elements against its BLOCK_N * K of weight), as RMSNorm would.
@@ -461,7 +511,7 @@ def _skinny_gemm_kernel(
         tl.store(out, h, mask=tile_mask)
         hf = tl.where(tile_mask, h.to(tl.float32), 0.0)
         s_out = stats_ptr + rows.to(tl.int64) * stride_sm + tl.program_id(0)
-        tl.store(s_out, tl.sum(hf * hf, axis=1), mask=m_mask)
+        tl.store(s_out, _thread_sum_of_squares(hf, BLOCK_M, BLOCK_N), mask=m_mask)
     elif TAIL == 1:
         # HF's residual add: the stored product plus the residual, rounded
         h = (product.to(tl.float32) + tail_r).to(dtype)
@@ -541,9 +591,12 @@ class ResidualStats:
     ...)``): the output is the product, rounded, plus ``residual`` (rounded as HF's
     residual add; ``out`` may be ``residual`` itself), and each program stores its float32
     sum of squares of its columns of that sum into ``stats`` [M, programs]
-    (``stats_columns``). The next GEMM finishes the norm as it loads its input
-    (``NormPrologue(stats=...)``): nobody reads a whole row, nobody waits for the last
-    program."""
+    (``stats_columns``). The producer launches with ``stats_config``'s tile: program p
+    computes the columns that thread p of torch's reduction adds, and sums their squares
+    as that thread does; the next GEMM finishes the norm as it loads its input
+    (``NormPrologue(stats=...)``), adding the programs' sums as torch adds its threads'.
+    So the norm is ``kernels.rmsnorm``'s to the bit, nobody reads a whole row, and nobody
+    waits for the last program."""
 
     residual: torch.Tensor  # [M, N]
     stats: torch.Tensor  # [M, stats_columns(config, N)] float32
@@ -555,9 +608,10 @@ class NormPrologue:
     ``kernels.rmsnorm`` rounds it: with ``residual``, ``x + residual`` (rounded) is
     normalized and stored into ``residual_out`` (a buffer of its own: the programs still
     read ``residual`` while one of them writes). With ``stats`` (no residual then), x is
-    a ``ResidualStats`` output and its sum of squares the sum of ``stats``' row, so no
-    program reads x twice. With ``deferred`` (no residual, no stats), the norm moves past
-    the product: x times the weight as it loads, the product scaled by each row's 1/rms,
+    a ``ResidualStats`` output and its sum of squares the sum of ``stats``' row, added
+    in torch's order, so no program reads x twice. With ``deferred`` (no residual, no
+    stats), the norm moves past the product: x times the weight as it loads, the product
+    scaled by each row's 1/rms,
     whose sum of squares gathers in the same loads, so nothing is read before the loop;
     the normalized x is never rounded (HF rounds it twice), so an output may differ from
     the rounded path's by about a bf16 ulp of it."""
@@ -570,9 +624,23 @@ class NormPrologue:
     deferred: bool = False  # 1/rms applied to the product (float32), not to x
 
 
-def stats_columns(config: SkinnyConfig, n: int) -> int:
-    """Columns of a ``ResidualStats.stats`` for an output of width n: one per program."""
-    return triton.cdiv(n, config.block_n)
+def stats_columns(n: int, m: int) -> int:
+    """Columns of a ``ResidualStats.stats`` for an output [m, n]: one per program, as many
+    as torch's reduction of such rows has threads a row."""
+    return torch_row_sum_order(n, m).width
+
+
+def stats_config(config: SkinnyConfig, n: int, m: int) -> SkinnyConfig | None:
+    """``config`` as a ``ResidualStats`` producer of an output [m, n] launches it: each
+    program computes the rows one thread of torch's reduction adds (``_row_sum_order``),
+    4 a pass, so BLOCK_N is 4 x passes, and BLOCK_K shrinks where needed to keep the
+    tile's area. None where those rows are not a power of 2 or above the kernel's
+    largest BLOCK_N (wide rows at many rows: torch's threads then add more each)."""
+    block_n = 4 * torch_row_sum_order(n, m).passes
+    if block_n > _MAX_BLOCK_N or block_n & (block_n - 1):
+        return None
+    block_k = max(_MIN_BLOCK_K, min(config.block_k, config.block_n * config.block_k // block_n))
+    return dataclasses.replace(config, block_n=block_n, block_k=block_k)
 
 
 def skinny_linear(
@@ -590,8 +658,9 @@ def skinny_linear(
     ``silu_and_mul(x) @ weight.T``, the activation computed as the weight streams in and
     rounded as ``kernels.activation.silu_and_mul`` rounds it (same bits as that kernel
     followed by this one, one launch fewer); with ``norm``, ``rms_norm(x) @ weight.T``
-    (:class:`NormPrologue`; the statistics are summed in another order than
-    ``kernels.rmsnorm``'s, so a normalized element may round to its neighbour); with
+    (:class:`NormPrologue`; from ``stats`` the statistics are ``kernels.rmsnorm``'s to
+    the bit, otherwise summed in another order, so a normalized element may round to its
+    neighbour); with
     ``then_norm``, the RMSNorm of the product plus a residual (:class:`NormEpilogue`); with
     ``then_stats``, the product plus a residual and its statistics (:class:`ResidualStats`,
     whose partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads). Raises
@@ -636,15 +705,28 @@ def skinny_linear(
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
+    grid, row_order = cfg.grid(n), {}
     if then_stats is not None:
-        _check_stats(stats, m, stats_columns(cfg, n))
+        order = torch_row_sum_order(n, m)
+        if cfg.block_n != 4 * order.passes:
+            raise ValueError(
+                f"a ResidualStats producer of [{m}, {n}] takes {4 * order.passes} rows a "
+                f"program (stats_config), got block_n={cfg.block_n}"
+            )
+        _check_stats(stats, m, order.width)
+        grid, row_order = (order.width,), _row_order_args(order)
     if then_norm is not None:
         counter = arrival_counters(COUNTERS, x.device, 1)
-    num_stats = norm.stats.shape[1] if norm is not None and norm.stats is not None else 1
+    num_stats, norm_inv_k = 1, 0.0
+    if norm is not None and norm.stats is not None:
+        num_stats = stats_columns(k, m)
+        if norm.stats.shape[1] != num_stats:
+            raise ValueError(f"stats {tuple(norm.stats.shape)}: want {num_stats} columns a row")
+        norm_inv_k = row_norm_args(k, m)[0]
     tail_inv_n, sum_order = row_norm_args(n, m) if then_norm is not None else (0.0, {})
     launch = pdl_launch(cfg.pdl, x.device)
     l2_row_bytes, l2_pieces = l2_prefetch_plan(cfg, weight) if launch["PDL"] else (0, 1)
-    _skinny_gemm_kernel[cfg.grid(n)](
+    _skinny_gemm_kernel[grid](
         x,
         weight,
         out,
@@ -671,6 +753,7 @@ def skinny_linear(
         norm.eps if norm is not None else 0.0,
         then_norm.eps if then_norm is not None else 0.0,
         tail_inv_n,
+        norm_inv_k,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
@@ -688,9 +771,16 @@ def skinny_linear(
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **sum_order,
+        **row_order,
         **launch,
     )
     return out
+
+
+def _row_order_args(order: RowSumOrder) -> dict:
+    """The kernel's ROW_ORDER and ORDER_WIDTH for a producer whose programs follow
+    ``order``'s threads."""
+    return dict(ROW_ORDER=1 if order.vector else 2, ORDER_WIDTH=order.width)
 
 
 def l2_prefetch_plan(cfg: SkinnyConfig, weight: torch.Tensor) -> tuple[int, int]:

@@ -101,7 +101,7 @@ class Linear(nn.Linear):
 
         if self.bias is not None:
             raise ValueError("a layer with a bias cannot fold the norm after it")
-        columns = stats_columns(config, self.out_features)
+        columns = stats_columns(self.out_features, x.shape[0])
         stats = torch.empty(x.shape[0], columns, dtype=torch.float32, device=x.device)
         tail = ResidualStats(residual, stats)
         self._on_skinny(x, config, gated=gated, then_stats=tail, out=residual)

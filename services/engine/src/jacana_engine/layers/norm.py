@@ -14,6 +14,12 @@ if TYPE_CHECKING:  # the kernel module imports Triton; the norm must not need it
     from jacana_engine.kernels.skinny_gemm import SkinnyConfig
 
 
+# A split norm's producer runs one program for each thread of torch's reduction of a
+# row (``kernels.skinny_gemm.stats_config``): below this many (more rows, wider rows)
+# the producer's weight would stream through too few programs.
+MIN_SPLIT_PROGRAMS = 128
+
+
 class RMSNorm(nn.Module):
     """``y = weight * (x / sqrt(mean(x²) + eps))`` over the last dimension.
 
@@ -67,12 +73,14 @@ class RMSNorm(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(consumer(norm(producer(x) + residual)), producer(x) + residual)``; without a
         consumer the normed rows themselves. With ``split_between_gemms``, where producer
-        and consumer both run x's row count on the skinny kernel, the producer's programs
-        store the residual sum with their partial sums of squares and the consumer
-        normalizes as it loads (``Linear.forward_with_stats``): no launch, no whole-row
-        read, no last program. Else, where the producer runs x's row count with the norm
-        folded into the end of its kernel (``Linear.norm_tail_configs``), the norm costs no
-        launch of its own; else the consumer may fold it in (``then``)."""
+        and consumer both run x's row count on the skinny kernel and torch's reduction
+        of such rows has at least ``MIN_SPLIT_PROGRAMS`` threads, the producer's programs
+        (one a thread) store the residual sum with their partial sums of squares and the
+        consumer normalizes as it loads (``Linear.forward_with_stats``): no launch, no
+        whole-row read, no last program, the norm kernel's bits. Else, where the producer
+        runs x's row count with the norm folded into the end of its kernel
+        (``Linear.norm_tail_configs``), the norm costs no launch of its own; else the
+        consumer may fold it in (``then``)."""
         split = self._split_configs(producer, consumer, x.shape[0])
         if split is not None:
             stats = producer.forward_with_stats(x, residual, split[0], gated=gated)
@@ -96,8 +104,15 @@ class RMSNorm(nn.Module):
     ) -> tuple[SkinnyConfig, SkinnyConfig] | None:
         """(producer's, consumer's) skinny configs for ``rows`` where ``between`` splits
         the norm over them, else None."""
+        from jacana_engine.kernels.skinny_gemm import stats_columns, stats_config
+
         if not self.split_between_gemms or consumer is None or producer.bias is not None:
             return None
         first = producer.skinny_configs.get(rows)
         second = consumer.skinny_configs.get(rows)
-        return None if first is None or second is None else (first, second)
+        if first is None or second is None:
+            return None
+        if stats_columns(producer.out_features, rows) < MIN_SPLIT_PROGRAMS:
+            return None
+        first = stats_config(first, producer.out_features, rows)
+        return None if first is None else (first, second)
