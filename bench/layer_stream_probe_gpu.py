@@ -161,30 +161,33 @@ class Chain:
         the residual in their epilogue, in place in ``res[0]``; gate_up and qkv take the
         norm's weight as x loads and 1/rms after the product. Two dependencies a layer
         fewer than ``layer_separate``, on the same one-row picks."""
-        h, attn = self.res[0], self.qkv[:, :H]
-        tail = ResidualStats(h, self.stats)
-        o, down = (stats_config(picks[name], H, 1) for name in ("o", "down"))
-        skinny_linear(attn, w["wo"], h, config=o, then_stats=tail)
-        norm = NormPrologue(w["g_post"], EPS, deferred=True)
-        skinny_linear(h, w["wgu"], self.gu, config=picks["gate_up"], norm=norm)
-        skinny_linear(self.gu, w["wd"], h, config=down, gated=True, then_stats=tail)
-        norm = NormPrologue(w["g_next"], EPS, deferred=True)
-        skinny_linear(h, w["wqkv"], self.qkv, config=picks["qkv"], norm=norm)
+        self._layer_without_norm_launches(
+            w, picks, lambda g, stats: NormPrologue(g, EPS, deferred=True)
+        )
 
     def layer_split(self, w: dict, picks: dict[str, SkinnyConfig] = PICKS) -> None:
         """One layer with no norm launches and the norm kernel's bits
         (``NormPrologue.stats``): o_proj and down, on ``stats_config``'s tiles, add the
         residual in their epilogue and store each program's sum of squares of it in
         torch's order; gate_up and qkv add those up and normalize x as it loads."""
+        self._layer_without_norm_launches(
+            w, picks, lambda g, stats: NormPrologue(g, EPS, stats=stats)
+        )
+
+    def _layer_without_norm_launches(
+        self, w: dict, picks: dict[str, SkinnyConfig], prologue: Callable
+    ) -> None:
+        """o_proj and down add the residual in place in ``res[0]`` with their statistics;
+        gate_up and qkv run ``prologue(norm weight, statistics)``'s norm."""
         h, attn = self.res[0], self.qkv[:, :H]
         stats = self.stats[:, : stats_columns(H, 1)]
         tail = ResidualStats(h, stats)
         o, down = (stats_config(picks[name], H, 1) for name in ("o", "down"))
         skinny_linear(attn, w["wo"], h, config=o, then_stats=tail)
-        norm = NormPrologue(w["g_post"], EPS, stats=stats)
+        norm = prologue(w["g_post"], stats)
         skinny_linear(h, w["wgu"], self.gu, config=picks["gate_up"], norm=norm)
         skinny_linear(self.gu, w["wd"], h, config=down, gated=True, then_stats=tail)
-        norm = NormPrologue(w["g_next"], EPS, stats=stats)
+        norm = prologue(w["g_next"], stats)
         skinny_linear(h, w["wqkv"], self.qkv, config=picks["qkv"], norm=norm)
 
     def layer_without_norms(self, w: dict, gemv: Gemv) -> None:
