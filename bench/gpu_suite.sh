@@ -46,8 +46,9 @@
 #             tests with the argmax kernel's, the skinny GEMM's (lookahead configs), the
 #             dependent-launch and overlap ones, beside the random-Qwen3 parity test; then
 #             the #4 targets without the peer (8B and 0.6B: b1, ttft1024, c64) (~9 min)
-# split       the split-norm GPU tests (skinny_gemm, ~4 min), then Qwen3-8B and 0.6B b1 without
-#             and with split_norm on one tuning cache (~3 min)
+# split       the split-norm GPU tests (skinny_gemm, ~3 min), then Qwen3-8B and 0.6B b1 without
+#             and with split_norm on one tuning cache (~3 min warm; a cold machine's first
+#             8B start alone took 126 s in the twenty-fourth run)
 # prefill     the prefill attention's GPU tests and its launch settings at 8B head shapes
 #             (prefill_attention_gpu.py); then prefill_host_gpu.py: one 1024-token prompt's
 #             TTFT on Qwen3-0.6B and 8B (cuBLAS decode GEMMs, no tuning), its profiled GPU
@@ -319,12 +320,12 @@ for phase in "$@"; do
       ;;
     split)
       stamp "split-norm GPU tests"
-      timeout 240 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py \
+      timeout 180 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py \
         -k split 2>&1 | tail -4
       rm -f /tmp/jacana-split-tuning.json
       for split in no-split-norm split-norm; do
         stamp "b1 with --$split"
-        timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
           --workloads b1 --$split --reps 3 --tuning-cache /tmp/jacana-split-tuning.json \
           --name "offline_b1_$split" --out "$OUT" 2>&1 \
           | grep -E "^\| qwen3-[0-9.]+b \| b1 \| tpot|split over|graph GPU|^\| qwen3-[0-9.]+b \| [0-9]" | tail -8

@@ -1112,7 +1112,7 @@ def _check_graph_replays_as_eager(run, inputs, seed) -> None:
 def test_split_norm_at_qwen3_sizes_gpu(gpu, device, seed, checks, producer, consumer):
     """A norm split over the o (or gated down) projection and the gate/up (or QKV) one
     after it, every candidate config of the producer with PDL (on ``stats_config``'s
-    tile), 1-16 rows: the residual sum and the consumer's output bit-exact against the
+    tile), 1-4 rows: the residual sum and the consumer's output bit-exact against the
     GEMM, the norm kernel and the same consumer config; then the pair in a CUDA graph
     replayed with new inputs gives what eager launches give."""
     from jacana_engine.kernels.skinny_gemm import ResidualStats, stats_columns, stats_config
@@ -1134,7 +1134,9 @@ def test_split_norm_at_qwen3_sizes_gpu(gpu, device, seed, checks, producer, cons
         skinny_linear(x, w, config=cfg, gated=gated, then_stats=ResidualStats(h, stats), out=h)
         return skinny_linear(h, w2, config=cfg2, norm=NormPrologue(nw, 1e-6, stats=stats))
 
-    for m in (1, 2, 4, 8, 16):
+    # the row counts the engine splits at (norm.MIN_SPLIT_PROGRAMS: 4096 and 1024 wide
+    # rows have at least 128 torch reduction threads up to 4 rows)
+    for m in (1, 2, 4):
         x, residual = inputs(m)
         consumer_cfgs = candidate_configs(m, n2, n, pdl=True)
         for i, cfg in enumerate(candidate_configs(m, n, k, pdl=True)):
