@@ -104,14 +104,15 @@ class RMSNorm(nn.Module):
     ) -> tuple[SkinnyConfig, SkinnyConfig] | None:
         """(producer's, consumer's) skinny configs for ``rows`` where ``between`` splits
         the norm over them, else None."""
-        from jacana_engine.kernels.skinny_gemm import stats_columns, stats_config
-
         if not self.split_between_gemms or consumer is None or producer.bias is not None:
             return None
         first = producer.skinny_configs.get(rows)
         second = consumer.skinny_configs.get(rows)
         if first is None or second is None:
             return None
+        # only here: skinny configs mean Triton is there (the norm must not need it)
+        from jacana_engine.kernels.skinny_gemm import stats_columns, stats_config
+
         if stats_columns(producer.out_features, rows) < MIN_SPLIT_PROGRAMS:
             return None
         first = stats_config(first, producer.out_features, rows)
