@@ -599,7 +599,7 @@ class ResidualStats:
     waits for the last program."""
 
     residual: torch.Tensor  # [M, N]
-    stats: torch.Tensor  # [M, stats_columns(config, N)] float32
+    stats: torch.Tensor  # [M, stats_columns(N, M)] float32
 
 
 @dataclass(frozen=True)
@@ -611,10 +611,9 @@ class NormPrologue:
     a ``ResidualStats`` output and its sum of squares the sum of ``stats``' row, added
     in torch's order, so no program reads x twice. With ``deferred`` (no residual, no
     stats), the norm moves past the product: x times the weight as it loads, the product
-    scaled by each row's 1/rms,
-    whose sum of squares gathers in the same loads, so nothing is read before the loop;
-    the normalized x is never rounded (HF rounds it twice), so an output may differ from
-    the rounded path's by about a bf16 ulp of it."""
+    scaled by each row's 1/rms, whose sum of squares gathers in the same loads, so
+    nothing is read before the loop; the normalized x is never rounded (HF rounds it
+    twice), so an output may differ from the rounded path's by about a bf16 ulp of it."""
 
     weight: torch.Tensor  # [K] the norm's weight
     eps: float
@@ -660,10 +659,10 @@ def skinny_linear(
     followed by this one, one launch fewer); with ``norm``, ``rms_norm(x) @ weight.T``
     (:class:`NormPrologue`; from ``stats`` the statistics are ``kernels.rmsnorm``'s to
     the bit, otherwise summed in another order, so a normalized element may round to its
-    neighbour); with
-    ``then_norm``, the RMSNorm of the product plus a residual (:class:`NormEpilogue`); with
-    ``then_stats``, the product plus a residual and its statistics (:class:`ResidualStats`,
-    whose partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads). Raises
+    neighbour); with ``then_norm``, the RMSNorm of the product plus a residual
+    (:class:`NormEpilogue`); with ``then_stats``, the product plus a residual and its
+    statistics (:class:`ResidualStats`, launched on ``stats_config``'s tile, whose
+    partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads). Raises
     ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
     Never syncs with the host, so it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:

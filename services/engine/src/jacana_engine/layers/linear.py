@@ -96,7 +96,8 @@ class Linear(nn.Linear):
         """``self(x) + residual``, stored into ``residual``, and the partial statistics of
         the RMSNorm that follows, in one skinny-kernel launch
         (``kernels.skinny_gemm.ResidualStats``); the next layer finishes the norm with
-        ``normed_forward(stats=...)``. Layers with a bias have no such launch."""
+        ``normed_forward(stats=...)``; ``config`` must be ``stats_config``'s. Layers with a
+        bias have no such launch."""
         from jacana_engine.kernels.skinny_gemm import ResidualStats, stats_columns
 
         if self.bias is not None:
