@@ -145,14 +145,27 @@ def row_sum_of_squares(
     i = tl.arange(0, 4)[None, :]  # [1, 4] running sum
     acc = tl.zeros([SUM_WIDTH, 4], tl.float32)
     for p in tl.static_range(SUM_PASSES):
-        if SUM_VECTOR:  # noqa: SIM108 (a compile-time branch)
-            idx = (p * SUM_WIDTH + t) * 4 + i
-        else:
-            idx = t + (4 * p + i) * SUM_WIDTH
+        idx = thread_column(t, p, i, SUM_WIDTH, SUM_VECTOR)
         v = tl.load(row_ptr + idx, mask=idx < n, other=0.0).to(tl.float32)
         acc += unfused(v * v)  # zeros past n add exactly
-    total = left_to_right(acc)  # [W]: each thread's 4 running sums
-    return tl.sum(halved(tl.reshape(total, (1, SUM_WIDTH)), SUM_WIDTH), axis=0)  # scalar
+    return halved_sum(left_to_right(acc), SUM_WIDTH)  # [W]: each thread's 4 running sums
+
+
+@triton.jit
+def thread_column(t, p, i, WIDTH: tl.constexpr, VECTOR: tl.constexpr):
+    """The column of a row that thread ``t`` of torch's reduction (``WIDTH`` threads a
+    row) adds into its running sum ``i`` (0-3) in pass ``p`` (any broadcastable ints)."""
+    if VECTOR:  # noqa: SIM108 (a compile-time branch)
+        column = (p * WIDTH + t) * 4 + i
+    else:
+        column = t + (4 * p + i) * WIDTH
+    return column
+
+
+@triton.jit
+def halved_sum(total, LANES: tl.constexpr):
+    """total [LANES], one sum a thread -> the row's sum (a scalar), as ``halved`` adds."""
+    return tl.sum(halved(tl.reshape(total, (1, LANES)), LANES), axis=0)
 
 
 @triton.jit

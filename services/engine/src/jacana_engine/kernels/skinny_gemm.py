@@ -55,8 +55,9 @@ from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precisi
 from jacana_engine.kernels._pdl import pdl_launch
 from jacana_engine.kernels._row_sum_order import (
     RowSumOrder,
-    halved,
+    halved_sum,
     left_to_right,
+    thread_column,
     torch_row_sum_order,
     unfused,
 )
@@ -313,12 +314,12 @@ def _accumulate(acc, x, w, USE_DOT: tl.constexpr, PRECISION: tl.constexpr):
 def _program_columns(
     pid, BLOCK_N: tl.constexpr, ROW_ORDER: tl.constexpr, ORDER_WIDTH: tl.constexpr
 ):
-    """The output columns [BLOCK_N] program ``pid`` computes (the kernel's ROW_ORDER)."""
+    """The output columns [BLOCK_N] program ``pid`` computes (the kernel's ROW_ORDER):
+    with an order, column j is what torch's thread ``pid`` adds in pass j // 4 into
+    running sum j % 4."""
     j = tl.arange(0, BLOCK_N)
-    if ROW_ORDER == 1:  # torch's vector order: thread p's quads, pass after pass
-        cols = 4 * (pid + ORDER_WIDTH * (j // 4)) + j % 4
-    elif ROW_ORDER == 2:  # torch's strided order
-        cols = pid + ORDER_WIDTH * j
+    if ROW_ORDER > 0:
+        cols = thread_column(pid, j // 4, j % 4, ORDER_WIDTH, ROW_ORDER == 1)
     else:
         cols = pid * BLOCK_N + j
     return cols
@@ -437,8 +438,7 @@ def _skinny_gemm_kernel(
             partial = tl.load(
                 stats_ptr + m * stride_sm + p, mask=(p < num_stats) & (p * 0 + m < M), other=0.0
             )  # [BLOCK_TAIL]
-            total = tl.sum(halved(tl.reshape(partial, (1, BLOCK_TAIL)), BLOCK_TAIL), axis=0)
-            row_rstd = tl.rsqrt(unfused(total * norm_inv_k) + eps)
+            row_rstd = tl.rsqrt(unfused(halved_sum(partial, BLOCK_TAIL) * norm_inv_k) + eps)
             rstd = tl.where(rows == m, row_rstd, rstd)
     if (NORM == 1) or (NORM == 2):
         # Every program reads its rows whole once for the statistics (from L2 after the
