@@ -472,7 +472,7 @@ for phase in "$@"; do
           stamp "$model b1 on the $side's kernels (round $round)"
           PYTHONPATH=$src:${PYTHONPATH#services/engine/src:} timeout 150 python3 bench/offline_gpu.py \
             --model "$model" --no-hf --workloads b1 --reps 3 --tuning-cache /tmp/jacana-ab-tuning.json \
-            --name "ab_b1_${side}_$round" --out "$OUT" 2>&1 | grep -E "^\| $model \| b1 \| tpot" | tail -1
+            --name "ab_b1_${side}_$round" --out "$OUT" 2>&1 | grep -E "^\| $model \| (b1 \| tpot|[0-9])" | tail -2
         done
       done
       ;;

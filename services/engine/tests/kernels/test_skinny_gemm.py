@@ -865,8 +865,9 @@ def test_a_split_norm_runs_only_where_both_gemms_are_skinny(
     device, seed, checks, gated, monkeypatch
 ):
     """``RMSNorm.between`` with ``split_between_gemms``: one row, skinny on both sides,
-    goes through the producer's statistics; two rows (the consumer on cuBLAS) through the
-    norm kernel; the same results either way, the residual updated in place."""
+    goes through the producer's statistics; two rows (the consumer on cuBLAS), or a
+    consumer on 2-row tiles, through the norm kernel; the same results either way, the
+    residual updated in place."""
     from jacana_engine.kernels.activation import silu_and_mul
     from jacana_engine.layers.linear import Linear
     from jacana_engine.layers.norm import RMSNorm
@@ -903,6 +904,10 @@ def test_a_split_norm_runs_only_where_both_gemms_are_skinny(
     one = residual[:1].clone()
     alone, summed = norm.between(producer, x[:1], one, None, gated=gated)
     assert split_rows == [1]  # without a consumer there is nobody to finish the norm
+    # a consumer on 2-row tiles: each of its many programs would sum the statistics again
+    consumer.skinny_configs = {1: dataclasses.replace(consumer.skinny_configs[1], block_n=2)}
+    norm.between(producer, x[:1], residual[:1].clone(), consumer, gated=gated)
+    assert split_rows == [1]
     checks.close(alone, norm(summed.clone()), rel_l2=rel_l2, max_rel=max_rel, seed=seed)
 
 
@@ -1114,7 +1119,9 @@ def test_split_norm_at_qwen3_sizes_gpu(gpu, device, seed, checks, producer, cons
     after it, every candidate config of the producer with PDL (on ``stats_config``'s
     tile), 1-4 rows: the residual sum and the consumer's output bit-exact against the
     GEMM, the norm kernel and the same consumer config; then the pair in a CUDA graph
-    replayed with new inputs gives what eager launches give."""
+    replayed with new inputs gives what eager launches give. (The reference GEMM runs on
+    the producer's tile too: ``stats_config`` may shrink BLOCK_K, which reorders the
+    product's sums.)"""
     from jacana_engine.kernels.skinny_gemm import ResidualStats, stats_columns, stats_config
 
     k, n = QWEN3_SHAPES[producer]
@@ -1141,9 +1148,9 @@ def test_split_norm_at_qwen3_sizes_gpu(gpu, device, seed, checks, producer, cons
         consumer_cfgs = candidate_configs(m, n2, n, pdl=True)
         for i, cfg in enumerate(candidate_configs(m, n, k, pdl=True)):
             cfg2 = consumer_cfgs[i % len(consumer_cfgs)]
-            normed, summed = fused_add_rms_norm(
-                skinny_linear(x, w, config=cfg, gated=gated), residual, nw, 1e-6
-            )
+            # the product on the producer's tile: another BLOCK_K adds it in another order
+            product = skinny_linear(x, w, config=stats_config(cfg, n, m), gated=gated)
+            normed, summed = fused_add_rms_norm(product, residual, nw, 1e-6)
             want = skinny_linear(normed, w2, config=cfg2)
             h = residual.clone()
             got = split(x, h, cfg, cfg2)

@@ -55,7 +55,7 @@ from jacana_engine.kernels._common import check_last_dim_contiguous, dot_precisi
 from jacana_engine.kernels._pdl import pdl_launch
 from jacana_engine.kernels._row_sum_order import (
     RowSumOrder,
-    halved_sum,
+    halved_sum_from,
     left_to_right,
     thread_column,
     torch_row_sum_order,
@@ -431,14 +431,12 @@ def _skinny_gemm_kernel(
             first_h = tl.load(x_rows + ks[None, :], mask=first_mask, other=0.0)
             first_nw = tl.load(norm_w_ptr + ks, mask=ks < K, other=0.0)
         # the producer's partial sums (torch's thread sums), halved as torch halves them,
-        # scaled as its mean scales; row by row (a [1, BLOCK_TAIL] tile each: on a
-        # [BLOCK_M, BLOCK_TAIL] one the halving's reshapes took minutes to compile)
-        p = tl.arange(0, BLOCK_TAIL)
+        # scaled as its mean scales; row by row (on a [BLOCK_M, BLOCK_TAIL] tile the
+        # halving's reshapes took minutes to compile)
         for m in tl.static_range(BLOCK_M):
-            partial = tl.load(
-                stats_ptr + m * stride_sm + p, mask=(p < num_stats) & (p * 0 + m < M), other=0.0
-            )  # [BLOCK_TAIL]
-            row_rstd = tl.rsqrt(unfused(halved_sum(partial, BLOCK_TAIL) * norm_inv_k) + eps)
+            present = tl.where(m < M, num_stats, 0)
+            row_sum = halved_sum_from(stats_ptr + m * stride_sm, present, BLOCK_TAIL)
+            row_rstd = tl.rsqrt(unfused(row_sum * norm_inv_k) + eps)
             rstd = tl.where(rows == m, row_rstd, rstd)
     if (NORM == 1) or (NORM == 2):
         # Every program reads its rows whole once for the statistics (from L2 after the

@@ -18,6 +18,11 @@ if TYPE_CHECKING:  # the kernel module imports Triton; the norm must not need it
 # row (``kernels.skinny_gemm.stats_config``): below this many (more rows, wider rows)
 # the producer's weight would stream through too few programs.
 MIN_SPLIT_PROGRAMS = 128
+# Every program of a split norm's consumer sums the producer's statistics again before
+# its first product: on tiles of fewer weight rows (more programs) that costs more than
+# the launch it saves (Qwen3-8B b1 on an H200, twenty-fifth run: with 2-row qkv and
+# gate_up tiles the decode graph took 0.36 ms longer, with 8-row tiles it broke even).
+MIN_SPLIT_CONSUMER_ROWS = 8
 
 
 class RMSNorm(nn.Module):
@@ -73,8 +78,9 @@ class RMSNorm(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(consumer(norm(producer(x) + residual)), producer(x) + residual)``; without a
         consumer the normed rows themselves. With ``split_between_gemms``, where producer
-        and consumer both run x's row count on the skinny kernel and torch's reduction
-        of such rows has at least ``MIN_SPLIT_PROGRAMS`` threads, the producer's programs
+        and consumer both run x's row count on the skinny kernel (the consumer on tiles of
+        ``MIN_SPLIT_CONSUMER_ROWS`` weight rows or more) and torch's reduction of such
+        rows has at least ``MIN_SPLIT_PROGRAMS`` threads, the producer's programs
         (one a thread) store the residual sum with their partial sums of squares and the
         consumer normalizes as it loads (``Linear.forward_with_stats``): no launch, no
         whole-row read, no last program, the norm kernel's bits. Else, where the producer
@@ -108,7 +114,7 @@ class RMSNorm(nn.Module):
             return None
         first = producer.skinny_configs.get(rows)
         second = consumer.skinny_configs.get(rows)
-        if first is None or second is None:
+        if first is None or second is None or second.block_n < MIN_SPLIT_CONSUMER_ROWS:
             return None
         # only here: skinny configs mean Triton is there (the norm must not need it)
         from jacana_engine.kernels.skinny_gemm import stats_columns, stats_config
