@@ -46,7 +46,7 @@
 #             tests with the argmax kernel's, the skinny GEMM's (lookahead configs), the
 #             dependent-launch and overlap ones, beside the random-Qwen3 parity test; then
 #             the #4 targets without the peer (8B and 0.6B: b1, ttft1024, c64) (~9 min)
-# split       the split-norm GPU tests (skinny_gemm, ~3 min), then Qwen3-8B and 0.6B b1 without
+# split       the split-norm GPU tests (skinny_gemm, ~1.5-2 min), then Qwen3-8B and 0.6B b1 without
 #             and with split_norm on one tuning cache (~3 min warm; a cold machine's first
 #             8B start alone took 126 s in the twenty-fourth run)
 # prefill     the prefill attention's GPU tests and its launch settings at 8B head shapes
@@ -93,7 +93,8 @@
 # ab          the working tree's engine against another revision's kernels (.xfer/ab_kernels,
 #             written by bench/ab_kernels.sh REV and carried): $AB_MODEL (default qwen3-8b)
 #             b1, engine processes alternating tree/base on one tuning cache, $AB_ROUNDS
-#             rounds (default 3; the first process tunes, ~2 min, the others ~20 s each)
+#             rounds (default 3; the first process tunes, ~2 min, the others ~20 s each);
+#             each prints its TPOT and its decode graph's GPU time
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #

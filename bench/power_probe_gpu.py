@@ -21,7 +21,12 @@ norm launches (``Chain.layer_deferred``: the residual added in the o and down GE
 epilogues, the norms deferred into gate_up and qkv, checked against the separate norms
 on one layer first), and a memory-only reference (copies moving about the same bytes).
 
+``--split-ablation`` times the split norms with one part of torch's order left out
+(timing only): the producers on contiguous columns, or the consumers summing with
+``tl.sum``.
+
 Usage: python bench/power_probe_gpu.py [--out DIR] [--layers 36] [--reps 2] [--seconds 3]
+    [--only "VARIANT;VARIANT"] [--no-mma] [--split-ablation contiguous-producers]
 Writes ``power_probe_gpu.json`` / ``.md``. Needs an sm90 GPU (PDL) and libnvidia-ml.
 """
 

@@ -55,9 +55,9 @@ class EngineConfig:
         inside them: the producer's programs store the residual sum and their partial
         sums of squares in torch's order, the consumer normalizes its input as it loads
         it, with the norm kernel's bits (``RMSNorm.split_between_gemms``; two launches
-        fewer per layer). Opt-in: its earlier form, statistics in another order, made the
-        Qwen3-8B and 0.6B batch-1 graphs ~1% and ~5% faster on an H200; this one is not
-        yet measured there. Taken before ``fuse_norm_gemm``'s folds where both apply.
+        fewer per layer; only onto consumer tiles of 8 weight rows or more). Opt-in: on
+        an H200 it broke even on the Qwen3-8B and 0.6B batch-1 graphs (4.074 -> 4.072 ms,
+        0.747 -> 0.749). Taken before ``fuse_norm_gemm``'s folds where both apply.
     tune_in_graph: with ``decode_gemm="auto"`` and a batch-1 decode graph, time each
         weight shape's one-row choices (cuBLAS and the skinny candidates) inside that
         graph, shape after shape (``layers/graph_picks.py``), instead of keeping the picks
