@@ -23,9 +23,14 @@ pytest.importorskip("triton")
 import triton
 import triton.language as tl
 
-from jacana_engine.kernels._row_sum_order import row_sum_of_squares, torch_row_sum_order
+from jacana_engine.kernels._row_sum_order import (
+    halved_sum_from,
+    row_sum_of_squares,
+    torch_row_sum_order,
+)
 from jacana_engine.kernels.reference import (
     fused_add_rms_norm_reference,
+    halving_sum,
     rms_norm_reference,
     torch_cuda_row_sum_reference,
     transformers_rms_norm,
@@ -126,6 +131,30 @@ def test_row_sum_of_squares_in_torch_order(device, seed, hidden, rows):
     _row_sums_kernel[(rows,)](x, got, hidden, x.stride(0), **order.constexprs())
     want = torch_cuda_row_sum_reference(x.float().pow(2), order.width, order.vector)
     assert torch.equal(got, want), f"seed={seed}: {(got != want).sum()} of {rows} rows differ"
+
+
+@triton.jit
+def _halved_sums_kernel(x_ptr, out_ptr, n, stride, LANES: tl.constexpr):
+    row = tl.program_id(0)
+    tl.store(out_ptr + row, halved_sum_from(x_ptr + row * stride, n, LANES))
+
+
+@pytest.mark.parametrize("lanes", [16, 32, 128, 512])
+def test_halved_sum_from_memory_halves_as_torch(device, seed, lanes):
+    """A split norm's consumer adds the producer's thread sums read in slices of 32: the
+    bits of torch's pairwise halving (upper half onto lower, level by level), the values
+    past n read as zeros, and not those of a left-to-right sum on some rows (so the order
+    is what is tested)."""
+    sums = torch.randn(64, lanes, device=device) * torch.rand(64, lanes, device=device) * 50
+    for n in (lanes, lanes - 3):
+        got = torch.full((64,), float("nan"), device=device)
+        _halved_sums_kernel[(64,)](sums, got, n, sums.stride(0), LANES=lanes)
+        want = halving_sum(torch.nn.functional.pad(sums[:, :n], (0, lanes - n)))
+        assert torch.equal(got, want), f"seed={seed} n={n}: {(got != want).sum()} rows differ"
+    left_to_right = sums[:, 0]
+    for column in range(1, n):
+        left_to_right = left_to_right + sums[:, column]
+    assert (want != left_to_right).any()
 
 
 def test_row_sum_order_is_not_the_plain_sum(device):

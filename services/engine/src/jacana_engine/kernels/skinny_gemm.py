@@ -431,8 +431,7 @@ def _skinny_gemm_kernel(
             first_h = tl.load(x_rows + ks[None, :], mask=first_mask, other=0.0)
             first_nw = tl.load(norm_w_ptr + ks, mask=ks < K, other=0.0)
         # the producer's partial sums (torch's thread sums), halved as torch halves them,
-        # scaled as its mean scales; row by row (on a [BLOCK_M, BLOCK_TAIL] tile the
-        # halving's reshapes took minutes to compile)
+        # scaled as its mean scales; row by row, each read in slices (halved_sum_from)
         for m in tl.static_range(BLOCK_M):
             present = tl.where(m < M, num_stats, 0)
             row_sum = halved_sum_from(stats_ptr + m * stride_sm, present, BLOCK_TAIL)
