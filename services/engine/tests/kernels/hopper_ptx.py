@@ -26,7 +26,9 @@ Cases:
 
 Beside the instruction counts, ``loads_before_wait`` and ``loads_after_wait`` count the
 PTX global loads before ``griddepcontrol.wait`` and between it and the first branch
-after it (what a program asks for before its first dependent round trip can return).
+after it (what a program asks for before its first dependent round trip can return);
+``barriers_before_rsqrt`` the ``bar.sync`` between the wait and the first ``rsqrt`` (a
+norm's statistics passed between threads before 1/rms).
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def _summary(kernel) -> dict:
         branch = next((i for i in range(wait, len(lines)) if " bra " in lines[i]), len(lines))
         counts["loads_before_wait"] = sum(i < wait for i in loads)
         counts["loads_after_wait"] = sum(wait < i < branch for i in loads)
+        rsqrt = next((i for i in range(wait, len(lines)) if "rsqrt" in lines[i]), None)
+        if rsqrt is not None:  # a norm's 1/rms: barriers on the way to it, after the wait
+            counts["barriers_before_rsqrt"] = sum("bar.sync" in line for line in lines[wait:rsqrt])
     return counts
 
 
