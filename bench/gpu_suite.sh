@@ -46,9 +46,9 @@
 #             tests with the argmax kernel's, the skinny GEMM's (lookahead configs), the
 #             dependent-launch and overlap ones, beside the random-Qwen3 parity test; then
 #             the #4 targets without the peer (8B and 0.6B: b1, ttft1024, c64) (~9 min)
-# split       the split-norm GPU tests (skinny_gemm, ~1.5-2 min), then Qwen3-8B and 0.6B b1 without
-#             and with split_norm on one tuning cache (~3 min warm; a cold machine's first
-#             8B start alone took 126 s in the twenty-fourth run)
+# split       the split-norm GPU tests (skinny_gemm, ~1.5-2 min), then Qwen3-8B and 0.6B
+#             b1 without and with split_norm on one tuning cache (~3 min warm; a cold
+#             machine's first 8B start alone took 126 s in the twenty-fourth run)
 # prefill     the prefill attention's GPU tests and its launch settings at 8B head shapes
 #             (prefill_attention_gpu.py); then prefill_host_gpu.py: one 1024-token prompt's
 #             TTFT on Qwen3-0.6B and 8B (cuBLAS decode GEMMs, no tuning), its profiled GPU
