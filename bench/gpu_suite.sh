@@ -66,6 +66,10 @@
 #             share from NVML (~3 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
+# programs    program_timeline_gpu.py: the 8B batch-1 decode graph with per-program
+#             timestamps (start, wait passed, work done, end; kernels/_trace.py): each
+#             launch's release after the one before, ramp, tail and share of the chain,
+#             beside the tracer's GPU test ($PROGRAMS_CONTEXTS, default "320 2048") (~3 min)
 # targets     offline_gpu.py without the peer: the #4 targets (b1, ttft1024, c64), b1 again
 #             with fuse_norm_gemm, b1 and c64 with fuse_rope_attention off (the L2 prefetch
 #             has its own phase, l2); b1 and c64 with
@@ -370,6 +374,13 @@ for phase in "$@"; do
     power)
       stamp "the 8B layer chain's energy and sustained pace by GEMV launch"
       timeout 400 python3 bench/power_probe_gpu.py --out "$OUT" 2>&1 | grep -v "^{" | tail -24
+      ;;
+    programs)
+      timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_trace.py 2>&1 | tail -3
+      stamp "8B b1 decode graph, per-program stamps"
+      # shellcheck disable=SC2086  # the contexts are words
+      timeout 300 python3 bench/program_timeline_gpu.py --contexts ${PROGRAMS_CONTEXTS:-320 2048} \
+        --out "$OUT" 2>&1 | tail -40
       ;;
     timeline)
       stamp "8B b1 with its profiled step timeline"

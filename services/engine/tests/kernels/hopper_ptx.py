@@ -1,8 +1,8 @@
 """Compiles Triton kernels for an H100/H200 (sm90) without a GPU
 (``kernels/offline_compile.py``) and prints, as JSON, how many bfloat16 FMAs
 (``fma.rn.bf16``) and L2 bulk prefetches (``cp.async.bulk.prefetch.L2``) each one's PTX
-holds. Run as a script, outside the CPU interpreter (``TRITON_INTERPRET`` unset):
-``python hopper_ptx.py``.
+holds, and its reads of the global timer (``%globaltimer``). Run as a script, outside
+the CPU interpreter (``TRITON_INTERPRET`` unset): ``python hopper_ptx.py``.
 
 Cases:
 - ``folded_rotation`` / ``folded_rotation_qk_norm``: decode attention with the rope
@@ -18,6 +18,8 @@ Cases:
   with ``lookahead``;
 - ``skinny_split_producer`` / ``skinny_split_consumer``: a norm split over two skinny
   GEMMs (``ResidualStats`` then ``NormPrologue(stats=...)``) at the 8B's one-row tiles;
+- ``skinny_traced``: ``skinny_pdl``'s tile with per-program timestamps
+  (``kernels/_trace.py``, ``TRACE=True``);
 - ``argmax_pdl``: the greedy argmax over bf16 logits, launched dependently, with its
   token copies (``TokenCopies``).
 - ``rope_qk_norm_pairs`` / ``rope_qk_norm_quads``: the rope kernel with the q/k norm in
@@ -53,7 +55,9 @@ def _cast_rounding(x_ptr, cos_ptr, sin_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + i, (a - b).to(tl.bfloat16))
 
 
-INSTRUCTIONS = ("fma.rn.bf16", "cp.async.bulk.prefetch.L2", "griddepcontrol.wait", "atom.")
+INSTRUCTIONS = (
+    "fma.rn.bf16", "cp.async.bulk.prefetch.L2", "griddepcontrol.wait", "atom.", "%globaltimer",
+)  # fmt: skip
 
 
 def _summary(kernel) -> dict:
@@ -163,6 +167,8 @@ def main() -> None:
         "skinny_split_consumer": _skinny_config(
             SkinnyConfig(1, 8, 1024, False, pdl=True), NORM=3, BLOCK_TAIL=512
         ),
+        # with per-program timestamps (kernels/_trace.py): four reads of the global timer
+        "skinny_traced": _skinny_config(SkinnyConfig(1, 8, 1024, False, pdl=True), TRACE=True),
         "argmax_pdl": _argmax(),
         "rope_qk_norm_pairs": _rope_qk_norm(64),
         "rope_qk_norm_quads": _rope_qk_norm(128),

@@ -13,6 +13,7 @@ multiples of 16), which is what lets a load of contiguous elements vectorize.
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -37,13 +38,26 @@ class SMLimits:
     shared_bytes: int = 228 * 1024
 
 
+def with_constexpr_defaults(fn, constexprs: dict[str, Any]) -> dict[str, Any]:
+    """``constexprs`` plus the defaults of ``fn``'s constexpr parameters it leaves out (a
+    launch compiles those as constants, not as arguments)."""
+    defaults = {
+        p.name: p.default
+        for p in getattr(fn, "params", ())
+        if p.is_constexpr and p.default is not inspect.Parameter.empty
+    }
+    return defaults | constexprs
+
+
 def signature_for(
     fn, constexprs: dict[str, Any], *, pointers: dict[str, str] | None = None,
     floats: tuple[str, ...] = (),
 ) -> dict[str, str]:  # fmt: skip
-    """``fn``'s signature: constexprs as such, ``*_ptr`` arguments ``*bf16`` unless named in
+    """``fn``'s signature: constexprs as such (those with defaults too, as a launch that
+    leaves them out compiles them), ``*_ptr`` arguments ``*bf16`` unless named in
     ``pointers``, the ``floats`` ``fp32``, every other argument ``i32``."""
     pointers = pointers or {}
+    constexprs = with_constexpr_defaults(fn, constexprs)
     signature = {}
     for name in fn.arg_names:
         if name in constexprs:
@@ -64,6 +78,7 @@ def compile_for(
     """The compiled kernel (``.asm["ptx"]``, ``.asm["cubin"]``, ``.metadata``); ``options``
     are launch options such as ``num_warps``, ``num_stages``, ``enable_fp_fusion``."""
     attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    constexprs = with_constexpr_defaults(fn, constexprs)
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=target, options=options)
 
@@ -93,7 +108,7 @@ def compile_skinny(
         L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
     ) | (constexprs or {})  # fmt: skip
     floats = ("eps", "tail_eps", "tail_inv_n", "norm_inv_k")
-    pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32"}
+    pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32", "trace_ptr": "*i64"}
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
     divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))
     return compile_for(

@@ -61,6 +61,7 @@ from jacana_engine.kernels._row_sum_order import (
     torch_row_sum_order,
     unfused,
 )
+from jacana_engine.kernels._trace import END, START, WAITED, WORKED, stamp, trace_slot
 from jacana_engine.kernels.activation import silu_mul_rounded
 from jacana_engine.kernels.rmsnorm import rms_norm_row, rms_scale, row_norm_args
 
@@ -354,6 +355,7 @@ def _skinny_gemm_kernel(
     tail_res_out_ptr,  # TAIL: [M, N] product + residual (may be tail_res_ptr)
     counter_ptr,  # TAIL == 1: int32 arrival counter, zero between launches
     stats_ptr,  # NORM == 3: [M, num_stats] partial sums of squares read; TAIL == 2: written
+    trace_ptr,  # TRACE: int64 [programs, FIELDS] per-program timestamps (kernels/_trace.py)
     M,
     N,
     K,
@@ -397,7 +399,9 @@ def _skinny_gemm_kernel(
     # p + W (4 j + i), for j < BLOCK_N / 4, i < 4, W = ORDER_WIDTH
     ROW_ORDER: tl.constexpr = 0,
     ORDER_WIDTH: tl.constexpr = 1,
+    TRACE: tl.constexpr = False,  # store per-program timestamps into trace_ptr
 ):
+    stamp(trace_ptr, START, TRACE)
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = _program_columns(tl.program_id(0), BLOCK_N, ROW_ORDER, ORDER_WIDTH)  # [BLOCK_N]
     ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
@@ -417,6 +421,7 @@ def _skinny_gemm_kernel(
         prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES, L2_PIECES)
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
+    stamp(trace_ptr, WAITED, TRACE)
     tile_mask = m_mask[:, None] & n_mask[None, :]
     if TAIL > 0:  # the residual, asked for now so that the last program does not wait for it
         r_tile = tail_res_ptr + rows.to(tl.int64)[:, None] * stride_trm + cols[None, :]
@@ -501,6 +506,7 @@ def _skinny_gemm_kernel(
     if NORM == 4:
         acc = acc * tl.rsqrt(sum_sq / K + eps)[:, None]
     product = acc.to(out_ptr.dtype.element_ty)  # [BLOCK_M, BLOCK_N], rounded as stored
+    stamp(trace_ptr, WORKED, TRACE)
     if TAIL == 2:
         # HF's residual add, stored in place, and this program's share of the statistics
         h = (product.to(tl.float32) + tail_r).to(dtype)
@@ -527,6 +533,7 @@ def _skinny_gemm_kernel(
     else:
         out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
         tl.store(out, product, mask=tile_mask)
+    stamp(trace_ptr, END, TRACE)
 
 
 @triton.jit
@@ -721,6 +728,7 @@ def skinny_linear(
         norm_inv_k = row_norm_args(k, m)[0]
     tail_inv_n, sum_order = row_norm_args(n, m) if then_norm is not None else (0.0, {})
     launch = pdl_launch(cfg.pdl, x.device)
+    trace, traced = trace_slot(f"gemv {n}x{k}{' gated' if gated else ''}", grid[0], out)
     l2_row_bytes, l2_pieces = l2_prefetch_plan(cfg, weight) if launch["PDL"] else (0, 1)
     _skinny_gemm_kernel[grid](
         x,
@@ -734,6 +742,7 @@ def skinny_linear(
         tail_res_out,
         counter,
         stats,
+        trace,
         m,
         n,
         k,
@@ -764,6 +773,7 @@ def skinny_linear(
         L2_BYTES=l2_row_bytes,
         L2_PIECES=l2_pieces,
         LOOKAHEAD=cfg.lookahead,
+        TRACE=traced,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **sum_order,
