@@ -379,7 +379,7 @@ for phase in "$@"; do
       timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_trace.py 2>&1 | tail -3
       stamp "8B b1 decode graph, per-program stamps"
       # shellcheck disable=SC2086  # the contexts are words
-      timeout 300 python3 bench/program_timeline_gpu.py --contexts ${PROGRAMS_CONTEXTS:-320 2048} ${PROGRAMS_ARGS:-} \
+      timeout 300 python3 bench/program_timeline_gpu.py --contexts ${PROGRAMS_CONTEXTS:-320 2048} \
         --out "$OUT" 2>&1 | tail -40
       ;;
     timeline)

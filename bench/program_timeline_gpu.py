@@ -149,69 +149,20 @@ def read_replay(rec, graphs, context: int, replays: int, rate: float) -> dict[st
     }
 
 
-def current_one_row(groups: dict[str, list]) -> dict[str, Any]:
-    """Each group's one-row choice as its layers hold it (None: cuBLAS)."""
-    return {g: layers[0].skinny_configs.get(1) for g, layers in groups.items()}
-
-
-def late_trigger_picks(groups: dict[str, list], labels: list[str]) -> dict[str, Any]:
-    """The layers' one-row configs with ``late_trigger`` set on the groups ``labels``
-    names (``NxK``), to set with ``apply_one_row``."""
-    import dataclasses
-
-    picks = current_one_row(groups)
-    for label, cfg in picks.items():
-        if cfg is not None and label.split()[0] in labels and cfg.pdl:
-            picks[label] = dataclasses.replace(cfg, late_trigger=True)
-    return picks
-
-
-def late_trigger_ab(runner, groups, context: int, replays: int, rounds: int = 3) -> dict:
-    """Untraced graph ms with each GEMV shape's next kernel launched late (one shape at a
-    time, then all), the engine's picks in between: rounds alternate, medians."""
-    from jacana_engine.layers.graph_picks import apply_one_row
-
-    base = current_one_row(groups)
-    shapes = [label.split()[0] for label in groups]
-    variants = {"engine's picks": []} | {f"{s} late": [s] for s in shapes} | {"all late": shapes}
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, labels in variants.items():
-            apply_one_row(groups, late_trigger_picks(groups, labels) if labels else base)
-            times[name].append(1e3 * runner.one_row_graph_seconds(context, replays, 1))
-            apply_one_row(groups, base)
-    return {name: {"median": statistics.median(t), "all": t} for name, t in times.items()}
-
-
-def measure(
-    model_name: str, contexts: list[int], replays: int, rate: float, late: bool
-) -> dict[str, Any]:
-    """The untraced graph's time, then a traced graph's record at each context; with
-    ``late``, the late-trigger A/B and the all-late graph traced too."""
+def measure(model_name: str, contexts: list[int], replays: int, rate: float) -> dict[str, Any]:
+    """The untraced graph's time, then a traced graph's record at each context."""
     from jacana_engine.kernels._trace import recording
-    from jacana_engine.layers.graph_picks import apply_one_row, shape_groups
 
     engine = one_row_engine(model_name)
-    runner, model = engine.runner, engine.model
-    groups = shape_groups(model)
-    doc: dict[str, Any] = {"model": model_name, "rate_tb_s": rate / 1e12, "runs": []}
-    base = current_one_row(groups)
-    settings = [("engine's picks", base)]
-    if late:
-        doc["late_trigger_ab"] = late_trigger_ab(runner, groups, contexts[0], replays)
-        shapes = [label.split()[0] for label in groups]
-        settings.append(("all late", late_trigger_picks(groups, shapes)))
-    for setting, picks in settings:
-        apply_one_row(groups, picks)
-        untraced_ms = {c: 1e3 * runner.one_row_graph_seconds(c, replays, 3) for c in contexts}
-        with recording(torch.device("cuda")) as rec:
-            graphs = runner.decode_graphs([1], head=True)
-            graphs.capture()
-        for context in contexts:
-            run = read_replay(rec, graphs, context, replays, rate)
-            doc["runs"].append({"setting": setting, "graph_ms": untraced_ms[context], **run})
-    apply_one_row(groups, base)
-    return doc
+    runner = engine.runner
+    untraced_ms = {c: 1e3 * runner.one_row_graph_seconds(c, replays, 3) for c in contexts}
+    with recording(torch.device("cuda")) as rec:
+        graphs = runner.decode_graphs([1], head=True)
+        graphs.capture()
+    runs = [read_replay(rec, graphs, c, replays, rate) for c in contexts]
+    for run in runs:
+        run["graph_ms"] = untraced_ms[run["context"]]
+    return {"model": model_name, "rate_tb_s": rate / 1e12, "runs": runs}
 
 
 COLUMNS_MD = [
@@ -230,7 +181,7 @@ def render(doc: dict[str, Any]) -> str:
     for run in doc["runs"]:
         lines += [
             "",
-            f"## {run['context']}-token context, {run.get('setting', 'engine')}",
+            f"## {run['context']}-token context",
             "",
             f"Graph {run['graph_ms']:.3f} ms untraced, {run['traced_graph_ms']:.3f} ms traced; "
             f"{run['launches']} traced launches, {run['traced_span_ms']:.3f} ms from the first "
@@ -243,12 +194,6 @@ def render(doc: dict[str, Any]) -> str:
         for kind in run["kinds"]:
             cells = [fmt.format(kind[c]) if c in kind else "–" for c, fmt in COLUMNS_MD]
             lines.append(f"| {kind['name']} | {kind['after']} | " + " | ".join(cells) + " |")
-    if "late_trigger_ab" in doc:
-        lines += ["", "## Next kernel launched late (untraced graph ms, median of rounds)", ""]
-        lines += ["| variant | graph ms | all |", "|---|---|---|"]
-        for name, t in doc["late_trigger_ab"].items():
-            spread = ", ".join(f"{x:.3f}" for x in t["all"])
-            lines.append(f"| {name} | {t['median']:.3f} | {spread} |")
     return "\n".join(lines) + "\n"
 
 
@@ -259,14 +204,13 @@ def main() -> None:
         "--contexts", type=int, nargs="+", default=[320, 2048], help="KV tokens a replay attends"
     )
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--late-trigger", action="store_true", help="also the late-trigger A/B")
     parser.add_argument("--rate", type=float, default=LM_HEAD_RATE, help="GEMV ideal, bytes/s")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--name", default="program_timeline_gpu")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
-    measured = measure(args.model, args.contexts, args.replays, args.rate, args.late_trigger)
+    measured = measure(args.model, args.contexts, args.replays, args.rate)
     doc = {"environment": environment(), **measured}
     table = render(doc)
     write_results(args.out, args.name, doc, table)

@@ -106,7 +106,6 @@ def compile_skinny(
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
         W_EVICTION=cfg.weight_eviction, TAIL=0, BLOCK_TAIL=1,
         L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
-        LATE_TRIGGER=cfg.late_trigger,
     ) | (constexprs or {})  # fmt: skip
     floats = ("eps", "tail_eps", "tail_inv_n", "norm_inv_k")
     pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32", "trace_ptr": "*i64"}

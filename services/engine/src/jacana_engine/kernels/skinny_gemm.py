@@ -132,10 +132,6 @@ class SkinnyConfig:
     # for x's L2 round trip, nor a tile for the one before it (two tiles in flight a
     # program). The same sums in the same order: the same bits.
     lookahead: bool = False
-    # with ``pdl``: let the next kernel launch only once this program's loop is done, not
-    # at its start, so the next kernel's programs (decode attention's hold half an SM's
-    # registers) take no SM room from this launch's programs still to start
-    late_trigger: bool = False
 
     def grid(self, n: int) -> tuple[int]:
         return (triton.cdiv(n, self.block_n),)
@@ -404,7 +400,6 @@ def _skinny_gemm_kernel(
     ROW_ORDER: tl.constexpr = 0,
     ORDER_WIDTH: tl.constexpr = 1,
     TRACE: tl.constexpr = False,  # store per-program timestamps into trace_ptr
-    LATE_TRIGGER: tl.constexpr = False,  # PDL: the next kernel launches after the loop
 ):
     stamp(trace_ptr, START, TRACE)
     rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
@@ -415,7 +410,7 @@ def _skinny_gemm_kernel(
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
     w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_wn  # [BLOCK_N, 1]
     dtype = x_ptr.dtype.element_ty
-    if PDL and not LATE_TRIGGER:  # the next kernel may launch now (it waits for this one)
+    if PDL:  # the next kernel may launch now: it waits for all of this one before reading
         tl.extra.cuda.gdc_launch_dependents()
     # weights are never written by other kernels: no need to wait for them
     if PEEL >= 1:
@@ -511,8 +506,6 @@ def _skinny_gemm_kernel(
     if NORM == 4:
         acc = acc * tl.rsqrt(sum_sq / K + eps)[:, None]
     product = acc.to(out_ptr.dtype.element_ty)  # [BLOCK_M, BLOCK_N], rounded as stored
-    if PDL and LATE_TRIGGER:  # the next kernel may launch once every program is this far
-        tl.extra.cuda.gdc_launch_dependents()
     stamp(trace_ptr, WORKED, TRACE)
     if TAIL == 2:
         # HF's residual add, stored in place, and this program's share of the statistics
@@ -781,7 +774,6 @@ def skinny_linear(
         L2_PIECES=l2_pieces,
         LOOKAHEAD=cfg.lookahead,
         TRACE=traced,
-        LATE_TRIGGER=cfg.late_trigger,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **sum_order,

@@ -401,5 +401,4 @@ def config_label(cfg: SkinnyConfig) -> str:
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
     l2 = f" l2:{cfg.l2_prefetch_bytes}" if cfg.l2_prefetch_bytes else ""
     ahead = " ahead" if cfg.lookahead else ""
-    late = " late" if cfg.late_trigger and cfg.pdl else ""
-    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 + late if cfg.pdl else ''}{ahead}"
+    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}{ahead}"
