@@ -31,9 +31,8 @@ import triton.language as tl
 # a program's row: the four timestamps, then its SM (int64 each)
 COLUMNS = ("start", "waited", "worked", "end", "sm")
 FIELDS = len(COLUMNS)
-# the events, as the kernels name them (a jit function's globals must be constexprs)
-START, WAITED, WORKED, END = (tl.constexpr(i) for i in range(4))
-_SM = tl.constexpr(4)
+# the columns as the kernels name them (a jit function's globals must be constexprs)
+START, WAITED, WORKED, END, _SM = (tl.constexpr(i) for i in range(FIELDS))
 _FIELDS = tl.constexpr(FIELDS)
 
 
@@ -122,7 +121,7 @@ def stamp(trace_ptr, EVENT: tl.constexpr, TRACE: tl.constexpr):
     if TRACE:
         row = trace_ptr + _program_row() * _FIELDS
         tl.store(row + EVENT, _global_timer())
-        if EVENT == 0:
+        if EVENT == START:
             sm = tl.inline_asm_elementwise(
                 "mov.u32 $0, %smid;", "=r,r", [tl.program_id(0)], dtype=tl.int32,
                 is_pure=False, pack=1,
