@@ -43,6 +43,7 @@ only elects the program that normalizes; the sums do not depend on which one it 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 
@@ -86,6 +87,12 @@ _MIN_CANDIDATE_BLOCK_N = 2
 # ... and rows whole, one tile a program (BLOCK_N 1 or 2), up to this K (its power of 2):
 # with PDL a resident program then holds all of its weight before the wait
 _WHOLE_ROW_MAX_K = 4096
+# grid-stride candidates (SkinnyConfig.programs_per_sm): programs per SM to try. A tile's
+# program with its look-ahead tile takes ~100-170 registers on sm90, 2-4 programs an SM
+# (bench/skinny_occupancy.py); a grid beyond what fits runs a second wave, and the tuner
+# drops it for its time.
+STRIDED_PROGRAMS_PER_SM = (2, 3, 4)
+STRIDED_MIN_SMS = 100  # a data-centre GPU's SMs at least, for which candidates are worth it
 # The shapes it is measured on (tests, bench/skinny_gemm_gpu.py): (K, N) of Qwen3's
 # decoder linear layers.
 QWEN3_SHAPES = {
@@ -132,9 +139,29 @@ class SkinnyConfig:
     # for x's L2 round trip, nor a tile for the one before it (two tiles in flight a
     # program). The same sums in the same order: the same bits.
     lookahead: bool = False
+    # 0: a program per BLOCK_N rows, the hardware scheduling them in waves. k > 0: at
+    # most k programs per SM, each walking the row blocks pid, pid + programs, ... as one
+    # loop of weight tiles, the next tile always in flight (``strided_programs``): one
+    # wave, and no wave's programs ending together with the weight stream drained behind
+    # them. Plain and gated x only (no folded norm).
+    programs_per_sm: int = 0
 
-    def grid(self, n: int) -> tuple[int]:
-        return (triton.cdiv(n, self.block_n),)
+    def grid(self, n: int, sms: int = 1) -> tuple[int]:
+        """The launch grid for N output columns on a GPU of ``sms`` SMs (which only a
+        ``programs_per_sm`` grid depends on)."""
+        blocks = triton.cdiv(n, self.block_n)
+        if self.programs_per_sm > 0:
+            return (strided_programs(blocks, self.programs_per_sm * sms),)
+        return (blocks,)
+
+
+def strided_programs(blocks: int, limit: int) -> int:
+    """Programs of a grid-stride launch over ``blocks`` row blocks with at most ``limit``
+    programs: as few rounds as ``limit`` allows, then as few programs as still do it in
+    that many, so that programs differ by at most one block and most walk the same
+    number (3072 blocks under 528: 512 programs of 6)."""
+    rounds = triton.cdiv(blocks, max(1, limit))
+    return triton.cdiv(blocks, rounds)
 
 
 def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> SkinnyConfig:
@@ -157,7 +184,9 @@ def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> Skinn
     return SkinnyConfig(block_m=block_m, block_n=block_n, block_k=block_k, use_dot=use_dot)
 
 
-def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[SkinnyConfig]:
+def candidate_configs(
+    m: int, n: int, k: int, *, pdl: bool = False, strided: bool = False
+) -> list[SkinnyConfig]:
     """Launch configs worth timing for x [m, k] @ weight[n, k].T, ``pick_config``'s first,
     no duplicates, each with BLOCK_K <= max(32, next_power_of_2(k)).
 
@@ -170,7 +199,11 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
     floor). With ``pdl`` each comes twice, without and with programmatic dependent
     launch, and at one row the dependent ones once more with two weight tiles prefetched
     (where K holds more than two), and once more with ``lookahead`` (where K holds more
-    than the one tile prefetched)."""
+    than the one tile prefetched). With ``strided`` (plain and gated x: the grid-stride
+    kernel folds no norm), at one row and with ``pdl`` every dependent tile once more on
+    a grid-stride grid of each of ``STRIDED_PROGRAMS_PER_SM`` programs per SM, where the
+    tile's row blocks outnumber the smallest such grid on a GPU of ``STRIDED_MIN_SMS``
+    SMs (fewer run one block a program anyway)."""
     picked = pick_config(m, n, k)
     k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
     n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
@@ -201,7 +234,15 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
             for cfg in dependent
             if m == 1 and cfg.block_k < k
         ]
-        configs += dependent + deeper + ahead
+        walking = [  # one row: the dependent tiles on grid-stride grids
+            dataclasses.replace(cfg, programs_per_sm=per_sm)
+            for cfg in dependent
+            for per_sm in STRIDED_PROGRAMS_PER_SM
+            if strided
+            and m == 1
+            and triton.cdiv(n, cfg.block_n) > min(STRIDED_PROGRAMS_PER_SM) * STRIDED_MIN_SMS
+        ]
+        configs += dependent + deeper + ahead + walking
     return configs
 
 
@@ -537,6 +578,99 @@ def _skinny_gemm_kernel(
 
 
 @triton.jit
+def _strided_w_tile(
+    w_ptr, pid, t, programs, k_tiles, tiles, j, ks, N, K, stride_wn,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, W_EVICTION: tl.constexpr,
+):  # fmt: skip
+    """Weight tile ``t`` [BLOCK_N, BLOCK_K] of program ``pid`` of a grid-stride launch:
+    K step ``t % k_tiles`` of its row block ``t // k_tiles`` (block pid + that times
+    programs); zero past the program's ``tiles`` (the loop's look ahead off its end)."""
+    cols = (pid + (t // k_tiles) * programs) * BLOCK_N + j
+    n_mask = cols < tl.where(t < tiles, N, 0)  # (a scalar & a vector fails in the interpreter)
+    return _w_tile(w_ptr + cols.to(tl.int64)[:, None] * stride_wn, (t % k_tiles) * BLOCK_K + ks,
+                   n_mask, K, W_EVICTION)  # fmt: skip
+
+
+@triton.jit
+def _strided_skinny_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    trace_ptr,  # TRACE: int64 [programs, FIELDS] per-program timestamps (kernels/_trace.py)
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_om,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
+    PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after the first tile
+    W_EVICTION: tl.constexpr,
+    TRACE: tl.constexpr = False,
+):
+    """``_skinny_gemm_kernel``'s product (plain or gated x, the same sums in the same
+    order) on a grid-stride grid (``SkinnyConfig.programs_per_sm``): program p computes
+    the row blocks p, p + programs, ... in one loop over their weight tiles, block after
+    block, K step after K step, with the next tile loaded before this one is multiplied,
+    across block boundaries too, so a program's weight stream never drains until its
+    last block; a block's product is stored at its last K step."""
+    stamp(trace_ptr, START, TRACE)
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tiles = tl.cdiv(tl.cdiv(N, BLOCK_N) - pid, programs) * k_tiles  # this program's
+    rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    j = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
+    m_mask = rows < M
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
+    rows_out = out_ptr + rows.to(tl.int64)[:, None] * stride_om  # [BLOCK_M, 1]
+    dtype = x_ptr.dtype.element_ty
+    no_norm = tl.zeros([BLOCK_M], dtype=tl.float32)  # _x_tile's rstd, unused without a norm
+    if PDL:  # the next kernel may launch now: it waits for all of this one before reading
+        tl.extra.cuda.gdc_launch_dependents()
+    # weights are never written by other kernels: the first tile comes before the wait
+    w_next = _strided_w_tile(
+        w_ptr, pid, 0, programs, k_tiles, tiles, j, ks, N, K, stride_wn,
+        BLOCK_N, BLOCK_K, W_EVICTION,
+    )  # fmt: skip
+    if PDL:  # everything below may read what the previous kernel wrote
+        tl.extra.cuda.gdc_wait()
+    stamp(trace_ptr, WAITED, TRACE)
+    if USE_DOT:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for t in range(0, tiles):
+        w = w_next
+        w_next = _strided_w_tile(
+            w_ptr, pid, t + 1, programs, k_tiles, tiles, j, ks, N, K, stride_wn,
+            BLOCK_N, BLOCK_K, W_EVICTION,
+        )  # fmt: skip
+        k_step = t % k_tiles
+        x = _x_tile(
+            x_rows, x_rows, x_ptr, no_norm, k_step * BLOCK_K + ks, m_mask, K, GATED, 0, dtype
+        )
+        acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
+        if k_step == k_tiles - 1:  # the block's last K step: store its product, start anew
+            cols = (pid + (t // k_tiles) * programs) * BLOCK_N + j
+            if USE_DOT:  # noqa: SIM108 (a compile-time branch: acc's shape differs)
+                product = acc
+            else:
+                product = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
+            mask = m_mask[:, None] & (cols < N)[None, :]
+            tl.store(rows_out + cols[None, :], product.to(out_ptr.dtype.element_ty), mask=mask)
+            acc = tl.zeros_like(acc)
+    stamp(trace_ptr, WORKED, TRACE)
+    stamp(trace_ptr, END, TRACE)
+
+
+@triton.jit
 def _norm_rows(
     h_ptr, stride_h, w_ptr, out_ptr, stride_o, M, N, inv_n, eps, BLOCK: tl.constexpr,
     SUM_WIDTH: tl.constexpr, SUM_VECTOR: tl.constexpr, SUM_PASSES: tl.constexpr,
@@ -708,6 +842,10 @@ def skinny_linear(
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
+    if cfg.programs_per_sm > 0:
+        if norm is not None or then_norm is not None or then_stats is not None:
+            raise ValueError("a programs_per_sm config takes no folded norm")
+        return _strided_linear(x, weight, out, cfg, gated)
     grid, row_order = cfg.grid(n), {}
     if then_stats is not None:
         order = torch_row_sum_order(n, m)
@@ -781,6 +919,39 @@ def skinny_linear(
         **launch,
     )
     return out
+
+
+def _strided_linear(
+    x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, cfg: SkinnyConfig, gated: bool
+) -> torch.Tensor:
+    """``skinny_linear``'s product on ``cfg``'s grid-stride grid (``_strided_skinny_kernel``),
+    inputs already checked."""
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    grid = cfg.grid(n, sm_count(x.device))
+    launch = pdl_launch(cfg.pdl, x.device)
+    trace, traced = trace_slot(f"gemv {n}x{k}{' gated' if gated else ''}", grid[0], out)
+    _strided_skinny_kernel[grid](
+        x, weight, out, trace, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, USE_DOT=cfg.use_dot,
+        PRECISION=dot_precision(x.dtype), GATED=gated, W_EVICTION=cfg.weight_eviction,
+        TRACE=traced, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
+    )  # fmt: skip
+    return out
+
+
+INTERPRETER_SMS = 2  # SMs a grid-stride grid assumes off CUDA: a few programs, several blocks each
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (``INTERPRETER_SMS`` off CUDA)."""
+    if device.type != "cuda":
+        return INTERPRETER_SMS
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _cuda_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _row_order_args(order: RowSumOrder) -> dict:
