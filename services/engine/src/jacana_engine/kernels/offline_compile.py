@@ -104,8 +104,8 @@ def compile_skinny(
         USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, PDL=cfg.pdl,
         W_EVICTION=cfg.weight_eviction,
     )  # fmt: skip
-    if cfg.programs_per_sm > 0:  # the grid-stride kernel: no folds, no peeled tiles
-        fn = skinny_gemm._strided_skinny_kernel
+    if cfg.programs_per_sm > 0:  # the claiming kernel: no folds, no peeled tiles
+        fn = skinny_gemm._claiming_skinny_kernel
         constexprs = tile | (constexprs or {})
     else:
         fn = skinny_gemm._skinny_gemm_kernel
@@ -114,7 +114,12 @@ def compile_skinny(
             L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
         ) | (constexprs or {})  # fmt: skip
     floats = ("eps", "tail_eps", "tail_inv_n", "norm_inv_k")
-    pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32", "trace_ptr": "*i64"}
+    pointers = {
+        "counter_ptr": "*i32",
+        "claims_ptr": "*i32",
+        "stats_ptr": "*fp32",
+        "trace_ptr": "*i64",
+    }
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
     divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))
     return compile_for(

@@ -141,7 +141,7 @@ def _time_shape(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, S
         return [cublas], skinny
 
     return _pick_per_row(
-        layers, rows, pdl, "decode GEMM", ("skinny", "cuBLAS"), runs_for, _margin, strided=True
+        layers, rows, pdl, "decode GEMM", ("skinny", "cuBLAS"), runs_for, _margin, claiming=True
     )
 
 
@@ -263,15 +263,15 @@ def _pick_per_row(
     names: tuple[str, str],
     runs_for: Callable[[int], tuple[list[Callable], Callable] | None],
     margin: Callable[[SkinnyConfig], float] = lambda cfg: 1.0,
-    strided: bool = False,
+    claiming: bool = False,
 ) -> dict[int, SkinnyConfig]:
     """Per row count m, the launches the layers run now against one skinny launch with
     each candidate config; ``runs_for(m)`` gives (the present runs, each ``run(layer)``;
     the skinny run, ``run(layer, config)``), or None where the kernel cannot take m rows.
     The fastest candidate is kept where it takes under ``margin(config)`` times the
     present runs' time; returns those row counts with their config. ``names`` (kept,
-    present) label the log line; ``strided`` adds the grid-stride candidates (a plain or
-    gated product: they fold no norm)."""
+    present) label the log line; ``claiming`` adds the candidates whose programs claim row
+    blocks (a plain or gated product: they fold no norm)."""
     from jacana_engine.kernels.skinny_gemm import candidate_configs
 
     weight = layers[0].weight
@@ -284,7 +284,7 @@ def _pick_per_row(
             continue
         present_runs, skinny = runs
         present = sum(_time(layers, run) for run in present_runs)
-        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl, strided=strided), skinny)
+        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl, claiming=claiming), skinny)
         if fastest is None:
             continue
         best, cfg = fastest
@@ -401,7 +401,7 @@ def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str
 
 def config_label(cfg: SkinnyConfig) -> str:
     """A launch config's name in the tuner's log and records, e.g. ``8x512 pdl+2``,
-    ``2x2048 pdl ahead``, ``8x512 pdl 4/sm`` (grid-stride, 4 programs an SM)."""
+    ``2x2048 pdl ahead``, ``8x512 pdl 4/sm`` (4 programs an SM claiming row blocks)."""
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
     l2 = f" l2:{cfg.l2_prefetch_bytes}" if cfg.l2_prefetch_bytes else ""
     ahead = " ahead" if cfg.lookahead else ""
