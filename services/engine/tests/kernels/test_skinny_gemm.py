@@ -23,13 +23,11 @@ import torch
 
 pytest.importorskip("triton")
 
-from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import next_power_of_2
 from jacana_engine.kernels.activation import silu_and_mul
 from jacana_engine.kernels.reference import skinny_linear_ref
 from jacana_engine.kernels.rmsnorm import fused_add_rms_norm, rms_norm
 from jacana_engine.kernels.skinny_gemm import (
-    CLAIMS,
     MAX_M,
     QWEN3_SHAPES,
     NormPrologue,
@@ -38,7 +36,6 @@ from jacana_engine.kernels.skinny_gemm import (
     l2_prefetch_plan,
     pick_config,
     skinny_linear,
-    sm_count,
 )
 
 # One bf16 ulp of the largest output, relative to it. A bf16 output rounds each element by
@@ -238,63 +235,6 @@ def test_candidates_with_pdl_come_twice_and_one_row_ones_deeper_and_ahead(device
     ]
 
 
-def test_claiming_candidates_take_the_dependent_one_row_tiles():
-    k, n = QWEN3_SHAPES["8B gate_up"]
-    before = candidate_configs(1, n, k, pdl=True)
-    claiming = candidate_configs(1, n, k, pdl=True, claiming=True)[len(before) :]
-    assert candidate_configs(1, n, k, pdl=True, claiming=True)[: len(before)] == before
-    tiles = {(c.block_n, c.block_k) for c in before}
-    assert {(c.block_n, c.block_k, c.programs_per_sm) for c in claiming} == {
-        (bn, bk, per_sm) for bn, bk in tiles for per_sm in (2, 3, 4)
-    }
-    assert all(c.pdl and c.prefetch_tiles == 1 and not c.lookahead for c in claiming)
-    # none without PDL, above one row, or where a tile's blocks fit one small grid
-    assert not any(c.programs_per_sm for c in candidate_configs(1, n, k, claiming=True))
-    assert not any(c.programs_per_sm for c in candidate_configs(2, n, k, pdl=True, claiming=True))
-    assert not any(c.programs_per_sm for c in candidate_configs(1, 128, k, pdl=True, claiming=True))
-
-
-# (M, K, N, gated, dtype, BLOCK_N, BLOCK_K, programs per SM): programs claiming several
-# row blocks (the interpreter's grid assumes 2 SMs), a ragged last block and K step, the
-# tl.dot path (float32: the interpreter's bf16 tl.dot is wrong), a gated x
-CLAIMING_CASES = [
-    (1, 200, 100, False, torch.bfloat16, 8, 64, 2),
-    (3, 96, 77, True, torch.bfloat16, 4, 32, 3),
-    (1, 72, 1000, False, torch.float32, 8, 32, 4),
-    (16, 64, 40, False, torch.float32, 16, 32, 1),
-]
-
-
-@pytest.mark.parametrize("m,k,n,gated,dtype,block_n,block_k,per_sm", CLAIMING_CASES)
-def test_claiming_blocks_gives_the_plain_kernels_bits(
-    device, seed, checks, m, k, n, gated, dtype, block_n, block_k, per_sm
-):
-    """A claiming launch sums what the plain launch of its tile sums, in its order: the
-    same bits, whichever program computes a block, PDL or not; and it leaves its
-    counters at zero for the next launch."""
-    x = torch.randn(m, 2 * k if gated else k, device=device).to(dtype)
-    w = torch.randn(n, k, device=device).to(dtype)
-    plain = dataclasses.replace(pick_config(m, n, k), block_n=block_n, block_k=block_k)
-    want = skinny_linear(x, w, config=plain, gated=gated)
-    for pdl in (False, True):
-        claiming = dataclasses.replace(plain, programs_per_sm=per_sm, pdl=pdl)
-        programs = claiming.grid(n, sm_count(device))[0]
-        assert programs <= per_sm * sm_count(device)
-        got = torch.full_like(want, float("nan"))  # poisoned: every element must be stored
-        skinny_linear(x, w, got, config=claiming, gated=gated)
-        assert torch.equal(got, want), f"{claiming} seed={seed}"
-        assert not arrival_counters(CLAIMS, device, 2)[:2].any()
-    if not gated:
-        _check(want, x, w, seed, checks, f"{m}x{k}x{n} claiming")
-
-
-def test_claiming_blocks_takes_no_folded_norm(device):
-    x, w = torch.randn(1, 32, device=device), torch.randn(64, 32, device=device)
-    claiming = dataclasses.replace(pick_config(1, 64, 32), programs_per_sm=2)
-    with pytest.raises(ValueError, match="programs_per_sm"):
-        skinny_linear(x, w, config=claiming, norm=NormPrologue(torch.ones(32, device=device), 1e-6))
-
-
 def test_gated_kernel_rejects_a_gate_up_of_the_wrong_width(device):
     w = torch.randn(8, 32, device=device)
     with pytest.raises(ValueError, match="width"):
@@ -491,28 +431,6 @@ def test_skinny_linear_qwen3_gpu(gpu, device, seed, checks, name):
         out = skinny_linear(x, w)
         _check(out, x, w, seed, checks, f"{name} M={m}")
         assert torch.equal(out, skinny_linear(x, w)), f"{name} M={m} seed={seed}: not deterministic"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", [n for n in QWEN3_SHAPES if n.startswith("8B")])
-def test_claiming_blocks_at_qwen3_8b_sizes_gpu(gpu, device, seed, checks, name):
-    """Every one-row claiming candidate (PDL, as the engine launches them) gives its
-    plain tile's bits at the 8B shapes, run after run, the down projection gated."""
-    k, n = QWEN3_SHAPES[name]
-    gated = name.endswith("down")
-    w = (torch.randn(n, k, device=device) * k**-0.5).bfloat16()
-    x = torch.randn(1, 2 * k if gated else k, device=device).bfloat16()
-    claiming = [c for c in candidate_configs(1, n, k, pdl=True, claiming=True) if c.programs_per_sm]
-    assert claiming, name
-    for cfg in claiming:
-        plain = dataclasses.replace(cfg, programs_per_sm=0)
-        want = skinny_linear(x, w, config=plain, gated=gated)
-        got = torch.full_like(want, float("nan"))
-        skinny_linear(x, w, got, config=cfg, gated=gated)
-        assert torch.equal(got, want), f"{name} {cfg} seed={seed}"
-        assert torch.equal(skinny_linear(x, w, config=cfg, gated=gated), got), f"{name} {cfg}"
-    if not gated:
-        _check(want, x, w, seed, checks, f"{name} claiming")
 
 
 @pytest.mark.gpu

@@ -99,27 +99,16 @@ def compile_skinny(
     weight = torch.empty(shape, dtype=torch.bfloat16, device="meta")  # aligned: address 0
     l2_row_bytes, l2_pieces = skinny_gemm.l2_prefetch_plan(cfg, weight)
 
-    tile = dict(
+    fn = skinny_gemm._skinny_gemm_kernel
+    constexprs = dict(
         M=1, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, PDL=cfg.pdl,
-        W_EVICTION=cfg.weight_eviction,
-    )  # fmt: skip
-    if cfg.programs_per_sm > 0:  # the claiming kernel: no folds, no peeled tiles
-        fn = skinny_gemm._claiming_skinny_kernel
-        constexprs = tile | (constexprs or {})
-    else:
-        fn = skinny_gemm._skinny_gemm_kernel
-        constexprs = tile | dict(
-            NORM=0, PEEL=cfg.prefetch_tiles if cfg.pdl else 0, TAIL=0, BLOCK_TAIL=1,
-            L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
-        ) | (constexprs or {})  # fmt: skip
+        USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, NORM=0,
+        PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
+        W_EVICTION=cfg.weight_eviction, TAIL=0, BLOCK_TAIL=1,
+        L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
+    ) | (constexprs or {})  # fmt: skip
     floats = ("eps", "tail_eps", "tail_inv_n", "norm_inv_k")
-    pointers = {
-        "counter_ptr": "*i32",
-        "claims_ptr": "*i32",
-        "stats_ptr": "*fp32",
-        "trace_ptr": "*i64",
-    }
+    pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32", "trace_ptr": "*i64"}
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
     divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))
     return compile_for(

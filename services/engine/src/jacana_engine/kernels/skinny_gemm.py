@@ -43,7 +43,6 @@ only elects the program that normalizes; the sums do not depend on which one it 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from dataclasses import dataclass
 
@@ -68,7 +67,6 @@ from jacana_engine.kernels.rmsnorm import rms_norm_row, rms_scale, row_norm_args
 
 MAX_M = 16  # rows of x handled in one program; larger batches belong to cuBLAS
 COUNTERS = "skinny_gemm"  # the norm epilogue's arrival counter (kernels/_arrivals.py)
-CLAIMS = "skinny_gemm_claims"  # a claiming launch's block counter and arrivals (the same)
 DOT_MIN_M = 16  # from this many rows up the inner product is tl.dot (16-row tiles)
 TARGET_PROGRAMS = 264  # 2 programs per SM on a 132-SM H200
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -88,12 +86,6 @@ _MIN_CANDIDATE_BLOCK_N = 2
 # ... and rows whole, one tile a program (BLOCK_N 1 or 2), up to this K (its power of 2):
 # with PDL a resident program then holds all of its weight before the wait
 _WHOLE_ROW_MAX_K = 4096
-# claiming candidates (SkinnyConfig.programs_per_sm): programs per SM to try. A tile's
-# program with its look-ahead tile takes ~100-170 registers on sm90, 2-4 programs an SM
-# (bench/skinny_occupancy.py); a grid beyond what fits leaves its last programs waiting
-# for a slot, with nothing left to claim when they get one.
-CLAIMING_PROGRAMS_PER_SM = (2, 3, 4)
-CLAIMING_MIN_SMS = 100  # a data-centre GPU's SMs at least, for which candidates are worth it
 # The shapes it is measured on (tests, bench/skinny_gemm_gpu.py): (K, N) of Qwen3's
 # decoder linear layers.
 QWEN3_SHAPES = {
@@ -140,20 +132,9 @@ class SkinnyConfig:
     # for x's L2 round trip, nor a tile for the one before it (two tiles in flight a
     # program). The same sums in the same order: the same bits.
     lookahead: bool = False
-    # 0: a program per BLOCK_N rows, the hardware scheduling them in waves. k > 0: at
-    # most k programs per SM (one wave where they fit), each claiming its next row block
-    # as it starts one (``_claiming_skinny_kernel``): the weight stream of a program never
-    # drains between blocks, and a slower SM computes fewer of them. Plain and gated x
-    # only (no folded norm).
-    programs_per_sm: int = 0
 
-    def grid(self, n: int, sms: int = 1) -> tuple[int]:
-        """The launch grid for N output columns on a GPU of ``sms`` SMs (which only a
-        ``programs_per_sm`` grid depends on)."""
-        blocks = triton.cdiv(n, self.block_n)
-        if self.programs_per_sm > 0:
-            return (min(blocks, self.programs_per_sm * sms),)
-        return (blocks,)
+    def grid(self, n: int) -> tuple[int]:
+        return (triton.cdiv(n, self.block_n),)
 
 
 def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> SkinnyConfig:
@@ -176,9 +157,7 @@ def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> Skinn
     return SkinnyConfig(block_m=block_m, block_n=block_n, block_k=block_k, use_dot=use_dot)
 
 
-def candidate_configs(
-    m: int, n: int, k: int, *, pdl: bool = False, claiming: bool = False
-) -> list[SkinnyConfig]:
+def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[SkinnyConfig]:
     """Launch configs worth timing for x [m, k] @ weight[n, k].T, ``pick_config``'s first,
     no duplicates, each with BLOCK_K <= max(32, next_power_of_2(k)).
 
@@ -191,11 +170,7 @@ def candidate_configs(
     floor). With ``pdl`` each comes twice, without and with programmatic dependent
     launch, and at one row the dependent ones once more with two weight tiles prefetched
     (where K holds more than two), and once more with ``lookahead`` (where K holds more
-    than the one tile prefetched). With ``claiming`` (plain and gated x: the claiming
-    kernel folds no norm), at one row and with ``pdl`` every dependent tile once more on
-    a grid of each of ``CLAIMING_PROGRAMS_PER_SM`` programs per SM claiming row blocks,
-    where the tile's row blocks outnumber the smallest such grid on a GPU of
-    ``CLAIMING_MIN_SMS`` SMs (fewer run one block a program anyway)."""
+    than the one tile prefetched)."""
     picked = pick_config(m, n, k)
     k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
     n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
@@ -226,15 +201,7 @@ def candidate_configs(
             for cfg in dependent
             if m == 1 and cfg.block_k < k
         ]
-        claiming_grids = [  # one row: the dependent tiles, programs claiming row blocks
-            dataclasses.replace(cfg, programs_per_sm=per_sm)
-            for cfg in dependent
-            for per_sm in CLAIMING_PROGRAMS_PER_SM
-            if claiming
-            and m == 1
-            and triton.cdiv(n, cfg.block_n) > min(CLAIMING_PROGRAMS_PER_SM) * CLAIMING_MIN_SMS
-        ]
-        configs += dependent + deeper + ahead + claiming_grids
+        configs += dependent + deeper + ahead
     return configs
 
 
@@ -570,112 +537,6 @@ def _skinny_gemm_kernel(
 
 
 @triton.jit
-def _block_w_tile(
-    w_ptr, block, k_step, blocks, j, ks, N, K, stride_wn,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, W_EVICTION: tl.constexpr,
-):  # fmt: skip
-    """The weight's [BLOCK_N, BLOCK_K] tile at K step ``k_step`` of row block ``block``;
-    zero where masked, and all of it from block ``blocks`` on (no block left to claim)."""
-    cols = block * BLOCK_N + j
-    n_mask = cols < tl.where(block < blocks, N, 0)  # (a scalar & a vector fails in the interpreter)
-    w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_wn
-    return _w_tile(w_rows, k_step * BLOCK_K + ks, n_mask, K, W_EVICTION)
-
-
-@triton.jit
-def _claiming_skinny_kernel(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    claims_ptr,  # int32 [2]: blocks claimed past the first wave, programs done (0 between launches)
-    trace_ptr,  # TRACE: int64 [programs, FIELDS] per-program timestamps (kernels/_trace.py)
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_wn,
-    stride_om,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    USE_DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
-    GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
-    PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after the first tile
-    W_EVICTION: tl.constexpr,
-    TRACE: tl.constexpr = False,
-):
-    """``_skinny_gemm_kernel``'s product (plain or gated x, the same sums in the same
-    order) on a grid of resident programs that claim row blocks as they go
-    (``SkinnyConfig.programs_per_sm``): program p starts on block p, and each claims its
-    next block (an atomic counter) as it starts one, so a program on a slower SM simply
-    computes fewer blocks and the launch ends within about one block of its last
-    claim. One loop over weight tiles, block after block, the next tile (the next
-    claimed block's first, at a block's end) loaded before this one is multiplied. The
-    last program to finish resets the counters for the next launch, whose claims come
-    after its wait for this one."""
-    stamp(trace_ptr, START, TRACE)
-    programs = tl.num_programs(0)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    blocks = tl.cdiv(N, BLOCK_N)
-    rows = tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    j = tl.arange(0, BLOCK_N)  # [BLOCK_N]
-    ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
-    m_mask = rows < M
-    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm  # [BLOCK_M, 1]
-    rows_out = out_ptr + rows.to(tl.int64)[:, None] * stride_om  # [BLOCK_M, 1]
-    dtype = x_ptr.dtype.element_ty
-    no_norm = tl.zeros([BLOCK_M], dtype=tl.float32)  # _x_tile's rstd, unused without a norm
-    if PDL:  # the next kernel may launch now: it waits for all of this one before reading
-        tl.extra.cuda.gdc_launch_dependents()
-    block = tl.program_id(0)  # the first wave's blocks need no claim
-    # weights are never written by other kernels: the first tile comes before the wait
-    w_next = _block_w_tile(
-        w_ptr, block, 0, blocks, j, ks, N, K, stride_wn, BLOCK_N, BLOCK_K, W_EVICTION
-    )  # fmt: skip
-    if PDL:  # below: the counters (reset by the launch before) and x
-        tl.extra.cuda.gdc_wait()
-    stamp(trace_ptr, WAITED, TRACE)
-    claimed = programs + tl.atomic_add(claims_ptr, 1, sem="relaxed")  # the block after
-    if USE_DOT:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
-    k_step = 0
-    while block < blocks:
-        last = k_step == k_tiles - 1
-        w = w_next
-        w_next = _block_w_tile(
-            w_ptr, tl.where(last, claimed, block), tl.where(last, 0, k_step + 1), blocks,
-            j, ks, N, K, stride_wn, BLOCK_N, BLOCK_K, W_EVICTION,
-        )  # fmt: skip
-        x = _x_tile(
-            x_rows, x_rows, x_ptr, no_norm, k_step * BLOCK_K + ks, m_mask, K, GATED, 0, dtype
-        )
-        acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
-        if last:  # the block's product stored; on to the claimed one, claiming the next
-            if USE_DOT:  # noqa: SIM108 (a compile-time branch: acc's shape differs)
-                product = acc
-            else:
-                product = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
-            cols = block * BLOCK_N + j
-            mask = m_mask[:, None] & (cols < N)[None, :]
-            tl.store(rows_out + cols[None, :], product.to(out_ptr.dtype.element_ty), mask=mask)
-            acc = tl.zeros_like(acc)
-            block = claimed
-            if block < blocks:
-                claimed = programs + tl.atomic_add(claims_ptr, 1, sem="relaxed")
-        k_step = tl.where(last, 0, k_step + 1)
-    stamp(trace_ptr, WORKED, TRACE)
-    # the barrier orders every thread's claims before the (single-thread) arrival
-    tl.debug_barrier()
-    if tl.atomic_add(claims_ptr + 1, 1, sem="acq_rel") == programs - 1:  # every claim made
-        tl.store(claims_ptr, 0)
-        tl.store(claims_ptr + 1, 0)
-    stamp(trace_ptr, END, TRACE)
-
-
-@triton.jit
 def _norm_rows(
     h_ptr, stride_h, w_ptr, out_ptr, stride_o, M, N, inv_n, eps, BLOCK: tl.constexpr,
     SUM_WIDTH: tl.constexpr, SUM_VECTOR: tl.constexpr, SUM_PASSES: tl.constexpr,
@@ -847,10 +708,6 @@ def skinny_linear(
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
-    if cfg.programs_per_sm > 0:
-        if norm is not None or then_norm is not None or then_stats is not None:
-            raise ValueError("a programs_per_sm config takes no folded norm")
-        return _claiming_linear(x, weight, out, cfg, gated)
     grid, row_order = cfg.grid(n), {}
     if then_stats is not None:
         order = torch_row_sum_order(n, m)
@@ -924,40 +781,6 @@ def skinny_linear(
         **launch,
     )
     return out
-
-
-def _claiming_linear(
-    x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, cfg: SkinnyConfig, gated: bool
-) -> torch.Tensor:
-    """``skinny_linear``'s product on ``cfg``'s grid of claiming programs
-    (``_claiming_skinny_kernel``), inputs already checked."""
-    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
-    grid = cfg.grid(n, sm_count(x.device))
-    launch = pdl_launch(cfg.pdl, x.device)
-    trace, traced = trace_slot(f"gemv {n}x{k}{' gated' if gated else ''}", grid[0], out)
-    claims = arrival_counters(CLAIMS, x.device, 2)
-    _claiming_skinny_kernel[grid](
-        x, weight, out, claims, trace, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, USE_DOT=cfg.use_dot,
-        PRECISION=dot_precision(x.dtype), GATED=gated, W_EVICTION=cfg.weight_eviction,
-        TRACE=traced, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
-    )  # fmt: skip
-    return out
-
-
-INTERPRETER_SMS = 2  # SMs a claiming grid assumes off CUDA: a few programs, several blocks each
-
-
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of ``device`` (``INTERPRETER_SMS`` off CUDA)."""
-    if device.type != "cuda":
-        return INTERPRETER_SMS
-    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _cuda_sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _row_order_args(order: RowSumOrder) -> dict:

@@ -116,8 +116,6 @@ class RMSNorm(nn.Module):
         second = consumer.skinny_configs.get(rows)
         if first is None or second is None or second.block_n < MIN_SPLIT_CONSUMER_ROWS:
             return None
-        if first.programs_per_sm or second.programs_per_sm:  # claiming blocks: folds no norm
-            return None
         # only here: skinny configs mean Triton is there (the norm must not need it)
         from jacana_engine.kernels.skinny_gemm import stats_columns, stats_config
 
