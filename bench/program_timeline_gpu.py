@@ -15,6 +15,10 @@ stamps are read back. Per launch, against the launch before it (``prev``):
   the chain (the launches' ``critical`` add up to the traced part of the step);
 - ``early``: the share of its programs that started before prev's last end (with PDL,
   resident and loading their first weight tiles while prev still ran);
+- ``window`` (median, and ``window_p10`` its 10th percentile): how long a program was
+  resident before prev's last end, the time it had to load what it may before its
+  wait; ``first_start``: the same for its first program; ``prev_span``: prev's own span
+  from its first program past its wait to its last end;
 - ``first_work``: median time from a program's wait to its work done, for the programs
   that passed the wait first (a GEMV's ramp: what its early tiles did not hide);
 - ``tail``: from the median program's end to the last one's;
@@ -84,6 +88,14 @@ def per_launch(found: list[dict[str, Any]], rate: float) -> list[dict[str, Any]]
             "release_us": (waited[0] - prev_end) / 1e3,
             "critical_us": (cur["end"].max() - prev_end) / 1e3,
             "early": float((cur["start"] < prev_end).mean()),
+            # how long a program sat resident before prev's last end (its time to load
+            # what it may before its wait): the median and the 10th percentile, and the
+            # first program's
+            "window_us": float(np.median(np.maximum(prev_end - cur["start"], 0))) / 1e3,
+            "window_p10_us": float(np.quantile(np.maximum(prev_end - cur["start"], 0), 0.1)) / 1e3,
+            "first_start_us": float(prev_end - cur["start"].min()) / 1e3,
+            # prev's span from its first program past its wait to its last end
+            "prev_span_us": float(prev_end - prev["waited"].min()) / 1e3,
             "first_work_us": float(np.median(cur["worked"][first] - cur["waited"][first])) / 1e3,
             "wait_spread_us": (waited[-1] - waited[0]) / 1e3,
             "tail_us": (cur["end"].max() - np.median(cur["end"])) / 1e3,
@@ -167,7 +179,9 @@ def measure(model_name: str, contexts: list[int], replays: int, rate: float) -> 
 
 COLUMNS_MD = [
     ("count", "{}"), ("programs", "{:.0f}"), ("critical_us", "{:.2f}"), ("release_us", "{:.2f}"),
-    ("early", "{:.2f}"), ("first_work_us", "{:.2f}"), ("wait_spread_us", "{:.2f}"),
+    ("early", "{:.2f}"), ("window_us", "{:.2f}"), ("window_p10_us", "{:.2f}"),
+    ("first_start_us", "{:.2f}"), ("prev_span_us", "{:.2f}"),
+    ("first_work_us", "{:.2f}"), ("wait_spread_us", "{:.2f}"),
     ("tail_us", "{:.2f}"), ("ideal_us", "{:.2f}"), ("rate_tb_s", "{:.2f}"),
 ]  # fmt: skip
 
