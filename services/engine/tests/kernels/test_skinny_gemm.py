@@ -28,6 +28,7 @@ from jacana_engine.kernels.activation import silu_and_mul
 from jacana_engine.kernels.reference import skinny_linear_ref
 from jacana_engine.kernels.rmsnorm import fused_add_rms_norm, rms_norm
 from jacana_engine.kernels.skinny_gemm import (
+    FOLD,
     MAX_M,
     QWEN3_SHAPES,
     NormPrologue,
@@ -235,6 +236,61 @@ def test_candidates_with_pdl_come_twice_and_one_row_ones_deeper_and_ahead(device
     ]
 
 
+def test_folded_candidates_take_the_dependent_one_row_tiles_and_larger_ones():
+    k, n = QWEN3_SHAPES["8B gate_up"]
+    before = candidate_configs(1, n, k, pdl=True)
+    folded = candidate_configs(1, n, k, pdl=True, folded=True)[len(before) :]
+    assert candidate_configs(1, n, k, pdl=True, folded=True)[: len(before)] == before
+    assert all(c.k_fold == FOLD and c.pdl and c.prefetch_tiles == 1 for c in folded)
+    tiles = {(c.block_n, c.block_k) for c in folded}
+    assert tiles >= {(c.block_n, c.block_k) for c in before if c.pdl}
+    assert tiles >= {(16, 1024), (8, 2048)}  # twice the tile, in fewer registers
+    assert len(set(folded)) == len(folded)
+    # none without PDL, above one row, or on the dot path
+    assert not any(c.k_fold > 1 for c in candidate_configs(1, n, k, folded=True))
+    assert not any(c.k_fold > 1 for c in candidate_configs(2, n, k, pdl=True, folded=True))
+    assert not any(c.k_fold > 1 for c in candidate_configs(16, n, k, pdl=True, folded=True))
+
+
+# (K, N, gated, dtype, BLOCK_N, BLOCK_K, PEEL tiles): ragged last rows and K step, more
+# K steps than peeled tiles, a gated x, float32
+FOLDED_CASES = [
+    (200, 100, False, torch.bfloat16, 8, 64, 1),
+    (96, 77, True, torch.bfloat16, 4, 32, 2),
+    (1000, 40, False, torch.float32, 2, 256, 1),
+    (72, 300, True, torch.float32, 16, 16, 2),
+]
+
+
+@pytest.mark.parametrize("k,n,gated,dtype,block_n,block_k,peel", FOLDED_CASES)
+def test_folded_kernel_matches(device, seed, checks, k, n, gated, dtype, block_n, block_k, peel):
+    """The folded kernel's product against float64 truth (its sums come in another order
+    than the tile kernel's: close, not the same bits), run after run the same bits, with
+    and without PDL; gated, against silu_and_mul's rounded activation."""
+    x = torch.randn(1, 2 * k if gated else k, device=device).to(dtype)
+    w = torch.randn(n, k, device=device).to(dtype)
+    rows = silu_and_mul(x) if gated else x
+    outs = []
+    for pdl in (False, True):
+        cfg = SkinnyConfig(1, block_n, block_k, False, pdl=pdl, prefetch_tiles=peel, k_fold=FOLD)
+        out = torch.full((1, n), float("nan"), device=device, dtype=dtype)  # poisoned
+        outs.append(skinny_linear(x, w, out, config=cfg, gated=gated))
+        _check(out, rows, w, seed, checks, f"1x{k}x{n} {cfg}")
+    assert torch.equal(outs[0], outs[1]), f"seed={seed}"
+
+
+def test_folded_kernel_refuses_what_it_cannot_run(device):
+    x, w = torch.randn(2, 32, device=device), torch.randn(64, 32, device=device)
+    folded = SkinnyConfig(2, 8, 32, False, k_fold=FOLD)
+    with pytest.raises(ValueError, match="one row"):
+        skinny_linear(x, w, config=folded)
+    with pytest.raises(ValueError, match="one row"):  # a fold that does not divide BLOCK_K
+        skinny_linear(x[:1], w, config=dataclasses.replace(folded, block_m=1, k_fold=64))
+    with pytest.raises(ValueError, match="k_fold"):
+        one = dataclasses.replace(folded, block_m=1)
+        skinny_linear(x[:1], w, config=one, norm=NormPrologue(torch.ones(32, device=device), 1e-6))
+
+
 def test_gated_kernel_rejects_a_gate_up_of_the_wrong_width(device):
     w = torch.randn(8, 32, device=device)
     with pytest.raises(ValueError, match="width"):
@@ -431,6 +487,27 @@ def test_skinny_linear_qwen3_gpu(gpu, device, seed, checks, name):
         out = skinny_linear(x, w)
         _check(out, x, w, seed, checks, f"{name} M={m}")
         assert torch.equal(out, skinny_linear(x, w)), f"{name} M={m} seed={seed}: not deterministic"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(QWEN3_SHAPES))
+def test_folded_kernel_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
+    """Every folded one-row candidate (PDL, as the engine launches them) at each Qwen3
+    shape, the down projections gated: against float64 truth, and its bits run after
+    run."""
+    k, n = QWEN3_SHAPES[name]
+    gated = name.endswith("down")
+    w = (torch.randn(n, k, device=device) * k**-0.5).bfloat16()
+    x = torch.randn(1, 2 * k if gated else k, device=device).bfloat16()
+    rows = silu_and_mul(x) if gated else x
+    folded = [c for c in candidate_configs(1, n, k, pdl=True, folded=True) if c.k_fold > 1]
+    assert folded, name
+    for cfg in folded:
+        out = torch.full((1, n), float("nan"), device=device, dtype=x.dtype)
+        skinny_linear(x, w, out, config=cfg, gated=gated)
+        _check(out, rows, w, seed, checks, f"{name} {cfg}")
+        again = skinny_linear(x, w, config=cfg, gated=gated)
+        assert torch.equal(again, out), f"{name} {cfg} seed={seed}: not deterministic"
 
 
 @pytest.mark.gpu

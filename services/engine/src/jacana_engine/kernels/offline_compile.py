@@ -99,14 +99,20 @@ def compile_skinny(
     weight = torch.empty(shape, dtype=torch.bfloat16, device="meta")  # aligned: address 0
     l2_row_bytes, l2_pieces = skinny_gemm.l2_prefetch_plan(cfg, weight)
 
-    fn = skinny_gemm._skinny_gemm_kernel
-    constexprs = dict(
-        M=1, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated, NORM=0,
-        PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl,
-        W_EVICTION=cfg.weight_eviction, TAIL=0, BLOCK_TAIL=1,
-        L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
-    ) | (constexprs or {})  # fmt: skip
+    shared = dict(
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GATED=gated,
+        PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl, W_EVICTION=cfg.weight_eviction,
+    )  # fmt: skip
+    if cfg.k_fold > 1:  # the folded kernel: one row, no norm or tail
+        fn = skinny_gemm._folded_skinny_kernel
+        constexprs = shared | dict(FOLD=cfg.k_fold) | (constexprs or {})
+    else:
+        fn = skinny_gemm._skinny_gemm_kernel
+        constexprs = shared | dict(
+            M=1, BLOCK_M=cfg.block_m, USE_DOT=cfg.use_dot, PRECISION="tf32", NORM=0,
+            TAIL=0, BLOCK_TAIL=1,
+            L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
+        ) | (constexprs or {})  # fmt: skip
     floats = ("eps", "tail_eps", "tail_inv_n", "norm_inv_k")
     pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32", "trace_ptr": "*i64"}
     signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)

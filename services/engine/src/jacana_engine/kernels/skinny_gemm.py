@@ -83,6 +83,9 @@ _SUM_PRODUCTS = 8192  # BLOCK_M * BLOCK_N * BLOCK_K on the sum path (64 fp32/thr
 _ONE_ROW_TILES = (_SUM_PRODUCTS // 2, _SUM_PRODUCTS)
 _ONE_ROW_BLOCK_KS = (512, 1024, 2048)
 _MIN_CANDIDATE_BLOCK_N = 2
+# the folded kernel's K fold (one 16-byte vector of bf16) and its larger tiles' elements
+FOLD = 8
+_FOLDED_TILE = 2 * _SUM_PRODUCTS
 # ... and rows whole, one tile a program (BLOCK_N 1 or 2), up to this K (its power of 2):
 # with PDL a resident program then holds all of its weight before the wait
 _WHOLE_ROW_MAX_K = 4096
@@ -132,6 +135,13 @@ class SkinnyConfig:
     # for x's L2 round trip, nor a tile for the one before it (two tiles in flight a
     # program). The same sums in the same order: the same bits.
     lookahead: bool = False
+    # 1: the tile kernel above. F > 1 (a power of 2, at most BLOCK_K): the folded kernel
+    # (``_folded_skinny_kernel``; one row, plain or gated x, no folded norm), which loads
+    # each tile as [BLOCK_N, BLOCK_K / F, F] and adds a thread's F neighbouring products
+    # in registers at every K step: its running sums take a float32 per F tile elements,
+    # not one each, so a program takes about a third of the registers and an SM holds
+    # two to three times the programs, and weight bytes in flight. Another order of sums.
+    k_fold: int = 1
 
     def grid(self, n: int) -> tuple[int]:
         return (triton.cdiv(n, self.block_n),)
@@ -157,7 +167,9 @@ def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> Skinn
     return SkinnyConfig(block_m=block_m, block_n=block_n, block_k=block_k, use_dot=use_dot)
 
 
-def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[SkinnyConfig]:
+def candidate_configs(
+    m: int, n: int, k: int, *, pdl: bool = False, folded: bool = False
+) -> list[SkinnyConfig]:
     """Launch configs worth timing for x [m, k] @ weight[n, k].T, ``pick_config``'s first,
     no duplicates, each with BLOCK_K <= max(32, next_power_of_2(k)).
 
@@ -170,7 +182,10 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
     floor). With ``pdl`` each comes twice, without and with programmatic dependent
     launch, and at one row the dependent ones once more with two weight tiles prefetched
     (where K holds more than two), and once more with ``lookahead`` (where K holds more
-    than the one tile prefetched)."""
+    than the one tile prefetched). With ``folded`` (one row, plain or gated x: the folded
+    kernel folds no norm) and ``pdl``, every dependent one-row tile once more on the
+    folded kernel (``k_fold`` ``FOLD``), and the tiles of ``_FOLDED_TILE`` elements too,
+    which its fewer registers make room for."""
     picked = pick_config(m, n, k)
     k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
     n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
@@ -202,6 +217,27 @@ def candidate_configs(m: int, n: int, k: int, *, pdl: bool = False) -> list[Skin
             if m == 1 and cfg.block_k < k
         ]
         configs += dependent + deeper + ahead
+        if folded and m == 1 and not picked.use_dot:
+            configs += _folded_candidates(dependent, n, k)
+    return configs
+
+
+def _folded_candidates(dependent: list[SkinnyConfig], n: int, k: int) -> list[SkinnyConfig]:
+    """The one-row dependent tiles on the folded kernel, then its larger tiles (BLOCK_K
+    of 1024 and 2048, capped by K), no duplicates."""
+    k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
+    n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
+    larger = [
+        (max(_MIN_CANDIDATE_BLOCK_N, min(n_cap, _FOLDED_TILE // min(bk, k_cap))), min(bk, k_cap))
+        for bk in (1024, 2048)
+    ]
+    base = dependent[0]
+    tiles = [(c.block_n, c.block_k) for c in dependent] + larger
+    configs: list[SkinnyConfig] = []
+    for block_n, block_k in tiles:
+        cfg = dataclasses.replace(base, block_n=block_n, block_k=block_k, k_fold=FOLD)
+        if block_k >= FOLD and cfg not in configs:
+            configs.append(cfg)
     return configs
 
 
@@ -537,6 +573,95 @@ def _skinny_gemm_kernel(
 
 
 @triton.jit
+def _folded_w_tile(w_rows, k, n_mask, K, W_EVICTION: tl.constexpr):
+    """The weight's tile at columns ``k`` [KK, F] of rows ``w_rows`` [BLOCK_N, 1, 1]:
+    [BLOCK_N, KK, F], zero where masked."""
+    return tl.load(
+        w_rows + k[None, :, :],
+        mask=n_mask[:, None, None] & (k < K)[None, :, :],
+        other=0.0,
+        eviction_policy=W_EVICTION,
+    )
+
+
+@triton.jit
+def _folded_x_tile(x_ptr, k, K, GATED: tl.constexpr, dtype: tl.constexpr):
+    """x's one row at columns ``k`` [KK, F], in ``dtype``, activated (GATED) as
+    ``_x_tile`` activates it; zero where masked."""
+    x = tl.load(x_ptr + k, mask=k < K, other=0.0)
+    if GATED:  # padding stays zero: silu(0) * 0
+        up = tl.load(x_ptr + K + k, mask=k < K, other=0.0)
+        x = silu_mul_rounded(x.to(tl.float32), up.to(tl.float32), dtype)
+    return x
+
+
+@triton.jit
+def _folded_accumulate(acc, x, w):
+    """acc [BLOCK_N, KK] += the products of x [KK, F] and w [BLOCK_N, KK, F], each
+    thread's F neighbours (one vector load) added first, in registers. (Three
+    dimensions, as the loads: a fourth, for more rows of x, makes Triton move every
+    tile through shared memory to another layout.)"""
+    return acc + tl.sum(x.to(tl.float32)[None, :, :] * w.to(tl.float32), axis=2)
+
+
+@triton.jit
+def _folded_skinny_kernel(
+    x_ptr,  # [1, K] ([1, 2K] gated)
+    w_ptr,
+    out_ptr,
+    trace_ptr,  # TRACE: int64 [programs, FIELDS] per-program timestamps (kernels/_trace.py)
+    N,
+    K,
+    stride_wn,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    FOLD: tl.constexpr,  # F: neighbouring products a thread adds at each K step
+    GATED: tl.constexpr,  # x holds gate then up, K each: x = silu(gate) * up
+    PEEL: tl.constexpr,  # weight tiles loaded before anything else (0-2)
+    PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after the PEEL tiles
+    W_EVICTION: tl.constexpr,
+    TRACE: tl.constexpr = False,
+):
+    """One row of x times the weight (plain or gated x), as ``_skinny_gemm_kernel``
+    computes it on the sum path, program by program and tile by tile, but with the K axis
+    of a tile split into [BLOCK_K / F, F] (``SkinnyConfig.k_fold``): each thread adds the
+    F products of its vector load at once, so the running sums are [BLOCK_N, BLOCK_K / F]."""
+    stamp(trace_ptr, START, TRACE)
+    KK: tl.constexpr = BLOCK_K // FOLD
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    ks = tl.arange(0, KK)[:, None] * FOLD + tl.arange(0, FOLD)[None, :]  # [KK, F]
+    n_mask = cols < N
+    w_rows = w_ptr + cols.to(tl.int64)[:, None, None] * stride_wn  # [BLOCK_N, 1, 1]
+    dtype = x_ptr.dtype.element_ty
+    if PDL:  # the next kernel may launch now: it waits for all of this one before reading
+        tl.extra.cuda.gdc_launch_dependents()
+    # weights are never written by other kernels: no need to wait for them
+    if PEEL >= 1:
+        w_first = _folded_w_tile(w_rows, ks, n_mask, K, W_EVICTION)
+    if PEEL >= 2:
+        w_second = _folded_w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION)
+    if PDL:  # everything below may read what the previous kernel wrote
+        tl.extra.cuda.gdc_wait()
+    stamp(trace_ptr, WAITED, TRACE)
+    acc = tl.zeros([BLOCK_N, KK], dtype=tl.float32)
+    start = 0  # the prefetched tiles first, then the rest: the same order of sums either way
+    if PEEL >= 1:
+        acc = _folded_accumulate(acc, _folded_x_tile(x_ptr, ks, K, GATED, dtype), w_first)
+        start = BLOCK_K
+    if PEEL >= 2:
+        x = _folded_x_tile(x_ptr, BLOCK_K + ks, K, GATED, dtype)
+        acc = _folded_accumulate(acc, x, w_second)
+        start = 2 * BLOCK_K
+    for k0 in range(start, K, BLOCK_K):
+        x = _folded_x_tile(x_ptr, k0 + ks, K, GATED, dtype)
+        acc = _folded_accumulate(acc, x, _folded_w_tile(w_rows, k0 + ks, n_mask, K, W_EVICTION))
+    product = tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty)  # [BLOCK_N]
+    stamp(trace_ptr, WORKED, TRACE)
+    tl.store(out_ptr + cols, product, mask=n_mask)
+    stamp(trace_ptr, END, TRACE)
+
+
+@triton.jit
 def _norm_rows(
     h_ptr, stride_h, w_ptr, out_ptr, stride_o, M, N, inv_n, eps, BLOCK: tl.constexpr,
     SUM_WIDTH: tl.constexpr, SUM_VECTOR: tl.constexpr, SUM_PASSES: tl.constexpr,
@@ -708,6 +833,10 @@ def skinny_linear(
     cfg = config or pick_config(m, n, k)
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
+    if cfg.k_fold > 1:
+        if norm is not None or then_norm is not None or then_stats is not None:
+            raise ValueError("a k_fold config takes no folded norm")
+        return _folded_linear(x, weight, out, cfg, gated)
     grid, row_order = cfg.grid(n), {}
     if then_stats is not None:
         order = torch_row_sum_order(n, m)
@@ -780,6 +909,31 @@ def skinny_linear(
         **row_order,
         **launch,
     )
+    return out
+
+
+def _folded_linear(
+    x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, cfg: SkinnyConfig, gated: bool
+) -> torch.Tensor:
+    """``skinny_linear``'s product by ``_folded_skinny_kernel`` (inputs already checked).
+    Raises ``ValueError`` for a config it cannot run: the dot path, or a fold that is not
+    a power of 2 dividing BLOCK_K."""
+    fold = cfg.k_fold
+    if x.shape[0] != 1 or cfg.use_dot or fold & (fold - 1) or cfg.block_k % fold:
+        raise ValueError(
+            f"k_fold={fold} takes one row on the sum path, a power of 2 dividing BLOCK_K"
+        )
+    n, k = weight.shape
+    grid = cfg.grid(n)
+    launch = pdl_launch(cfg.pdl, x.device)
+    trace, traced = trace_slot(f"gemv {n}x{k}{' gated' if gated else ''}", grid[0], out)
+    _folded_skinny_kernel[grid](
+        x, weight, out, trace, n, k, weight.stride(0),
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, FOLD=fold,
+        GATED=gated, PEEL=cfg.prefetch_tiles if launch["PDL"] else 0,
+        W_EVICTION=cfg.weight_eviction, TRACE=traced, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **launch,
+    )  # fmt: skip
     return out
 
 

@@ -140,7 +140,9 @@ def _time_shape(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, S
 
         return [cublas], skinny
 
-    return _pick_per_row(layers, rows, pdl, "decode GEMM", ("skinny", "cuBLAS"), runs_for, _margin)
+    return _pick_per_row(
+        layers, rows, pdl, "decode GEMM", ("skinny", "cuBLAS"), runs_for, _margin, folded=True
+    )
 
 
 def _fastest(
@@ -261,13 +263,15 @@ def _pick_per_row(
     names: tuple[str, str],
     runs_for: Callable[[int], tuple[list[Callable], Callable] | None],
     margin: Callable[[SkinnyConfig], float] = lambda cfg: 1.0,
+    folded: bool = False,
 ) -> dict[int, SkinnyConfig]:
     """Per row count m, the launches the layers run now against one skinny launch with
     each candidate config; ``runs_for(m)`` gives (the present runs, each ``run(layer)``;
     the skinny run, ``run(layer, config)``), or None where the kernel cannot take m rows.
     The fastest candidate is kept where it takes under ``margin(config)`` times the
     present runs' time; returns those row counts with their config. ``names`` (kept,
-    present) label the log line."""
+    present) label the log line; ``folded`` adds the folded kernel's candidates (a plain
+    or gated product: it folds no norm)."""
     from jacana_engine.kernels.skinny_gemm import candidate_configs
 
     weight = layers[0].weight
@@ -280,7 +284,7 @@ def _pick_per_row(
             continue
         present_runs, skinny = runs
         present = sum(_time(layers, run) for run in present_runs)
-        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl), skinny)
+        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl, folded=folded), skinny)
         if fastest is None:
             continue
         best, cfg = fastest
@@ -397,8 +401,9 @@ def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str
 
 def config_label(cfg: SkinnyConfig) -> str:
     """A launch config's name in the tuner's log and records, e.g. ``8x512 pdl+2``,
-    ``2x2048 pdl ahead``."""
+    ``2x2048 pdl ahead``, ``8x1024 pdl fold8`` (the folded kernel)."""
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
     l2 = f" l2:{cfg.l2_prefetch_bytes}" if cfg.l2_prefetch_bytes else ""
     ahead = " ahead" if cfg.lookahead else ""
-    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}{ahead}"
+    fold = f" fold{cfg.k_fold}" if cfg.k_fold > 1 else ""
+    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}{ahead}{fold}"

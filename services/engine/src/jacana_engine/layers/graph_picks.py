@@ -121,7 +121,7 @@ def one_row_choices(groups: Mapping[str, list[Linear]], pdl: bool) -> dict[str, 
     choices = {}
     for group, layers in groups.items():
         n, k = layers[0].weight.shape
-        every = candidate_configs(1, n, k, pdl=pdl)
+        every = candidate_configs(1, n, k, pdl=pdl, folded=True)
         choices[group] = [CUBLAS, *([c for c in every if c.pdl] or every)]
     return choices
 

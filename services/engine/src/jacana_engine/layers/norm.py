@@ -116,6 +116,8 @@ class RMSNorm(nn.Module):
         second = consumer.skinny_configs.get(rows)
         if first is None or second is None or second.block_n < MIN_SPLIT_CONSUMER_ROWS:
             return None
+        if first.k_fold > 1 or second.k_fold > 1:  # the folded kernel folds no norm
+            return None
         # only here: skinny configs mean Triton is there (the norm must not need it)
         from jacana_engine.kernels.skinny_gemm import stats_columns, stats_config
 
