@@ -168,7 +168,7 @@ def measure(model_name: str, contexts: list[int], replays: int, rate: float) -> 
     engine = one_row_engine(model_name)
     runner = engine.runner
     untraced_ms = {c: 1e3 * runner.one_row_graph_seconds(c, replays, 3) for c in contexts}
-    with recording(torch.device("cuda")) as rec:
+    with recording(torch.device("cuda"), capacity=1 << 22) as rec:
         graphs = runner.decode_graphs([1], head=True)
         graphs.capture()
     runs = [read_replay(rec, graphs, c, replays, rate) for c in contexts]
