@@ -94,11 +94,13 @@
 #             Gluon with a TMA producer warp) against the separate kernels, with the barriers'
 #             and the arithmetic's cost each left out; then the stream kernel's GPU test
 #             (~1 min; the Gluon kernels need the GPU machine's Triton 3.6)
-# ab          the working tree's engine against another revision's kernels (.xfer/ab_kernels,
-#             written by bench/ab_kernels.sh REV and carried): $AB_MODEL (default qwen3-8b)
-#             b1, engine processes alternating tree/base on one tuning cache, $AB_ROUNDS
-#             rounds (default 3; the first process tunes, ~2 min, the others ~20 s each);
-#             each prints its TPOT and its decode graph's GPU time
+# ab          the working tree's engine against another revision's (.xfer/ab_engine, written
+#             by bench/ab_kernels.sh REV and carried): $AB_MODEL (default qwen3-8b)
+#             b1, engine processes alternating tree/base, $AB_ROUNDS rounds (default 3) on
+#             one tuning cache, or with AB_TUNING=own one cache a side (for a change to the
+#             candidate configs or the cache's format); a side's first process tunes
+#             (~2 min), the others take ~20 s each; each prints its TPOT and its decode
+#             graph's GPU time
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #
@@ -468,22 +470,23 @@ for phase in "$@"; do
       timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_layer_stream_probe.py 2>&1 | tail -4
       ;;
     ab)
-      if [ ! -d .xfer/ab_kernels ]; then
-        echo "ab: no .xfer/ab_kernels (bench/ab_kernels.sh REV writes it; carry it)" >&2
+      if [ ! -d .xfer/ab_engine ]; then
+        echo "ab: no .xfer/ab_engine (bench/ab_kernels.sh REV writes it; carry it)" >&2
         continue
       fi
       base=/tmp/jacana-ab-base
-      rm -rf "$base" && cp -r services/engine/src "$base"
-      rm -f "$base"/jacana_engine/kernels/*.py && cp .xfer/ab_kernels/*.py "$base"/jacana_engine/kernels/
-      rm -f /tmp/jacana-ab-tuning.json
+      rm -rf "$base" && mkdir -p "$base" && cp -r .xfer/ab_engine "$base/jacana_engine"
+      rm -f /tmp/jacana-ab-tuning*.json
       model=${AB_MODEL:-qwen3-8b}
       for round in $(seq "${AB_ROUNDS:-3}"); do
         for side in tree base; do
           src=services/engine/src
           [ "$side" = base ] && src=$base
-          stamp "$model b1 on the $side's kernels (round $round)"
-          PYTHONPATH=$src:${PYTHONPATH#services/engine/src:} timeout 150 python3 bench/offline_gpu.py \
-            --model "$model" --no-hf --workloads b1 --reps 3 --tuning-cache /tmp/jacana-ab-tuning.json \
+          cache=/tmp/jacana-ab-tuning.json
+          [ "${AB_TUNING:-shared}" = own ] && cache=/tmp/jacana-ab-tuning-$side.json
+          stamp "$model b1 on the $side's engine (round $round)"
+          PYTHONPATH=$src:${PYTHONPATH#services/engine/src:} timeout 240 python3 bench/offline_gpu.py \
+            --model "$model" --no-hf --workloads b1 --reps 3 --tuning-cache "$cache" \
             --name "ab_b1_${side}_$round" --out "$OUT" 2>&1 | grep -E "^\| $model \| (b1 \| tpot|[0-9])" | tail -2
         done
       done
