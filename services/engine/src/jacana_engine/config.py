@@ -62,8 +62,9 @@ class EngineConfig:
         weight shape's one-row choices (cuBLAS and the skinny candidates) inside that
         graph, shape after shape (``layers/graph_picks.py``), instead of keeping the picks
         of the tuner's same-shape chains (on an H200 a Qwen3-8B batch-1 graph 3.90 ->
-        3.86 ms); ~100 graph captures at a Qwen3-8B's first start (each shape's ~18
-        dependent candidates, the lm_head's too), kept in ``tuning_cache``.
+        3.86 ms); ~150 graph captures at a Qwen3-8B's first start (each shape's ~28
+        dependent candidates, ~10 of them folded one-row tiles, the lm_head's too), kept
+        in ``tuning_cache``.
     pdl: in decode graphs of at most 16 tokens, launch the Triton kernels (norms, RoPE +
         KV store, attention, activation) with programmatic dependent launch
         (``kernels/_pdl.py``; compute capability 9.0 and later, off elsewhere); with

@@ -13,7 +13,11 @@ Two inner products, chosen per call (``pick_config``):
   is memory bound), used from ``DOT_MIN_M`` rows up;
 - a broadcast multiply for fewer rows (no padding, no shared memory round trip for the
   weight), its products accumulated elementwise over the K steps and summed over
-  BLOCK_K once at the end.
+  BLOCK_K once at the end;
+- at one row, the same multiply folded (``SkinnyConfig.k_fold``, ``_folded_skinny_kernel``):
+  each thread adds its 8 neighbouring products of a K step at once, so the running sums
+  take an eighth of the registers and an SM holds more programs, and more weight bytes in
+  flight (the tuner's pick for most Qwen3-8B shapes at batch 1 on an H200).
 
 ``pick_config`` is a rule of thumb; at start-up ``layers.decode_gemm`` times the few
 alternatives of ``candidate_configs`` on the model's own weights and keeps the fastest
