@@ -98,7 +98,8 @@
 #             by bench/ab_kernels.sh REV and carried): $AB_MODEL (default qwen3-8b)
 #             b1, engine processes alternating tree/base, $AB_ROUNDS rounds (default 3) on
 #             one tuning cache, or with AB_TUNING=own one cache a side (for a change to the
-#             candidate configs or the cache's format); a side's first process tunes
+#             candidate configs or the cache's format), each side on a Triton compile
+#             cache of its own (first starts comparable); a side's first process tunes
 #             (~2 min), the others take ~20 s each; each prints its TPOT and its decode
 #             graph's GPU time
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
@@ -476,7 +477,7 @@ for phase in "$@"; do
       fi
       base=/tmp/jacana-ab-base
       rm -rf "$base" && mkdir -p "$base" && cp -r .xfer/ab_engine "$base/jacana_engine"
-      rm -f /tmp/jacana-ab-tuning*.json
+      rm -rf /tmp/jacana-ab-tuning*.json /tmp/jacana-ab-triton-*
       model=${AB_MODEL:-qwen3-8b}
       for round in $(seq "${AB_ROUNDS:-3}"); do
         for side in tree base; do
@@ -485,7 +486,9 @@ for phase in "$@"; do
           cache=/tmp/jacana-ab-tuning.json
           [ "${AB_TUNING:-shared}" = own ] && cache=/tmp/jacana-ab-tuning-$side.json
           stamp "$model b1 on the $side's engine (round $round)"
-          PYTHONPATH=$src:${PYTHONPATH#services/engine/src:} timeout 240 python3 bench/offline_gpu.py \
+          # a Triton compile cache a side: each side's first start compiles all it runs
+          TRITON_CACHE_DIR=/tmp/jacana-ab-triton-$side \
+            PYTHONPATH=$src:${PYTHONPATH#services/engine/src:} timeout 240 python3 bench/offline_gpu.py \
             --model "$model" --no-hf --workloads b1 --reps 3 --tuning-cache "$cache" \
             --name "ab_b1_${side}_$round" --out "$OUT" 2>&1 | grep -E "^\| $model \| (b1 \| tpot|[0-9])" | tail -2
         done
