@@ -289,6 +289,10 @@ def test_folded_kernel_refuses_what_it_cannot_run(device):
     with pytest.raises(ValueError, match="k_fold"):
         one = dataclasses.replace(folded, block_m=1)
         skinny_linear(x[:1], w, config=one, norm=NormPrologue(torch.ones(32, device=device), 1e-6))
+    for tile_kernel_only in ({"lookahead": True}, {"l2_prefetch_bytes": 2048}):
+        with pytest.raises(ValueError, match="no lookahead and no L2 prefetch"):
+            one = dataclasses.replace(folded, block_m=1, pdl=True, **tile_kernel_only)
+            skinny_linear(x[:1], w, config=one)
 
 
 def test_gated_kernel_rejects_a_gate_up_of_the_wrong_width(device):
@@ -1263,7 +1267,10 @@ def test_l2_prefetch_goes_onto_the_one_row_dependent_picks_only():
     dependent = SkinnyConfig(1, 8, 64, False, pdl=True)
     model[0].skinny_configs = {1: dependent, 2: SkinnyConfig(2, 8, 64, False, pdl=True)}
     model[1].skinny_configs = {1: SkinnyConfig(1, 8, 32, False)}  # plain launch: no wait
+    folded = SkinnyConfig(1, 8, 64, False, pdl=True, k_fold=FOLD)  # no L2 prefetch there
+    model[2].skinny_configs = {1: folded}
     assert prefetch_to_l2(model, 2048) == 1
+    assert model[2].skinny_configs[1] == folded
     assert model[0].skinny_configs[1] == dataclasses.replace(dependent, l2_prefetch_bytes=2048)
     assert model[0].skinny_configs[2].l2_prefetch_bytes == 0
     assert model[1].skinny_configs[1].l2_prefetch_bytes == 0

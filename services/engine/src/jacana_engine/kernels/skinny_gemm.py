@@ -920,13 +920,16 @@ def _folded_linear(
     x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, cfg: SkinnyConfig, gated: bool
 ) -> torch.Tensor:
     """``skinny_linear``'s product by ``_folded_skinny_kernel`` (inputs already checked).
-    Raises ``ValueError`` for a config it cannot run: the dot path, or a fold that is not
-    a power of 2 dividing BLOCK_K."""
+    Raises ``ValueError`` for a config it cannot run: the dot path, a fold that is not a
+    power of 2 dividing BLOCK_K, or what only the tile kernel does (lookahead, an L2
+    prefetch), which would otherwise be dropped without a word."""
     fold = cfg.k_fold
     if x.shape[0] != 1 or cfg.use_dot or fold & (fold - 1) or cfg.block_k % fold:
         raise ValueError(
             f"k_fold={fold} takes one row on the sum path, a power of 2 dividing BLOCK_K"
         )
+    if cfg.lookahead or cfg.l2_prefetch_bytes:
+        raise ValueError("a k_fold config takes no lookahead and no L2 prefetch")
     n, k = weight.shape
     grid = cfg.grid(n)
     launch = pdl_launch(cfg.pdl, x.device)

@@ -342,13 +342,14 @@ def prefetch_to_l2(model: nn.Module, nbytes: int) -> int:
     """Give every one-row skinny config the tuner picked with a dependent launch
     (``skinny_configs[1]`` with ``pdl``) ``l2_prefetch_bytes=nbytes`` (see
     ``SkinnyConfig``); returns how many layers changed. Other row counts keep theirs: at
-    one row the programs wait longest for the kernel before them."""
+    one row the programs wait longest for the kernel before them. Folded picks
+    (``k_fold``) keep theirs too: their kernel has no L2 prefetch."""
     changed = 0
     for module in model.modules():
         if not isinstance(module, Linear):
             continue
         cfg = module.skinny_configs.get(1)
-        if cfg is not None and cfg.pdl:
+        if cfg is not None and cfg.pdl and cfg.k_fold == 1:
             module.skinny_configs = {
                 **module.skinny_configs,
                 1: dataclasses.replace(cfg, l2_prefetch_bytes=nbytes),
