@@ -83,7 +83,7 @@ class EngineConfig:
         each tile may be its own split, merged after: faster at small batches (SmolLM2's
         shapes at batch 1 on an H200: 0.74 -> 0.54 ms per token), rounding otherwise.
     l2_prefetch_bytes: with ``pdl``, every one-row skinny GEMM the tuner picked with a
-        dependent launch also asks L2, before its wait, to prefetch about this many bytes
+        dependent launch (on the tile kernel, not a folded one) also asks L2, before its wait, to prefetch about this many bytes
         of its weight in all, an equal share of each row (``SkinnyConfig``,
         ``skinny_gemm.l2_prefetch_plan``), so HBM streams weights while the kernel before
         it runs; 0: off (opt-in; a fixed 2 or 8 KB a row made a Qwen3-8B batch-1 step
