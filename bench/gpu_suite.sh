@@ -95,7 +95,7 @@
 #             and the arithmetic's cost each left out; then the stream kernel's GPU test
 #             (~1 min; the Gluon kernels need the GPU machine's Triton 3.6)
 # ab          the working tree's engine against another revision's (.xfer/ab_engine, written
-#             by bench/ab_kernels.sh REV and carried): $AB_MODEL (default qwen3-8b)
+#             by bench/ab_engine.sh REV and carried): $AB_MODEL (default qwen3-8b)
 #             b1, engine processes alternating tree/base, $AB_ROUNDS rounds (default 3) on
 #             one tuning cache, or with AB_TUNING=own one cache a side (for a change to the
 #             candidate configs or the cache's format), each side on a Triton compile
@@ -472,7 +472,7 @@ for phase in "$@"; do
       ;;
     ab)
       if [ ! -d .xfer/ab_engine ]; then
-        echo "ab: no .xfer/ab_engine (bench/ab_kernels.sh REV writes it; carry it)" >&2
+        echo "ab: no .xfer/ab_engine (bench/ab_engine.sh REV writes it; carry it)" >&2
         continue
       fi
       base=/tmp/jacana-ab-base

@@ -83,12 +83,12 @@ class EngineConfig:
         each tile may be its own split, merged after: faster at small batches (SmolLM2's
         shapes at batch 1 on an H200: 0.74 -> 0.54 ms per token), rounding otherwise.
     l2_prefetch_bytes: with ``pdl``, every one-row skinny GEMM the tuner picked with a
-        dependent launch (on the tile kernel, not a folded one) also asks L2, before its wait, to prefetch about this many bytes
-        of its weight in all, an equal share of each row (``SkinnyConfig``,
-        ``skinny_gemm.l2_prefetch_plan``), so HBM streams weights while the kernel before
-        it runs; 0: off (opt-in; a fixed 2 or 8 KB a row made a Qwen3-8B batch-1 step
-        0.3 and 0.6 ms slower on an H200, and so did a launch's total of 4 to 32 MiB,
-        by 0.13 to 0.53 ms).
+        dependent launch (on the tile kernel, not a folded one) also asks L2, before its
+        wait, to prefetch about this many bytes of its weight in all, an equal share of
+        each row (``SkinnyConfig``, ``skinny_gemm.l2_prefetch_plan``), so HBM streams
+        weights while the kernel before it runs; 0: off (opt-in; a fixed 2 or 8 KB a row
+        made a Qwen3-8B batch-1 step 0.3 and 0.6 ms slower on an H200, and so did a
+        launch's total of 4 to 32 MiB, by 0.13 to 0.53 ms).
     tuning_cache: a JSON file where the ``decode_gemm="auto"`` choices are kept per GPU,
         software and shape, so a restart skips the timing (``layers/tuning_cache.py``);
         None times at every start.

@@ -3,7 +3,7 @@
 # revision REV (default HEAD) has it, in .xfer/ab_engine, for `bench/gpu_suite.sh ab` to
 # time the working tree against (carry .xfer/ab_engine):
 #
-#   bench/ab_kernels.sh cbe4cbe
+#   bench/ab_engine.sh cbe4cbe
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:-HEAD}
