@@ -77,6 +77,9 @@
 #             time (overlap_decode off) for comparison (TARGETS_SERIAL=0 skips that)
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
 #             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
+# final       the #4 figures alone: targets' first run (b1, ttft1024, c64 of both models),
+#             then the online phase with one stream interval ($ONLINE_INTERVALS, default 1)
+#             (~5 min)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
 #             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
@@ -111,10 +114,13 @@
 # the models load and warm up once per group), overlap ~2 min, skinny ~3 min, check
 # ~8 min, prefillgraphs ~3 min, picks ~1.5 min, timeline ~2 min. Model files in 28 MiB
 # parts: SmolLM2 4, MiniLM 4, Qwen2.5-Coder-0.5B 8 (~5 s of device time a call); a call
-# carries two parts, or one beside .whl/ (12 MB), so SmolLM2 takes three calls that
-# follow each other within the machine's 30 s idle release.
+# carries two parts, or one beside .whl/ (11 MB), so SmolLM2 takes three calls that
+# follow each other within the machine's 30 s idle release (parts 0-1; part 2 and .whl;
+# part 3, .whl and the phase). A cold online phase ~4 min (tuning ~2 min a start).
 #
-# Wheels the device lacks travel in .whl/ (installed to /tmp/site). Model files larger
+# Wheels the device lacks travel in .whl/ (installed to /tmp/site), written here by
+# bench/gpu_wheels.sh: online needs them (fastapi, a grpcio as new as the stubs), and so
+# do SmolLM2's parity and trace (transformers reads the GGUF with gguf). Model files larger
 # than one call may carry come over in parts first (bench/gpu_assets.sh): each call copies
 # the parts it carries to /tmp, and assets whose parts are complete are assembled there.
 set -uo pipefail
@@ -228,6 +234,25 @@ offline_grid() {  # $1: seconds at most
   stamp "offline grid"
   timeout "$1" python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --reps 3 \
     --profile --timeline --out "$OUT" 2>&1 | grep -v "^\[transformers\]" | tail -40
+}
+
+offline_targets() {  # the #4 targets without the peer: b1, ttft1024, c64 of both models
+  stamp "offline targets (no peer)"
+  timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+    --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 | tail -14
+}
+
+online_ratio() {  # offline c64, then the same load through the gateway, per stream interval
+  stamp "offline c64 (no peer) for the online ratio"
+  timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads c64 \
+    --reps 3 --name offline_c64 --out "$OUT" 2>&1 | tail -8
+  local interval name
+  for interval in ${ONLINE_INTERVALS:-1 8}; do
+    stamp "online through the gateway, $interval token(s) per stream message"
+    name=online_gpu; [ "$interval" = 1 ] || name=online_gpu_interval$interval
+    JACANA_ENGINE_STREAM_INTERVAL=$interval timeout 240 python3 bench/online_gpu.py \
+      --model qwen3-8b --reps 3 --name "$name" --out "$OUT" 2>&1 | tail -12
+  done
 }
 
 for phase in "$@"; do
@@ -391,21 +416,13 @@ for phase in "$@"; do
         --reps 3 --timeline --name offline_b1_timeline --out "$OUT" 2>&1 \
         | grep -v "^\[transformers\]" | tail -40
       ;;
-    online)
-      stamp "offline c64 (no peer) for the online ratio"
-      timeout 120 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads c64 \
-        --reps 3 --name offline_c64 --out "$OUT" 2>&1 | tail -8
-      for interval in ${ONLINE_INTERVALS:-1 8}; do
-        stamp "online through the gateway, $interval token(s) per stream message"
-        name=online_gpu; [ "$interval" = 1 ] || name=online_gpu_interval$interval
-        JACANA_ENGINE_STREAM_INTERVAL=$interval timeout 240 python3 bench/online_gpu.py \
-          --model qwen3-8b --reps 3 --name "$name" --out "$OUT" 2>&1 | tail -12
-      done
+    online) online_ratio ;;
+    final)
+      offline_targets
+      ONLINE_INTERVALS=${ONLINE_INTERVALS:-1} online_ratio
       ;;
     targets)
-      stamp "offline targets (no peer)"
-      timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-        --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 | tail -14
+      offline_targets
       stamp "b1 with each RMSNorm folded into the GEMM after it where faster (fuse_norm_gemm)"
       timeout 150 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
         --workloads b1 --fuse-norm-gemm --reps 3 --name offline_b1_fuse_norm --out "$OUT" \
