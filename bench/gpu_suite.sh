@@ -63,7 +63,8 @@
 # power       power_probe_gpu.py: the 8B layer chain's GEMVs (skinny picks, other tiles,
 #             cuBLAS, the tensor-core gemv_mma probe after its sweep) each replayed for 3 s
 #             from an idle card: cold and hot pace, watts, joules a replay, SM clock, power-cap
-#             share from NVML (~3 min)
+#             share from NVML (~3 min); $POWER_ONLY picks variants, e.g. "picks;folded
+#             picks;folded narrow;folded 8x1024;folded 16x1024;folded 8x2048;copy" (~1.5 min)
 # timeline    Qwen3-8B b1 with a profiled run's per-step GPU busy/idle time, its largest
 #             idle gaps and what runs outside the graphs (step_timeline.py; ~1.5 min)
 # programs    program_timeline_gpu.py: the 8B batch-1 decode graph with per-program
@@ -401,7 +402,13 @@ for phase in "$@"; do
       ;;
     power)
       stamp "the 8B layer chain's energy and sustained pace by GEMV launch"
-      timeout 400 python3 bench/power_probe_gpu.py --out "$OUT" 2>&1 | grep -v "^{" | tail -24
+      only=()  # $POWER_ONLY: the variants to run (';'-separated); gemv_mma's sweep only for "mma"
+      if [ -n "${POWER_ONLY:-}" ]; then
+        only=(--only "$POWER_ONLY")
+        case ";$POWER_ONLY;" in *";mma;"*) ;; *) only+=(--no-mma) ;; esac
+      fi
+      timeout 400 python3 bench/power_probe_gpu.py --out "$OUT" "${only[@]}" 2>&1 \
+        | grep -v "^{" | tail -24
       ;;
     programs)
       timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_trace.py 2>&1 | tail -3

@@ -14,12 +14,13 @@ reads NVML (``nvml.py``) beside it: the pace of the first ``--cold`` seconds (be
 cap) and of the last ``--hot`` seconds, the energy a replay takes, the mean SM clock and
 how often the software power cap was active. Variants: the skinny kernel's launch
 configs (the in-graph picks, a few tile shapes, its ``tl.dot`` path with the row padded
-to 16), cuBLAS, ``gemv_mma.py`` (the weight as the tensor cores' wide operand: first each
-shape alone over its ``mma_configs``, then the chain on each shape's fastest, and
-the picks with only gate_up, or gate_up and qkv, moved to it), the picks with no
-norm launches (``Chain.layer_deferred``: the residual added in the o and down GEMVs'
-epilogues, the norms deferred into gate_up and qkv, checked against the separate norms
-on one layer first), and a memory-only reference (copies moving about the same bytes).
+to 16, the folded one-row kernel's picks and wider folded tiles), cuBLAS,
+``gemv_mma.py`` (the weight as the tensor cores' wide operand: first each shape alone
+over its ``mma_configs``, then the chain on each shape's fastest, and the picks with
+only gate_up, or gate_up and qkv, moved to it), the picks with no norm launches
+(``Chain.layer_deferred``: the residual added in the o and down GEMVs' epilogues, the
+norms deferred into gate_up and qkv, checked against the separate norms on one layer
+first), and a memory-only reference (copies moving about the same bytes).
 
 ``--split-ablation`` times the split norms with one part of torch's order left out
 (timing only): the producers on contiguous columns, or the consumers summing with
@@ -80,6 +81,19 @@ NORMLESS_VARIANTS = {
     "lean, no norms (timing only)": ("none", LEAN),
     "8x1024, no norms (timing only)": ("none", _everywhere(8, 1024)),
 }
+
+
+def _folded(block_n: int, block_k: int) -> SkinnyConfig:
+    return SkinnyConfig(1, block_n, block_k, False, pdl=True, k_fold=skinny_gemm.FOLD)
+
+
+# the folded one-row kernel's picks (k_fold): the twenty-eighth run's start-up search took
+# 2x2048 folded at qkv, o and gate_up and kept the gated down's 8x1024 plain; on the
+# twenty-ninth run's capped card it took gate_up 1x4096 folded and o 8x1024 plain. Narrow
+# tiles read x again for every row or two (8 KB a program from L2): the question is what
+# that costs at the cap, and whether wider folded tiles win back pace there.
+FOLDED_PICKS = PICKS | {name: _folded(2, 2048) for name in ("o", "gate_up", "qkv")}
+FOLDED_NARROW = PICKS | {"qkv": _folded(2, 2048), "gate_up": _folded(1, 4096)}
 SKINNY_VARIANTS = {
     "picks": PICKS,
     "lean": LEAN,
@@ -87,6 +101,11 @@ SKINNY_VARIANTS = {
     "8x1024": _everywhere(8, 1024),
     "16x512": _everywhere(16, 512),
     "32x256": _everywhere(32, 256),
+    "folded picks": FOLDED_PICKS,
+    "folded narrow": FOLDED_NARROW,
+    "folded 8x1024": {name: _folded(8, 1024) for name in SHAPES},
+    "folded 16x1024": {name: _folded(16, 1024) for name in SHAPES},
+    "folded 8x2048": {name: _folded(8, 2048) for name in SHAPES},
     "dot 16-row pad": {
         name: dataclasses.replace(pick_config(1, n, k, use_dot=True), pdl=True)
         for name, (n, k) in SHAPES.items()
