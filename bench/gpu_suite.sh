@@ -79,8 +79,8 @@
 # online      offline c64 without the peer, then online_gpu.py through the gateway (stream
 #             intervals $ONLINE_INTERVALS, default "1 8" tokens per message)
 # final       the #4 figures alone: targets' first run (b1, ttft1024, c64 of both models),
-#             then the online phase with one stream interval ($ONLINE_INTERVALS, default 1)
-#             (~5 min)
+#             then online_gpu.py with one stream interval ($ONLINE_INTERVALS, default 1),
+#             its ratio against that run's 8B c64 (~4 min)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
 #             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
@@ -243,10 +243,8 @@ offline_targets() {  # the #4 targets without the peer: b1, ttft1024, c64 of bot
     --workloads b1 ttft1024 c64 --reps 3 --name offline_targets --out "$OUT" 2>&1 | tail -14
 }
 
-online_ratio() {  # offline c64, then the same load through the gateway, per stream interval
-  stamp "offline c64 (no peer) for the online ratio"
-  timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads c64 \
-    --reps 3 --name offline_c64 --out "$OUT" 2>&1 | tail -8
+online_streams() {  # the c64 load through the gateway, per stream interval (the online
+  # ratio's other half is an offline c64 in the same call)
   local interval name
   for interval in ${ONLINE_INTERVALS:-1 8}; do
     stamp "online through the gateway, $interval token(s) per stream message"
@@ -254,6 +252,13 @@ online_ratio() {  # offline c64, then the same load through the gateway, per str
     JACANA_ENGINE_STREAM_INTERVAL=$interval timeout 240 python3 bench/online_gpu.py \
       --model qwen3-8b --reps 3 --name "$name" --out "$OUT" 2>&1 | tail -12
   done
+}
+
+online_ratio() {  # offline c64, then the same load through the gateway
+  stamp "offline c64 (no peer) for the online ratio"
+  timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --no-hf --workloads c64 \
+    --reps 3 --name offline_c64 --out "$OUT" 2>&1 | tail -8
+  online_streams
 }
 
 for phase in "$@"; do
@@ -424,9 +429,9 @@ for phase in "$@"; do
         | grep -v "^\[transformers\]" | tail -40
       ;;
     online) online_ratio ;;
-    final)
+    final)  # offline_targets' 8B c64 is the online ratio's offline half
       offline_targets
-      ONLINE_INTERVALS=${ONLINE_INTERVALS:-1} online_ratio
+      ONLINE_INTERVALS=${ONLINE_INTERVALS:-1} online_streams
       ;;
     targets)
       offline_targets

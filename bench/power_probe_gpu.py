@@ -57,8 +57,13 @@ DEFERRED = "picks, norms deferred into the GEMVs"  # Chain.layer_deferred
 SHAPES = {"o": (H, H), "gate_up": (2 * INTER, H), "down": (H, INTER), "qkv": (QKV, H)}  # (N, K)
 
 
-def _everywhere(block_n: int, block_k: int) -> dict[str, SkinnyConfig]:
-    return {name: SkinnyConfig(1, block_n, block_k, False, pdl=True) for name in SHAPES}
+def _one_row(block_n: int, block_k: int, k_fold: int = 1) -> SkinnyConfig:
+    """A dependent one-row launch; ``k_fold`` > 1 runs the folded kernel."""
+    return SkinnyConfig(1, block_n, block_k, False, pdl=True, k_fold=k_fold)
+
+
+def _everywhere(block_n: int, block_k: int, k_fold: int = 1) -> dict[str, SkinnyConfig]:
+    return {name: _one_row(block_n, block_k, k_fold) for name in SHAPES}
 
 
 # the sustained search's lean twin on capped cards (seventeenth run): qkv and gate_up
@@ -83,17 +88,14 @@ NORMLESS_VARIANTS = {
 }
 
 
-def _folded(block_n: int, block_k: int) -> SkinnyConfig:
-    return SkinnyConfig(1, block_n, block_k, False, pdl=True, k_fold=skinny_gemm.FOLD)
-
-
 # the folded one-row kernel's picks (k_fold): the twenty-eighth run's start-up search took
 # 2x2048 folded at qkv, o and gate_up and kept the gated down's 8x1024 plain; on the
 # twenty-ninth run's capped card it took gate_up 1x4096 folded and o 8x1024 plain. Narrow
 # tiles read x again for every row or two (8 KB a program from L2): the question is what
 # that costs at the cap, and whether wider folded tiles win back pace there.
-FOLDED_PICKS = PICKS | {name: _folded(2, 2048) for name in ("o", "gate_up", "qkv")}
-FOLDED_NARROW = PICKS | {"qkv": _folded(2, 2048), "gate_up": _folded(1, 4096)}
+FOLD = skinny_gemm.FOLD
+FOLDED_PICKS = PICKS | {name: _one_row(2, 2048, FOLD) for name in ("o", "gate_up", "qkv")}
+FOLDED_NARROW = PICKS | {"qkv": _one_row(2, 2048, FOLD), "gate_up": _one_row(1, 4096, FOLD)}
 SKINNY_VARIANTS = {
     "picks": PICKS,
     "lean": LEAN,
@@ -103,9 +105,9 @@ SKINNY_VARIANTS = {
     "32x256": _everywhere(32, 256),
     "folded picks": FOLDED_PICKS,
     "folded narrow": FOLDED_NARROW,
-    "folded 8x1024": {name: _folded(8, 1024) for name in SHAPES},
-    "folded 16x1024": {name: _folded(16, 1024) for name in SHAPES},
-    "folded 8x2048": {name: _folded(8, 2048) for name in SHAPES},
+    "folded 8x1024": _everywhere(8, 1024, FOLD),
+    "folded 16x1024": _everywhere(16, 1024, FOLD),
+    "folded 8x2048": _everywhere(8, 2048, FOLD),
     "dot 16-row pad": {
         name: dataclasses.replace(pick_config(1, n, k, use_dot=True), pdl=True)
         for name, (n, k) in SHAPES.items()
