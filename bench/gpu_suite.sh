@@ -40,6 +40,9 @@
 #             of launch costs in the chain; then with one launch setting changed at a time
 #             (decode attention's splits, tiles, warps; one shape's L2 prefetch); then the
 #             whole graph and the graph without attention at 1 to 2048 context tokens (~2 min)
+# attnchain   attention_chain_gpu.py: the 8B's batch-1 decode graph with and without its
+#             attention at 1 to 2048 context tokens, the attention as the engine launches
+#             it, in one split (no merge) at 2-4 pipeline stages, and in 4 splits (~3 min)
 # attention   the decode attention's GPU tests (with the dependent-launch and overlap ones)
 #             beside the random-Qwen3 parity test, then b1 of both models (~3 min)
 # head        the decode graphs' head (lm_head and greedy argmax captured in them): its GPU
@@ -328,6 +331,10 @@ for phase in "$@"; do
       stamp "in-graph search of the 8B's one-row decode GEMM picks (graph_picks_gpu.py)"
       graph_tool graph_picks_gpu.py 300 0
       sed -n 1,20p "$OUT/graph_picks_gpu.md"
+      ;;
+    attnchain)
+      stamp "8B batch-1 decode attention in the chain by context and launch (attention_chain_gpu.py)"
+      graph_tool attention_chain_gpu.py 300 20
       ;;
     ablation)
       stamp "what each kind of launch costs in the 8B's batch-1 decode graph (graph_ablation_gpu.py)"

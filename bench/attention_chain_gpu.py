@@ -1,0 +1,141 @@
+"""What batch-1 decode attention costs in the decode graph's chain, by context and launch (GPU).
+
+For each context length (KV tokens a replay attends) the 8B's batch-1 decode graph (the
+forward alone, no lm_head) is captured and replayed with its attention as the engine
+launches it, without its attention (timing only), and with each variant of
+``ATTENTION_VARIANTS`` (one split a KV head: no merge, the tiles one after another, at a
+few software-pipeline depths; a fixed split count). The attention's cost a layer is the
+graph's time over the graph without it, divided by the layers.
+
+This separates what a split's merge costs (the last program's partial stores, arrival
+and merge) from what walking a sequence's tiles in one program costs, at the contexts of
+the batch-1 benchmark (128-384 tokens) and beyond.
+
+Writes ``attention_chain_gpu.{json,md}``.
+
+Usage: python bench/attention_chain_gpu.py [--model qwen3-8b] [--contexts 1 64 ...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import RESULTS_DIR, environment, write_results
+from graph_ablation_gpu import with_attention_launch, with_decode_splits, without_attention
+from graph_picks_gpu import one_row_engine
+
+CONTEXTS = (1, 64, 128, 192, 256, 320, 384, 512, 1024, 2048)
+
+
+@contextlib.contextmanager
+def _both(*changes: Callable[[], Any]):
+    with contextlib.ExitStack() as stack:
+        for change in changes:
+            stack.enter_context(change())
+        yield
+
+
+@contextlib.contextmanager
+def with_o_warm(row_bytes: int):
+    """The attention asks L2 for ``row_bytes`` of each o_proj row (``Linear.l2_warm``)."""
+    from jacana_engine.layers.linear import Linear
+
+    saved = Linear.l2_warm_row_bytes
+    Linear.l2_warm_row_bytes = row_bytes
+    try:
+        yield
+    finally:
+        Linear.l2_warm_row_bytes = saved
+
+
+ATTENTION_VARIANTS: dict[str, Callable[[], Any]] = {
+    "engine": contextlib.nullcontext,
+    "no attention": without_attention,
+    "1 split, 2 stages": lambda: with_decode_splits(1),
+    "1 split, 3 stages": lambda: _both(
+        lambda: with_decode_splits(1), lambda: with_attention_launch(_NUM_STAGES=3)
+    ),
+    "1 split, 4 stages": lambda: _both(
+        lambda: with_decode_splits(1), lambda: with_attention_launch(_NUM_STAGES=4)
+    ),
+    "4 splits": lambda: with_decode_splits(4),
+    **{f"o warmed {kib} KiB a row": lambda b=kib << 10: with_o_warm(b) for kib in (1, 2, 4, 8)},
+}
+
+
+def measure(model_name: str, contexts: list[int], reps: int, replays: int) -> dict[str, Any]:
+    engine = one_row_engine(model_name)
+    runner = engine.runner
+    rows = []
+    for context in contexts:
+        row: dict[str, Any] = {"context": context}
+        for name, change in ATTENTION_VARIANTS.items():
+            with change():
+                seconds = runner.one_row_graph_seconds(context, replays, reps, head=False)
+            row[name] = 1e3 * seconds
+        rows.append(row)
+        print(row, flush=True)
+    o_proj = engine.model.model.layers[0].self_attn.o_proj
+    return {
+        "o_proj_config": repr(o_proj.skinny_configs.get(1)),
+        "model": model_name,
+        "layers": engine.model.config.num_hidden_layers,
+        "splits_engine": runner._decode_splits(1),
+        "rows": rows,
+    }
+
+
+def render(doc: dict[str, Any]) -> str:
+    names = [n for n in ATTENTION_VARIANTS if n != "no attention"]
+    lines = [
+        f"# Batch-1 decode attention in the chain: {doc['model']}",
+        "",
+        f"Environment: `{doc['environment']}`. The forward's decode graph (no lm_head), "
+        f"median of {doc['reps']} x {doc['replays']} replays; the engine's graph splits "
+        f"each KV head's context {doc['splits_engine']} ways. Attention µs a layer: the "
+        "graph's time over the graph without attention, over the layers. o_proj's one-row "
+        f"launch: `{doc['o_proj_config']}`.",
+        "",
+        "| context | graph ms | without attention ms | "
+        + " | ".join(f"{n} µs a layer" for n in names)
+        + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for row in doc["rows"]:
+        base = row["no attention"]
+        cells = [f"{1e3 * (row[n] - base) / doc['layers']:.2f}" for n in names]
+        lines.append(
+            f"| {row['context']} | {row['engine']:.3f} | {base:.3f} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-8b")
+    parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--name", default="attention_chain_gpu")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU")
+    doc = {
+        "environment": environment(),
+        "reps": args.reps,
+        "replays": args.replays,
+        **measure(args.model, args.contexts, args.reps, args.replays),
+    }
+    table = render(doc)
+    write_results(args.out, args.name, doc, table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
