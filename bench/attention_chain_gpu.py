@@ -40,19 +40,6 @@ def _both(*changes: Callable[[], Any]):
         yield
 
 
-@contextlib.contextmanager
-def with_o_warm(row_bytes: int):
-    """The attention asks L2 for ``row_bytes`` of each o_proj row (``Linear.l2_warm``)."""
-    from jacana_engine.layers.linear import Linear
-
-    saved = Linear.l2_warm_row_bytes
-    Linear.l2_warm_row_bytes = row_bytes
-    try:
-        yield
-    finally:
-        Linear.l2_warm_row_bytes = saved
-
-
 ATTENTION_VARIANTS: dict[str, Callable[[], Any]] = {
     "engine": contextlib.nullcontext,
     "no attention": without_attention,
@@ -64,7 +51,6 @@ ATTENTION_VARIANTS: dict[str, Callable[[], Any]] = {
         lambda: with_decode_splits(1), lambda: with_attention_launch(_NUM_STAGES=4)
     ),
     "4 splits": lambda: with_decode_splits(4),
-    **{f"o warmed {kib} KiB a row": lambda b=kib << 10: with_o_warm(b) for kib in (1, 2, 4, 8)},
 }
 
 
@@ -80,9 +66,7 @@ def measure(model_name: str, contexts: list[int], reps: int, replays: int) -> di
             row[name] = 1e3 * seconds
         rows.append(row)
         print(row, flush=True)
-    o_proj = engine.model.model.layers[0].self_attn.o_proj
     return {
-        "o_proj_config": repr(o_proj.skinny_configs.get(1)),
         "model": model_name,
         "layers": engine.model.config.num_hidden_layers,
         "splits_engine": runner._decode_splits(1),
@@ -98,8 +82,7 @@ def render(doc: dict[str, Any]) -> str:
         f"Environment: `{doc['environment']}`. The forward's decode graph (no lm_head), "
         f"median of {doc['reps']} x {doc['replays']} replays; the engine's graph splits "
         f"each KV head's context {doc['splits_engine']} ways. Attention µs a layer: the "
-        "graph's time over the graph without attention, over the layers. o_proj's one-row "
-        f"launch: `{doc['o_proj_config']}`.",
+        "graph's time over the graph without attention, over the layers.",
         "",
         "| context | graph ms | without attention ms | "
         + " | ".join(f"{n} µs a layer" for n in names)

@@ -19,7 +19,7 @@ variants:
 - ``pdl+prefetch``: as ``pdl``, the GEMV loading its first weight tile before waiting;
 - ``pdl+prefetch+l2``: as ``pdl+prefetch``, and before waiting every GEMV program also
   asks L2 to prefetch the next ``--l2-bytes`` of each of its weight rows, with the skinny
-  GEMM's own helper (``l2_warm.prefetch_rows_to_l2``: ``cp.async.bulk.prefetch.L2``,
+  GEMM's own helper (``skinny_gemm.prefetch_rows_to_l2``: ``cp.async.bulk.prefetch.L2``,
   no registers held): HBM then streams the GEMV's weights while the small kernel runs,
   instead of one tile per program;
 - ``gemv only``: the GEMVs alone, back to back (the floor the small kernels add to);
@@ -54,7 +54,7 @@ import triton.language as tl
 from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 
 from jacana_engine.gpu_timing import replay_seconds
-from jacana_engine.kernels.l2_warm import L2_MAX_PIECES, prefetch_rows_to_l2
+from jacana_engine.kernels.skinny_gemm import L2_MAX_PIECES, prefetch_rows_to_l2
 
 VARIANTS = (
     "plain",

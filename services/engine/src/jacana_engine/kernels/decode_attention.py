@@ -73,7 +73,6 @@ from jacana_engine.kernels._pdl import (
 )
 from jacana_engine.kernels._row_sum_order import HEAD_SUM_TRITON
 from jacana_engine.kernels._trace import END, START, WAITED, WORKED, stamp, trace_slot
-from jacana_engine.kernels.l2_warm import L2Warm, prefetch_rows_to_l2, warm_plan
 from jacana_engine.kernels.rope import qk_norm_order, rope_heads, token_cos_sin, token_slot
 
 _LOG2E = 1.4426950408889634
@@ -219,23 +218,6 @@ def _attend_tile(
 
 
 @triton.jit
-def _warm_next_weight(
-    warm_ptr, WARM: tl.constexpr, ROWS: tl.constexpr, STRIDE: tl.constexpr,
-    FIRST: tl.constexpr, NBYTES: tl.constexpr, PIECES: tl.constexpr, RPP: tl.constexpr,
-):  # fmt: skip
-    """With WARM, this program's share (RPP rows, in launch order) of an ``L2Warm``: L2 is
-    asked for NBYTES of each row from column FIRST on, with no registers held. Called
-    right after the wait, when HBM has nothing else to stream until the next kernel."""
-    if WARM:
-        pid = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(
-            2
-        ) + tl.program_id(2)
-        rows = pid * RPP + tl.arange(0, RPP)
-        if pid * RPP < ROWS:
-            prefetch_rows_to_l2(warm_ptr, rows, ROWS, STRIDE, FIRST, NBYTES, PIECES)
-
-
-@triton.jit
 def _decode_partial_kernel(
     q_ptr,
     k_cache_ptr,
@@ -256,7 +238,6 @@ def _decode_partial_kernel(
     positions_ptr,  # ROPE: [B] positions
     cos_sin_ptr,  # ROPE: [max_positions, rotary_dim] float32
     slot_ptr,  # ROPE: [B] cache slots (< 0: store nothing)
-    warm_ptr,  # WARM: the weight the next kernel reads (L2Warm)
     trace_ptr,  # TRACE: int64 [programs, FIELDS] per-program timestamps (kernels/_trace.py)
     scale_log2,
     stride_qb,
@@ -301,13 +282,6 @@ def _decode_partial_kernel(
     HAS_NORM: tl.constexpr,
     NORM_ORDER: tl.constexpr,  # ROPE and HAS_NORM: the q/k norm's sum order (rope.py)
     EARLY_TILE: tl.constexpr,  # load the split's first KV tile before the wait (see above)
-    WARM: tl.constexpr = False,  # after the wait, ask L2 for the next kernel's weight bytes
-    WARM_ROWS: tl.constexpr = 1,  # WARM: the weight's rows
-    WARM_STRIDE: tl.constexpr = 1,  # WARM: its row stride (elements)
-    WARM_FIRST: tl.constexpr = 0,  # WARM: the first column warmed of each row
-    WARM_BYTES: tl.constexpr = 0,  # WARM: bytes warmed of each row
-    WARM_PIECES: tl.constexpr = 1,  # WARM: bulk prefetches a row
-    WARM_RPP: tl.constexpr = 1,  # WARM: rows a program warms (a power of 2)
     TRACE: tl.constexpr = False,  # store per-program timestamps into trace_ptr
 ):
     stamp(trace_ptr, START, TRACE)
@@ -350,8 +324,6 @@ def _decode_partial_kernel(
         )
         wait_only_for_previous_kernel(PDL)
         stamp(trace_ptr, WAITED, TRACE)
-        _warm_next_weight(warm_ptr, WARM, WARM_ROWS, WARM_STRIDE, WARM_FIRST, WARM_BYTES,
-                          WARM_PIECES, WARM_RPP)  # fmt: skip
         # Every split of this (sequence, KV head) does the same: rotate the group's q
         # heads into q_ptr's rows and store the head's rotated k and its v into the cache.
         # Splits writing the same values to the same places race harmlessly; the barrier
@@ -368,8 +340,6 @@ def _decode_partial_kernel(
     else:
         wait_only_for_previous_kernel(PDL)
         stamp(trace_ptr, WAITED, TRACE)
-        _warm_next_weight(warm_ptr, WARM, WARM_ROWS, WARM_STRIDE, WARM_FIRST, WARM_BYTES,
-                          WARM_PIECES, WARM_RPP)  # fmt: skip
 
     # q: [BLOCK_G, BLOCK_D]; padded rows are zeros (their results are never stored)
     q = tl.load(
@@ -597,7 +567,6 @@ def paged_decode_attention(
     rotation: DecodeRotation | None = None,  # q is raw: rotate it, store k/v, then attend
     early_tile: bool | None = None,  # first KV tile before the wait; None: with PDL only
     min_split_tiles: int = 1,  # KV tiles a split takes at least (module docstring)
-    l2_warm: L2Warm | None = None,  # the next kernel's weight bytes to ask L2 for (CUDA)
 ) -> torch.Tensor:  # [B, n_heads, head_dim] in q's dtype (or out's)
     """Attention of each sequence's single query over its whole paged KV (causality is
     implicit: the query is the last position). The token's own K/V must already be in
@@ -611,9 +580,7 @@ def paged_decode_attention(
     bits either way); by default only a dependent launch does, which has a kernel to
     overlap it with: the early tile's registers stay live across the rotation, which
     costs spills (sm90: 42 local stores against 3 at one split), so plain launches
-    (batch > 16, eager) keep the loop as it was. ``l2_warm`` (``kernels/l2_warm.py``):
-    after the wait the programs share out asking L2 for those bytes, which HBM then
-    streams while the attention runs (a hint; the same results).
+    (batch > 16, eager) keep the loop as it was.
     A sequence of length 0 (padding) gets zeros. No host sync."""
     batch, n_heads, head_dim = q.shape
     n_kv = kv_cache.shape[3]
@@ -664,9 +631,7 @@ def paged_decode_attention(
         rope_meta, rope_tensors, rope_strides = _NO_ROPE_META, (q,) * 9, (0,) * 9
     launch = pdl_launch(pdl, q.device)
     early = launch["PDL"] if early_tile is None else early_tile
-    programs = batch * n_kv * num_splits
-    warm_weight, warm_meta = warm_plan(l2_warm, programs)
-    trace, traced = trace_slot("decode_attention", programs, out)
+    trace, traced = trace_slot("decode_attention", batch * n_kv * num_splits, out)
     _decode_partial_kernel[(batch, n_kv, num_splits)](
         q,
         k_cache,
@@ -679,7 +644,6 @@ def paged_decode_attention(
         part_sum,
         counters,
         *rope_tensors,
-        q if warm_weight is None else warm_weight,
         trace,
         scale * _LOG2E,
         q.stride(0),
@@ -706,7 +670,6 @@ def paged_decode_attention(
         **merge_meta,
         **rope_meta,
         EARLY_TILE=early,
-        **warm_meta,
         TRACE=traced,
         num_warps=tile_warps(head_dim, block_g),
         num_stages=_NUM_STAGES,

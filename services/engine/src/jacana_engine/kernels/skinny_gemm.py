@@ -67,7 +67,6 @@ from jacana_engine.kernels._row_sum_order import (
 )
 from jacana_engine.kernels._trace import END, START, WAITED, WORKED, stamp, trace_slot
 from jacana_engine.kernels.activation import silu_mul_rounded
-from jacana_engine.kernels.l2_warm import prefetch_rows_to_l2, row_pieces
 from jacana_engine.kernels.rmsnorm import rms_norm_row, rms_scale, row_norm_args
 
 MAX_M = 16  # rows of x handled in one program; larger batches belong to cuBLAS
@@ -299,6 +298,34 @@ def _loop_x_tile(
     else:
         x = _x_tile(x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, dtype)
         return x, tl.zeros_like(rstd)
+
+
+L2_MAX_PIECES = 16  # bulk prefetches per weight row at most, spread over the threads
+L2_MIN_PIECE = 256  # bytes: a row's share below this is not worth an instruction
+
+
+@triton.jit
+def prefetch_rows_to_l2(
+    w_ptr, cols, N, stride_wn, FIRST: tl.constexpr, NBYTES: tl.constexpr, PIECES: tl.constexpr
+):
+    """Ask L2 for ``NBYTES`` of each weight row ``cols`` from column ``FIRST`` on: a hint
+    (``cp.async.bulk.prefetch.L2``, no registers held), in [BLOCK_N, PIECES] pieces of
+    NBYTES // PIECES bytes (16-byte aligned: the launcher checks, see
+    ``l2_prefetch_plan``). Rows past N prefetch row N - 1 again. Also the helper of
+    ``bench/pdl_probe_gpu.py``'s L2 variant."""
+    rows = tl.minimum(cols, N - 1).to(tl.int64)
+    piece = NBYTES // PIECES
+    elem = w_ptr.dtype.element_ty.primitive_bitwidth // 8
+    starts = (rows[:, None] * stride_wn + FIRST) * elem + tl.arange(0, PIECES)[None, :] * piece
+    ptrs = w_ptr.to(tl.pointer_type(tl.int8)) + starts  # [BLOCK_N, PIECES]
+    tl.inline_asm_elementwise(
+        "cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0;",
+        "=r,l,r",
+        [ptrs, tl.full(ptrs.shape, piece, tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
 
 
 @triton.jit
@@ -925,13 +952,24 @@ def _row_order_args(order: RowSumOrder) -> dict:
 
 def l2_prefetch_plan(cfg: SkinnyConfig, weight: torch.Tensor) -> tuple[int, int]:
     """(bytes a row, bulk prefetches a row) that a PDL launch with ``cfg`` asks L2 for, of
-    the weight [N, K]: ``cfg.l2_prefetch_bytes`` shared evenly by the N rows, from the
-    column after the tiles loaded before the wait (``l2_warm.row_pieces``). (0, 1):
-    nothing, also without PDL."""
+    the weight [N, K]: ``cfg.l2_prefetch_bytes`` shared evenly by the N rows, clamped to
+    what a row holds after the tiles loaded before the wait, in the most pieces (up to
+    ``L2_MAX_PIECES``) of at least ``L2_MIN_PIECE`` bytes, rounded down to a multiple of
+    16 bytes a piece. (0, 1): nothing, without PDL, where a row's share is below one
+    piece, or where rows or pieces would not be 16-byte aligned (the bulk prefetch needs
+    it)."""
     if not cfg.pdl or cfg.l2_prefetch_bytes <= 0:  # without PDL the program never waits
         return 0, 1
+    n, k = weight.shape
+    elem = weight.element_size()
     first = cfg.prefetch_tiles * cfg.block_k
-    return row_pieces(weight, first, cfg.l2_prefetch_bytes // weight.shape[0])
+    share = min(cfg.l2_prefetch_bytes // n, max(0, k - first) * elem)
+    if share < L2_MIN_PIECE:
+        return 0, 1
+    pieces = min(L2_MAX_PIECES, 1 << (share // L2_MIN_PIECE).bit_length() - 1)
+    row_bytes = share // (16 * pieces) * 16 * pieces
+    aligned = weight.data_ptr() % 16 == 0 and (weight.stride(0) * elem) % 16 == 0
+    return (row_bytes, pieces) if aligned and (first * elem) % 16 == 0 else (0, 1)
 
 
 def _norm_mode(norm: NormPrologue | None) -> int:

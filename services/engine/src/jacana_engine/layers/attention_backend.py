@@ -52,14 +52,11 @@ class AttentionBackend(ABC):
         scale: float,
         kv_written: bool = False,
         rotation: Any = None,
-        l2_warm: Any = None,
     ) -> torch.Tensor:  # [T, n_heads, head_dim] in q's dtype
         """Store k/v at ``meta.slot_mapping`` (skipped when ``kv_written``: they are already
         there, and k/v may go unread), then attend each sequence's queries causally. With a
         ``rotation`` (``LayerOps.decode_rotation``; only where ``rotates_decode`` said yes)
-        q and k are not yet rotated: the launch rotates them, stores k/v, then attends.
-        ``l2_warm`` (``kernels.l2_warm.L2Warm``): the next kernel's weight bytes that the
-        launch may ask L2 for while it runs; a hint, which a backend may ignore."""
+        q and k are not yet rotated: the launch rotates them, stores k/v, then attends."""
 
     def rotates_decode(self, meta: AttentionMetadata, num_tokens: int) -> bool:
         """Whether ``forward`` takes a ``rotation`` for this step (never, by default)."""

@@ -46,21 +46,6 @@ class Linear(nn.Linear):
     # its input is a gated MLP's gate then up, [T, 2 * in] (``gated_forward``; set by the
     # model), so the tuner times the skinny kernel with the activation folded in
     gated_input = False
-    # bytes of each weight row that a launch just before this layer's one-row skinny
-    # kernel asks L2 for, of those the kernel reads first after its wait (``l2_warm``);
-    # 0: none (set on CUDA from ``EngineConfig.l2_warm_row_bytes``)
-    l2_warm_row_bytes = 0
-
-    def l2_warm(self, rows: int) -> Any:
-        """The ``kernels.l2_warm.L2Warm`` for a launch just before this layer's product of
-        ``rows`` rows on a dependent skinny launch: ``l2_warm_row_bytes`` of each weight
-        row from the column after the tiles it loads before its wait; else None."""
-        config = self.skinny_configs.get(rows)
-        if config is None or not config.pdl or self.l2_warm_row_bytes <= 0:
-            return None
-        from jacana_engine.kernels.l2_warm import L2Warm
-
-        return L2Warm(self.weight, config.prefetch_tiles * config.block_k, self.l2_warm_row_bytes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         config = self.skinny_configs.get(x.shape[0])

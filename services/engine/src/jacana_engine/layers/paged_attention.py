@@ -100,7 +100,6 @@ class TorchAttentionBackend(AttentionBackend):
         scale: float,
         kv_written: bool = False,
         rotation: object = None,
-        l2_warm: object = None,  # a hint for GPU kernels; nothing to warm here
     ) -> torch.Tensor:
         if rotation is not None:
             raise ValueError("the torch backend does not rotate inside attention")

@@ -22,7 +22,6 @@ from jacana_engine.layers.attention_backend import AttentionBackend
 
 if TYPE_CHECKING:
     from jacana_engine.kernels.decode_attention import DecodeRotation
-    from jacana_engine.kernels.l2_warm import L2Warm
 
 
 class TritonAttentionBackend(AttentionBackend):
@@ -52,7 +51,6 @@ class TritonAttentionBackend(AttentionBackend):
         scale: float,
         kv_written: bool = False,
         rotation: DecodeRotation | None = None,
-        l2_warm: L2Warm | None = None,  # decode steps only: the prefill kernel ignores it
     ) -> torch.Tensor:  # [T, n_heads, head_dim], contiguous, in q's dtype
         if rotation is not None and not self._is_decode(meta, q.shape[0]):
             raise ValueError("a rotation folds into decode steps only")
@@ -73,7 +71,6 @@ class TritonAttentionBackend(AttentionBackend):
                 pdl=self.dependent_launch,
                 rotation=rotation,
                 min_split_tiles=self._min_split_tiles(q.shape[-1]),
-                l2_warm=l2_warm,
             )
         return self._prefill(
             q,

@@ -82,10 +82,6 @@ class DecoderAttention(nn.Module):
         q_w = self.q_norm.weight if self.qk_norm else None
         k_w = self.k_norm.weight if self.qk_norm else None
         rotation = None
-        # o_proj's first weight bytes, asked of L2 while the attention runs (a hint that
-        # only backends with GPU kernels take)
-        warm = self.o_proj.l2_warm(t)
-        hint = {} if warm is None else {"l2_warm": warm}
         if self.backend.rotates_decode(meta, t):
             rotation = self.ops.decode_rotation(
                 k, v, rope_tables, q_w, k_w, self.eps, meta.slot_mapping
@@ -93,18 +89,16 @@ class DecoderAttention(nn.Module):
         if rotation is not None:
             # One launch rotates, stores k/v and attends (a decode step, where the backend
             # folds the ops' rotation into its kernel)
-            out = self.backend.forward(
-                q, k, v, kv_cache, meta, self.scale, rotation=rotation, **hint
-            )
+            out = self.backend.forward(q, k, v, kv_cache, meta, self.scale, rotation=rotation)
         elif self.ops.fuses_kv_store and self.backend.accepts_written_kv:
             # One launch rotates q/k and stores k/v into the cache (saves the backend's
             # own write launch per layer).
             q, k = self.ops.rotate_and_store(
                 q, k, v, rope_tables, q_w, k_w, self.eps, kv_cache, meta.slot_mapping
             )
-            out = self.backend.forward(q, k, v, kv_cache, meta, self.scale, kv_written=True, **hint)
+            out = self.backend.forward(q, k, v, kv_cache, meta, self.scale, kv_written=True)
         else:
             q, k = self.ops.rotate(q, k, rope_tables, q_w, k_w, self.eps)
-            out = self.backend.forward(q, k, v, kv_cache, meta, self.scale, **hint)
+            out = self.backend.forward(q, k, v, kv_cache, meta, self.scale)
         # out: [T, n_heads, head_dim]
         return out.reshape(t, self.n_heads * self.head_dim)
