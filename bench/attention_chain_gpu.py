@@ -18,16 +18,12 @@ Usage: python bench/attention_chain_gpu.py [--model qwen3-8b] [--contexts 1 64 .
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import torch
-from common import RESULTS_DIR, environment, write_results
 from graph_ablation_gpu import with_attention_launch, with_decode_splits, without_attention
-from graph_picks_gpu import one_row_engine
+from graph_picks_gpu import one_row_engine, run_graph_tool
 
 CONTEXTS = (1, 64, 128, 192, 256, 320, 384, 512, 1024, 2048)
 
@@ -99,25 +95,9 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen3-8b")
-    parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--name", default="attention_chain_gpu")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("needs a CUDA GPU")
-    doc = {
-        "environment": environment(),
-        "reps": args.reps,
-        "replays": args.replays,
-        **measure(args.model, args.contexts, args.reps, args.replays),
-    }
-    table = render(doc)
-    write_results(args.out, args.name, doc, table)
-    print(table)
+    run_graph_tool(
+        __doc__.splitlines()[0], "attention_chain_gpu", measure, render, contexts=CONTEXTS
+    )
 
 
 if __name__ == "__main__":

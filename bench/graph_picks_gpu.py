@@ -150,15 +150,21 @@ def render(doc: dict[str, Any]) -> str:
 def run_graph_tool(
     description: str,
     name: str,
-    measure: Callable[[str, int, int, int], dict[str, Any]],
+    measure: Callable[[str, Any, int, int], dict[str, Any]],
     render: Callable[[dict[str, Any]], str],
+    *,
+    contexts: tuple[int, ...] | None = None,
 ) -> None:
     """The command line of a one-row graph tool: ``--model --context --reps --replays
     --out --name``; ``measure(model, context, reps, replays)`` gives the record,
-    ``render`` its table, written as ``NAME.{json,md}`` and printed."""
+    ``render`` its table, written as ``NAME.{json,md}`` and printed. With ``contexts``
+    the tool takes ``--contexts`` instead (those by default), and ``measure`` their list."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", default="qwen3-8b")
-    parser.add_argument("--context", type=int, default=320, help="KV tokens a replay attends")
+    if contexts is None:
+        parser.add_argument("--context", type=int, default=320, help="KV tokens a replay attends")
+    else:
+        parser.add_argument("--contexts", type=int, nargs="+", default=list(contexts))
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -166,11 +172,12 @@ def run_graph_tool(
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
+    context = args.context if contexts is None else args.contexts
     doc = {
         "environment": environment(),
         "reps": args.reps,
         "replays": args.replays,
-        **measure(args.model, args.context, args.reps, args.replays),
+        **measure(args.model, context, args.reps, args.replays),
     }
     table = render(doc)
     write_results(args.out, args.name, doc, table)
