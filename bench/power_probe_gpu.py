@@ -57,13 +57,16 @@ DEFERRED = "picks, norms deferred into the GEMVs"  # Chain.layer_deferred
 SHAPES = {"o": (H, H), "gate_up": (2 * INTER, H), "down": (H, INTER), "qkv": (QKV, H)}  # (N, K)
 
 
-def _one_row(block_n: int, block_k: int, k_fold: int = 1) -> SkinnyConfig:
-    """A dependent one-row launch; ``k_fold`` > 1 runs the folded kernel."""
-    return SkinnyConfig(1, block_n, block_k, False, pdl=True, k_fold=k_fold)
+def _one_row(block_n: int, block_k: int, k_fold: int = 1, peel: int = 1) -> SkinnyConfig:
+    """A dependent one-row launch loading ``peel`` weight tiles before its wait;
+    ``k_fold`` > 1 runs the folded kernel."""
+    return SkinnyConfig(1, block_n, block_k, False, pdl=True, k_fold=k_fold, prefetch_tiles=peel)
 
 
-def _everywhere(block_n: int, block_k: int, k_fold: int = 1) -> dict[str, SkinnyConfig]:
-    return {name: _one_row(block_n, block_k, k_fold) for name in SHAPES}
+def _everywhere(
+    block_n: int, block_k: int, k_fold: int = 1, peel: int = 1
+) -> dict[str, SkinnyConfig]:
+    return {name: _one_row(block_n, block_k, k_fold, peel) for name in SHAPES}
 
 
 # the sustained search's lean twin on capped cards (seventeenth run): qkv and gate_up
@@ -96,6 +99,13 @@ NORMLESS_VARIANTS = {
 FOLD = skinny_gemm.FOLD
 FOLDED_PICKS = PICKS | {name: _one_row(2, 2048, FOLD) for name in ("o", "gate_up", "qkv")}
 FOLDED_NARROW = PICKS | {"qkv": _one_row(2, 2048, FOLD), "gate_up": _one_row(1, 4096, FOLD)}
+# the same with two weight tiles loaded before each wait where a row holds more than one
+# (the start-up's folded candidates load one): qkv's 2x2048 then loads whole rows
+FOLDED_NARROW_PEEL2 = FOLDED_NARROW | {
+    "qkv": _one_row(2, 2048, FOLD, peel=2),
+    "o": _one_row(8, 1024, peel=2),
+    "down": _one_row(8, 1024, peel=2),
+}
 SKINNY_VARIANTS = {
     "picks": PICKS,
     "lean": LEAN,
@@ -105,6 +115,9 @@ SKINNY_VARIANTS = {
     "32x256": _everywhere(32, 256),
     "folded picks": FOLDED_PICKS,
     "folded narrow": FOLDED_NARROW,
+    "folded narrow, peel 2": FOLDED_NARROW_PEEL2,
+    "folded narrow, o folded peel 2": FOLDED_NARROW_PEEL2 | {"o": _one_row(2, 2048, FOLD, peel=2)},
+    "folded 2x2048 peel 2": _everywhere(2, 2048, FOLD, peel=2),
     "folded 8x1024": _everywhere(8, 1024, FOLD),
     "folded 16x1024": _everywhere(16, 1024, FOLD),
     "folded 8x2048": _everywhere(8, 2048, FOLD),
