@@ -34,7 +34,8 @@
 # picks       graph_picks_gpu.py: every one-row candidate config of each Qwen3-8B weight
 #             shape (and the lm_head) timed inside the batch-1 decode graph (coordinate
 #             descent), beside the start-up's screened search: what each took and picked
-#             (~3 min)
+#             (~3 min; $FOLDED_PEELS="1 2" adds folded candidates with two tiles before
+#             the wait)
 # ablation    graph_ablation_gpu.py: the 8B's batch-1 decode graph captured without its norms,
 #             its attention, each weight shape's GEMVs, or all but the GEMVs: what each kind
 #             of launch costs in the chain; then with one launch setting changed at a time

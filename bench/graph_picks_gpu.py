@@ -22,12 +22,17 @@ timed alternately (median of three each).
 Writes ``graph_picks_gpu.{json,md}``: per shape the tuner's pick, the in-graph best and
 every candidate's graph time (median of ``--reps``).
 
+``$FOLDED_PEELS`` (e.g. "1 2") sets the folded kernel's candidate counts of weight tiles
+loaded before the wait (``skinny_gemm.FOLDED_PEELS``; the engine's: one), for the chain's
+tuning and both searches.
+
 Usage: python bench/graph_picks_gpu.py [--model qwen3-8b] [--context 320] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -61,6 +66,7 @@ def one_row_engine(model_name: str, **config: Any):
 
 
 def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
+    from jacana_engine.kernels import skinny_gemm
     from jacana_engine.layers.graph_picks import (
         apply_one_row,
         choice_label,
@@ -68,6 +74,10 @@ def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, 
         shape_groups,
     )
 
+    # $FOLDED_PEELS (e.g. "1 2"): the folded candidates' tile counts loaded before the wait
+    peels = os.environ.get("FOLDED_PEELS", "").split()
+    if peels:
+        skinny_gemm.FOLDED_PEELS = tuple(int(p) for p in peels)
     # the searches below start from the chain's picks
     engine = one_row_engine(model_name, tune_in_graph=False)
     model, runner = engine.model, engine.runner
@@ -99,6 +109,7 @@ def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, 
         "best_screened": {g: choice_label(c) for g, c in screened.best.items()},
         "model": model_name,
         "context": context,
+        "folded_peels": list(skinny_gemm.FOLDED_PEELS),
         "dependent_launch": runner.dependent_launch,
         "graph_ms_tuned": 1e3 * found.start_seconds,
         "graph_ms_best": 1e3 * found.best_seconds,
@@ -121,7 +132,8 @@ def render(doc: dict[str, Any]) -> str:
         "",
         f"Environment: `{doc['environment']}`. Batch-1 decode graph GPU time, median of "
         f"{doc['reps']} x {doc['replays']} replays; each row sets one shape's one-row "
-        "config on all its layers, the shapes searched so far at their best.",
+        "config on all its layers, the shapes searched so far at their best. Folded "
+        f"candidates with {doc.get('folded_peels', [1])} tiles loaded before the wait.",
         "",
         f"Graph with the tuner's picks: {doc['graph_ms_tuned']:.3f} ms; with the in-graph "
         f"best: {doc['graph_ms_best']:.3f} ms.",

@@ -252,6 +252,24 @@ def test_folded_candidates_take_the_dependent_one_row_tiles_and_larger_ones():
     assert not any(c.k_fold > 1 for c in candidate_configs(16, n, k, pdl=True, folded=True))
 
 
+def test_folded_candidates_take_each_peel_count_that_k_holds(monkeypatch):
+    from jacana_engine.kernels import skinny_gemm
+
+    k, n = QWEN3_SHAPES["8B qkv"]
+    plain = candidate_configs(1, n, k, pdl=True)
+    one = candidate_configs(1, n, k, pdl=True, folded=True)[len(plain) :]
+    monkeypatch.setattr(skinny_gemm, "FOLDED_PEELS", (1, 2))
+    both = candidate_configs(1, n, k, pdl=True, folded=True)[len(plain) :]
+    assert [c for c in both if c.prefetch_tiles == 1] == one
+    two = [c for c in both if c.prefetch_tiles == 2]
+    # every one-tile candidate whose row holds two tiles, twice: 2x2048 then loads its rows
+    want = [dataclasses.replace(c, prefetch_tiles=2) for c in one if 2 * c.block_k <= k]
+    assert two == want and two
+    assert any((c.block_n, c.block_k) == (2, 2048) for c in two)
+    assert not any(c.block_k > k // 2 for c in two)  # a whole-row tile has no second
+    assert len(set(both)) == len(both)
+
+
 # (K, N, gated, dtype, BLOCK_N, BLOCK_K, PEEL tiles): ragged last rows and K step, more
 # K steps than peeled tiles, a gated x, float32
 FOLDED_CASES = [

@@ -90,6 +90,10 @@ _MIN_CANDIDATE_BLOCK_N = 2
 # the folded kernel's K fold (one 16-byte vector of bf16) and its larger tiles' elements
 FOLD = 8
 _FOLDED_TILE = 2 * _SUM_PRODUCTS
+# weight tiles the folded candidates load before their wait: one, as measured so far; a
+# bench tool may add 2 (``bench/graph_picks_gpu.py``, ``$FOLDED_PEELS``), each where a row
+# holds that many tiles
+FOLDED_PEELS: tuple[int, ...] = (1,)
 # ... and rows whole, one tile a program (BLOCK_N 1 or 2), up to this K (its power of 2):
 # with PDL a resident program then holds all of its weight before the wait
 _WHOLE_ROW_MAX_K = 4096
@@ -228,7 +232,8 @@ def candidate_configs(
 
 def _folded_candidates(dependent: list[SkinnyConfig], n: int, k: int) -> list[SkinnyConfig]:
     """The one-row dependent tiles on the folded kernel, then its larger tiles (BLOCK_K
-    of 1024 and 2048, capped by K), no duplicates."""
+    of 1024 and 2048, capped by K), each with every ``FOLDED_PEELS`` count of tiles loaded
+    before the wait that K holds, no duplicates."""
     k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
     n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
     larger = [
@@ -239,9 +244,13 @@ def _folded_candidates(dependent: list[SkinnyConfig], n: int, k: int) -> list[Sk
     tiles = [(c.block_n, c.block_k) for c in dependent] + larger
     configs: list[SkinnyConfig] = []
     for block_n, block_k in tiles:
-        cfg = dataclasses.replace(base, block_n=block_n, block_k=block_k, k_fold=FOLD)
-        if block_k >= FOLD and cfg not in configs:
-            configs.append(cfg)
+        for peel in FOLDED_PEELS:
+            cfg = dataclasses.replace(
+                base, block_n=block_n, block_k=block_k, k_fold=FOLD, prefetch_tiles=peel
+            )
+            fits = peel == 1 or peel * block_k <= k  # peeled tiles K holds
+            if block_k >= FOLD and fits and cfg not in configs:
+                configs.append(cfg)
     return configs
 
 
