@@ -85,6 +85,10 @@
 # final       the #4 figures alone: targets' first run (b1, ttft1024, c64 of both models),
 #             then online_gpu.py with one stream interval ($ONLINE_INTERVALS, default 1),
 #             its ratio against that run's 8B c64 (~4 min)
+# compiles    compile_stability_gpu.py: Qwen3-0.6B, then the 8B, each on an empty Triton cache,
+#             serving varied traffic (prompt lengths, prefixes, sampling, concurrency) in
+#             passes after start-up: the kernels each pass compiled, its longest step
+#             (~4 min; $COMPILES_MODELS, default "qwen3-0.6b qwen3-8b")
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
 #             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
@@ -440,6 +444,13 @@ for phase in "$@"; do
     final)  # offline_targets' 8B c64 is the online ratio's offline half
       offline_targets
       ONLINE_INTERVALS=${ONLINE_INTERVALS:-1} online_streams
+      ;;
+    compiles)
+      for model in ${COMPILES_MODELS:-qwen3-0.6b qwen3-8b}; do
+        stamp "kernels compiled while serving varied traffic: $model"
+        timeout 280 python3 bench/compile_stability_gpu.py --model "$model" \
+          --name "compile_stability_${model//[.-]/_}" --out "$OUT" 2>&1 | tail -25
+      done
       ;;
     targets)
       offline_targets

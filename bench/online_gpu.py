@@ -46,6 +46,13 @@ from common import (
 MODEL_ID = "bench"
 
 
+def triton_cache_entries() -> int:
+    """Kernels in the Triton cache the engine compiles into (one directory each): the
+    count's growth over a rep is how many kernels the engine compiled during it."""
+    root = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
+    return sum(1 for _ in root.iterdir()) if root.is_dir() else 0
+
+
 def synthetic_model_dir(model: str) -> Path:
     """A temp dir with the model's config.json and a word-level tokenizer over its vocab."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -206,7 +213,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             reps = []
             for rep in range(args.reps):
                 prompts = random_prompts(args.requests, args.prompt, vocab, seed=2000 + rep)
+                compiled_before = triton_cache_entries()
                 r = await closed_loop(client, url, prompts, args.concurrency, args.new_tokens)
+                r["triton_kernels_compiled"] = triton_cache_entries() - compiled_before
                 print(f"rep {rep}: {json.dumps(r)}", flush=True)
                 reps.append(r)
     finally:
@@ -217,7 +226,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    return {k: spread([r[k] for r in reps]) for k in ("output_tok_s", "ttft_ms", "tpot_ms")}
+    summary = {k: spread([r[k] for r in reps]) for k in ("output_tok_s", "ttft_ms", "tpot_ms")}
+    return {**summary, "reps": reps}
 
 
 def main() -> None:
@@ -256,6 +266,17 @@ def main() -> None:
             "|---|---|---|",
             f"| {fmt_spread(result['output_tok_s'], 0)} | {fmt_spread(result['ttft_ms'], 1)} | "
             f"{fmt_spread(result['tpot_ms'], 2)} |",
+            "",
+            "Each rep in the order run (kernels compiled: new entries in the Triton cache "
+            "while it ran):",
+            "",
+            "| rep | output tok/s | TTFT ms | TPOT ms | kernels compiled |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {i} | {r['output_tok_s']:.0f} | {r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} "
+                f"| {r['triton_kernels_compiled']} |"
+                for i, r in enumerate(result["reps"])
+            ),
         ]
     )
     write_results(args.out, args.name, doc, table)

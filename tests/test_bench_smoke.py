@@ -26,3 +26,29 @@ def test_prefill_attention_sweep_smoke(tmp_path):
     assert all(r["max_abs_diff_vs_default"] < 1e-2 and r["ms"] > 0 for r in rows)
     table = (tmp_path / "prefill_attention_gpu.md").read_text()
     assert "| 2x40 after 16 | None/32/4/3 * |" in table
+
+
+def test_compile_stability_smoke(tmp_path):
+    """The varied-traffic probe serves its passes on a two-layer Qwen3 on the CPU: every
+    request runs to its token budget, and the per-pass record is written."""
+    config = json.loads((ROOT / "bench" / "configs" / "qwen3-0.6b" / "config.json").read_text())
+    config.update(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, vocab_size=512,
+    )  # fmt: skip
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "compile_stability_gpu.py"), "--model", str(model),
+         "--device", "cpu", "--passes", "2", "--concurrency", "1", "3", "--kv-gib", "0.25",
+         "--out", str(tmp_path), "--name", "cs"],
+        env=env, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    doc = json.loads((tmp_path / "cs.json").read_text())
+    assert doc["concurrencies"] == [1, 3] and len(doc["passes"]) == 2
+    for p in doc["passes"]:
+        assert p["requests"] == 8 and p["output_tokens"] >= 8 and p["steps"] > 0
+        assert p["longest_step_ms"] > 0 and isinstance(p["compiled"], list)
+    assert "| 1 | 8 |" in (tmp_path / "cs.md").read_text()

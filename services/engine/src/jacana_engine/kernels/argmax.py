@@ -61,7 +61,10 @@ def _first_max(values, index):
     return best, tl.min(tl.where(values == best, index, _NO_INDEX), axis=0)
 
 
-@triton.jit
+# ring_width is the batch's row count: not specialized on (== 1, % 16), so a batch size
+# first seen while serving runs the binary start-up compiled instead of stalling its step
+# on a compile (bench/compile_stability_gpu.py).
+@triton.jit(do_not_specialize=["ring_width"])
 def _argmax_kernel(
     x_ptr,  # [M, V] logits, unit stride on V
     out_ptr,  # [M] int64 token ids

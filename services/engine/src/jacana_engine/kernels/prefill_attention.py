@@ -117,7 +117,11 @@ def _attend_tile(
     return acc, m_i, l_i
 
 
-@triton.jit
+# The block table's width and the per-step metadata's addresses change from step to step;
+# specializing on them (% 16, 16-byte alignment) compiled new binaries mid-serving, each
+# stalling a step for ~1.5 s (bench/compile_stability_gpu.py). They are scalar loads,
+# so the hints buy nothing.
+@triton.jit(do_not_specialize=["seq_lens_ptr", "block_tables_ptr", "stride_bt"])
 def _prefill_kernel(
     q_ptr,
     k_cache_ptr,

@@ -41,7 +41,9 @@ def _exponential(bits):
     return tl.where(u < 0.5, -tl.log(u), tl.where(v < 1e-2, series, near_one))
 
 
-@triton.jit
+# seeds_ptr may point into a buffer at any row: its 16-byte alignment would select a
+# binary of its own, compiled in the middle of serving (bench/compile_stability_gpu.py).
+@triton.jit(do_not_specialize=["seeds_ptr"])
 def _sample_kernel(
     logits_ptr,
     threshold_ptr,

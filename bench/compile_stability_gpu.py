@@ -1,0 +1,209 @@
+"""Kernels compiled while serving: whether varied traffic makes the engine compile after start-up.
+
+Triton compiles a kernel once per *specialization*: besides its constexprs, every integer
+argument equal to 1 or divisible by 16, and every pointer aligned to 16 bytes, selects its
+own binary. A specialization that start-up never ran is compiled the first time a step
+needs it, and that step stalls for the compile (0.5-1.5 s on the GPU machine's host) with
+every request in the batch behind it.
+
+This starts the engine in-process (random bf16 weights of the real shapes) on a Triton
+cache of its own, so every kernel it compiles lands there as a new entry, and then serves
+``--passes`` passes of varied traffic: prompt lengths from 1 to 1,500 tokens, some sharing
+a prefix, 1 to 96 new tokens, greedy and seeded top-k/top-p/min-p sampling, penalties and
+logprobs on some, at several concurrencies (closed loop). Per pass: the kernels compiled
+(name, and the TTIR signature that tells one specialization from another), the longest
+step, and the wall time. With nothing compiled after start-up, every pass shows 0.
+
+Usage: python bench/compile_stability_gpu.py --model qwen3-0.6b [--passes 3] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from common import CONFIGS_DIR, RESULTS_DIR, environment, write_results
+
+CONCURRENCIES = (1, 3, 17, 64)
+
+
+def cache_entries(root: Path) -> dict[str, dict[str, str]]:
+    """{entry dir: {"kernel": name, "signature": the TTIR ``tt.func`` line's arguments}}."""
+    entries: dict[str, dict[str, str]] = {}
+    for entry in root.iterdir() if root.is_dir() else ():
+        ttir = next(entry.glob("*.ttir"), None)
+        if ttir is None:  # not a compiled kernel (e.g. a launcher's module)
+            continue
+        match = re.search(r"tt\.func public @(\w+)\((.*?)\)\s*(attributes|\{)", ttir.read_text())
+        name, args = (match.group(1), match.group(2)) if match else (ttir.stem, "?")
+        entries[entry.name] = {"kernel": name, "signature": args}
+    return entries
+
+
+def random_request(rng: random.Random, vocab: int, prefix: list[int]) -> tuple[list[int], Any]:
+    from jacana_engine.sampling_params import SamplingParams
+
+    length = rng.choice([rng.randint(1, 40), rng.randint(1, 600), rng.randint(600, 1500)])
+    prompt = [rng.randrange(vocab) for _ in range(length)]
+    if rng.random() < 0.25:  # shares a prefix: the prefix cache serves its first blocks
+        prompt = prefix + prompt[: max(1, length - len(prefix))]
+    extra: dict[str, Any] = {}
+    if rng.random() < 0.5:
+        extra = {
+            "temperature": rng.choice([0.6, 1.0]),
+            "top_k": rng.choice([0, 20, 50]),
+            "top_p": rng.choice([1.0, 0.9]),
+            "min_p": rng.choice([0.0, 0.05]),
+            "seed": rng.randrange(1 << 30),
+        }
+    else:
+        extra = {"temperature": 0.0}
+    if rng.random() < 0.15:
+        extra["repetition_penalty"] = 1.1
+    if rng.random() < 0.15:
+        extra["presence_penalty"] = 0.5
+    if rng.random() < 0.1:
+        extra["logprobs"] = rng.choice([0, 5])
+    sp = SamplingParams(max_tokens=rng.randint(1, 96), ignore_eos=True, **extra)
+    return prompt, sp
+
+
+def closed_loop(engine: Any, requests: list, concurrency: int, tag: str) -> dict[str, float]:
+    """Keep ``concurrency`` of ``requests`` in flight until all have run."""
+    pending = list(requests)
+    stats = {"steps": 0, "output_tokens": 0, "longest_step_s": 0.0}
+
+    def submit() -> None:
+        prompt, sp = pending.pop()
+        engine.add_request(f"{tag}-{len(pending)}", prompt, sp)
+
+    for _ in range(min(concurrency, len(pending))):
+        submit()
+    while engine.has_unfinished_requests():
+        t0 = time.perf_counter()
+        outs = engine.step()
+        stats["longest_step_s"] = max(stats["longest_step_s"], time.perf_counter() - t0)
+        stats["steps"] += 1
+        for out in outs:
+            stats["output_tokens"] += len(out.new_token_ids)
+            if out.finished and pending:
+                submit()
+    return stats
+
+
+def serve_pass(
+    engine: Any, rng: random.Random, vocab: int, index: int, concurrencies: list[int]
+) -> dict[str, Any]:
+    """One pass: at each concurrency, a closed loop over 2 x concurrency requests."""
+    prefix = [rng.randrange(vocab) for _ in range(rng.choice([16, 40, 256]))]
+    runs = []
+    start = time.perf_counter()
+    for concurrency in concurrencies:
+        requests = [random_request(rng, vocab, prefix) for _ in range(2 * concurrency)]
+        runs.append(closed_loop(engine, requests, concurrency, f"p{index}c{concurrency}"))
+    return {
+        "requests": 2 * sum(concurrencies),
+        "output_tokens": sum(r["output_tokens"] for r in runs),
+        "steps": sum(r["steps"] for r in runs),
+        "wall_s": time.perf_counter() - start,
+        "longest_step_ms": max(r["longest_step_s"] for r in runs) * 1e3,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-0.6b")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCIES))
+    parser.add_argument("--kv-gib", type=float, default=16.0)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--name", default="compile_stability_gpu")
+    args = parser.parse_args()
+
+    # A cache of its own, set before Triton reads it: every compile is a new entry here.
+    cache = Path(tempfile.mkdtemp(prefix="triton-cache-"))
+    os.environ["TRITON_CACHE_DIR"] = str(cache)
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+
+    model_dir = Path(args.model) if Path(args.model).is_dir() else CONFIGS_DIR / args.model
+    config_path = model_dir / "config.json"
+    vocab = json.loads(config_path.read_text())["vocab_size"]
+    t0 = time.perf_counter()
+    engine = LLMEngine(
+        EngineConfig(
+            model=str(config_path),
+            load_format="dummy",
+            dtype="bfloat16",
+            device=args.device,
+            kv_cache_memory_bytes=int(args.kv_gib * 2**30),
+            max_model_len=2048,
+            max_num_seqs=64,
+            seed=1,
+        ),
+        tokenizer=None,
+    )
+    startup = time.perf_counter() - t0
+    seen = startup_entries = cache_entries(cache)
+    print(f"start-up {startup:.1f} s, {len(seen)} kernels compiled", flush=True)
+    rng = random.Random(7)
+    passes = []
+    for index in range(args.passes):
+        result = serve_pass(engine, rng, vocab, index, args.concurrency)
+        now = cache_entries(cache)
+        result["compiled"] = [now[k] for k in sorted(now.keys() - seen.keys())]
+        seen = now
+        passes.append(result)
+        print(f"pass {index}: {json.dumps(result)}", flush=True)
+
+    lines = [
+        "# Kernels compiled while serving varied traffic",
+        "",
+        f"{args.model}, random bf16 weights; start-up {startup:.1f} s compiled "
+        f"{len(cache_entries(cache)) - sum(len(p['compiled']) for p in passes)} kernels on an "
+        f"empty Triton cache. Each pass: closed loops at concurrency "
+        f"{', '.join(map(str, args.concurrency))} (2 x concurrency requests each), prompts of "
+        "1-1,500 tokens (a quarter sharing a prefix), 1-96 new tokens, greedy or seeded "
+        "sampling, penalties and logprobs on some.",
+        "",
+        "| pass | requests | output tokens | steps | wall s | longest step ms | kernels compiled |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, p in enumerate(passes):
+        names = ", ".join(sorted({c["kernel"] for c in p["compiled"]})) or "none"
+        lines.append(
+            f"| {i} | {p['requests']} | {p['output_tokens']} | {p['steps']} | "
+            f"{p['wall_s']:.1f} | {p['longest_step_ms']:.0f} | {len(p['compiled'])}: {names} |"
+        )
+    compiled = [c for p in passes for c in p["compiled"]]
+    if compiled:
+        lines += ["", "Signatures of what compiled after start-up:", ""]
+        lines += [f"- `{c['kernel']}`: `{c['signature']}`" for c in compiled]
+        lines += ["", "The same kernels' signatures compiled at start-up:", ""]
+        lines += [
+            f"- `{e['kernel']}`: `{e['signature']}`"
+            for e in startup_entries.values()
+            if e["kernel"] in {c["kernel"] for c in compiled}
+        ]
+    doc = {
+        "environment": environment(),
+        "model": args.model,
+        "startup_s": startup,
+        "concurrencies": args.concurrency,
+        "passes": passes,
+    }
+    table = "\n".join(lines)
+    write_results(args.out, args.name, doc, table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
