@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 from pathlib import Path
@@ -16,6 +17,29 @@ from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def config_dir(model: str) -> Path:
+    """``bench/configs/<model>``, or ``model`` itself when it is a directory."""
+    return Path(model) if Path(model).is_dir() else CONFIGS_DIR / model
+
+
+def triton_cache_kernels(root: Path | None = None) -> dict[str, dict[str, str]]:
+    """The kernels compiled into a Triton cache (``root``, default: the one Triton uses,
+    ``$TRITON_CACHE_DIR`` or ``~/.triton/cache``): {entry dir: {"kernel": name,
+    "signature": its TTIR ``tt.func`` arguments, which tell one specialization from
+    another}}. Entries without TTIR (launcher modules) are not kernels and are left out."""
+    if root is None:
+        root = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
+    kernels: dict[str, dict[str, str]] = {}
+    for entry in root.iterdir() if root.is_dir() else ():
+        ttir = next(entry.glob("*.ttir"), None)
+        if ttir is None:
+            continue
+        match = re.search(r"tt\.func public @(\w+)\((.*?)\)\s*(attributes|\{)", ttir.read_text())
+        name, args = (match.group(1), match.group(2)) if match else (ttir.stem, "?")
+        kernels[entry.name] = {"kernel": name, "signature": args}
+    return kernels
 
 
 def spread(values: list[float]) -> dict[str, Any]:

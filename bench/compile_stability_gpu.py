@@ -23,28 +23,14 @@ import argparse
 import json
 import os
 import random
-import re
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import CONFIGS_DIR, RESULTS_DIR, environment, write_results
+from common import RESULTS_DIR, config_dir, environment, triton_cache_kernels, write_results
 
 CONCURRENCIES = (1, 3, 17, 64)
-
-
-def cache_entries(root: Path) -> dict[str, dict[str, str]]:
-    """{entry dir: {"kernel": name, "signature": the TTIR ``tt.func`` line's arguments}}."""
-    entries: dict[str, dict[str, str]] = {}
-    for entry in root.iterdir() if root.is_dir() else ():
-        ttir = next(entry.glob("*.ttir"), None)
-        if ttir is None:  # not a compiled kernel (e.g. a launcher's module)
-            continue
-        match = re.search(r"tt\.func public @(\w+)\((.*?)\)\s*(attributes|\{)", ttir.read_text())
-        name, args = (match.group(1), match.group(2)) if match else (ttir.stem, "?")
-        entries[entry.name] = {"kernel": name, "signature": args}
-    return entries
 
 
 def random_request(rng: random.Random, vocab: int, prefix: list[int]) -> tuple[list[int], Any]:
@@ -54,9 +40,8 @@ def random_request(rng: random.Random, vocab: int, prefix: list[int]) -> tuple[l
     prompt = [rng.randrange(vocab) for _ in range(length)]
     if rng.random() < 0.25:  # shares a prefix: the prefix cache serves its first blocks
         prompt = prefix + prompt[: max(1, length - len(prefix))]
-    extra: dict[str, Any] = {}
     if rng.random() < 0.5:
-        extra = {
+        extra: dict[str, Any] = {
             "temperature": rng.choice([0.6, 1.0]),
             "top_k": rng.choice([0, 20, 50]),
             "top_p": rng.choice([1.0, 0.9]),
@@ -134,8 +119,7 @@ def main() -> None:
     from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine
 
-    model_dir = Path(args.model) if Path(args.model).is_dir() else CONFIGS_DIR / args.model
-    config_path = model_dir / "config.json"
+    config_path = config_dir(args.model) / "config.json"
     vocab = json.loads(config_path.read_text())["vocab_size"]
     t0 = time.perf_counter()
     engine = LLMEngine(
@@ -152,13 +136,13 @@ def main() -> None:
         tokenizer=None,
     )
     startup = time.perf_counter() - t0
-    seen = startup_entries = cache_entries(cache)
+    seen = startup_entries = triton_cache_kernels(cache)
     print(f"start-up {startup:.1f} s, {len(seen)} kernels compiled", flush=True)
     rng = random.Random(7)
     passes = []
     for index in range(args.passes):
         result = serve_pass(engine, rng, vocab, index, args.concurrency)
-        now = cache_entries(cache)
+        now = triton_cache_kernels(cache)
         result["compiled"] = [now[k] for k in sorted(now.keys() - seen.keys())]
         seen = now
         passes.append(result)
@@ -168,7 +152,7 @@ def main() -> None:
         "# Kernels compiled while serving varied traffic",
         "",
         f"{args.model}, random bf16 weights; start-up {startup:.1f} s compiled "
-        f"{len(cache_entries(cache)) - sum(len(p['compiled']) for p in passes)} kernels on an "
+        f"{len(startup_entries)} kernels on an "
         f"empty Triton cache. Each pass: closed loops at concurrency "
         f"{', '.join(map(str, args.concurrency))} (2 x concurrency requests each), prompts of "
         "1-1,500 tokens (a quarter sharing a prefix), 1-96 new tokens, greedy or seeded "

@@ -47,7 +47,7 @@ def one_row_engine(model_name: str, **config: Any):
     """An ``LLMEngine`` on ``model_name``'s config (``bench/configs``) with random bf16
     weights on CUDA, its graphs and decode-GEMM tuning at one row only; ``config`` adds
     ``EngineConfig`` fields."""
-    from offline_gpu import config_dir
+    from common import config_dir
 
     from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine

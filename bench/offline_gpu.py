@@ -37,8 +37,8 @@ from typing import Any
 import step_timeline as timeline
 import torch
 from common import (
-    CONFIGS_DIR,
     RESULTS_DIR,
+    config_dir,
     environment,
     fmt_spread,
     random_prompts,
@@ -73,11 +73,6 @@ WORKLOADS = {
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-
-
-def config_dir(model: str) -> Path:
-    """``bench/configs/<model>``, or ``model`` itself when it is a directory."""
-    return Path(model) if Path(model).is_dir() else CONFIGS_DIR / model
 
 
 def _gib(fn_name: str) -> float:

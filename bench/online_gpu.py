@@ -34,30 +34,24 @@ from pathlib import Path
 from typing import Any
 
 from common import (
-    CONFIGS_DIR,
     RESULTS_DIR,
+    config_dir,
     environment,
     fmt_spread,
     random_prompts,
     spread,
+    triton_cache_kernels,
     write_results,
 )
 
 MODEL_ID = "bench"
 
 
-def triton_cache_entries() -> int:
-    """Kernels in the Triton cache the engine compiles into (one directory each): the
-    count's growth over a rep is how many kernels the engine compiled during it."""
-    root = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
-    return sum(1 for _ in root.iterdir()) if root.is_dir() else 0
-
-
 def synthetic_model_dir(model: str) -> Path:
     """A temp dir with the model's config.json and a word-level tokenizer over its vocab."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    src = (Path(model) if Path(model).is_dir() else CONFIGS_DIR / model) / "config.json"
+    src = config_dir(model) / "config.json"
     vocab = json.loads(src.read_text())["vocab_size"]
     out = Path(tempfile.mkdtemp(prefix=f"{model}-"))
     shutil.copy(src, out / "config.json")
@@ -213,9 +207,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             reps = []
             for rep in range(args.reps):
                 prompts = random_prompts(args.requests, args.prompt, vocab, seed=2000 + rep)
-                compiled_before = triton_cache_entries()
+                # the engine compiles into the cache this process sees (same user, same env)
+                before = triton_cache_kernels().keys()
                 r = await closed_loop(client, url, prompts, args.concurrency, args.new_tokens)
-                r["triton_kernels_compiled"] = triton_cache_entries() - compiled_before
+                r["triton_kernels_compiled"] = len(triton_cache_kernels().keys() - before)
                 print(f"rep {rep}: {json.dumps(r)}", flush=True)
                 reps.append(r)
     finally:
