@@ -14,7 +14,12 @@ logprobs on some, at several concurrencies (closed loop). Per pass: the kernels 
 (name, and the TTIR signature that tells one specialization from another), the longest
 step, and the wall time. With nothing compiled after start-up, every pass shows 0.
 
-Usage: python bench/compile_stability_gpu.py --model qwen3-0.6b [--passes 3] [--out DIR]
+The engine's start-up warm-up (``jacana_engine/warm_up.py``) runs apart from the rest of
+the start-up, so its own compiles and seconds are counted on their own; ``--no-warm-up``
+skips it (what serving compiles without it).
+
+Usage: python bench/compile_stability_gpu.py --model qwen3-0.6b [--passes 3] [--no-warm-up]
+       [--out DIR]
 """
 
 from __future__ import annotations
@@ -111,6 +116,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--name", default="compile_stability_gpu")
+    parser.add_argument(
+        "--no-warm-up", dest="warm_up", action="store_false", help="skip the engine's warm-up"
+    )
     args = parser.parse_args()
 
     # A cache of its own, set before Triton reads it: every compile is a new entry here.
@@ -132,12 +140,20 @@ def main() -> None:
             max_model_len=2048,
             max_num_seqs=64,
             seed=1,
+            warm_up=False,  # below, counted on its own
         ),
         tokenizer=None,
     )
     startup = time.perf_counter() - t0
     seen = startup_entries = triton_cache_kernels(cache)
     print(f"start-up {startup:.1f} s, {len(seen)} kernels compiled", flush=True)
+    warm_up_s, warm_up_compiled = 0.0, []
+    if args.warm_up:
+        warm_up_s = engine.warm_up()
+        now = triton_cache_kernels(cache)
+        warm_up_compiled = [now[k] for k in sorted(now.keys() - seen.keys())]
+        startup_entries = seen = now
+        print(f"warm-up {warm_up_s:.1f} s, {len(warm_up_compiled)} kernels compiled", flush=True)
     rng = random.Random(7)
     passes = []
     for index in range(args.passes):
@@ -152,8 +168,14 @@ def main() -> None:
         "# Kernels compiled while serving varied traffic",
         "",
         f"{args.model}, random bf16 weights; start-up {startup:.1f} s compiled "
-        f"{len(startup_entries)} kernels on an "
-        f"empty Triton cache. Each pass: closed loops at concurrency "
+        f"{len(startup_entries) - len(warm_up_compiled)} kernels on an empty Triton cache, "
+        + (
+            f"then the warm-up {warm_up_s:.1f} s compiled {len(warm_up_compiled)} more "
+            f"({', '.join(sorted({c['kernel'] for c in warm_up_compiled})) or 'none'}). "
+            if args.warm_up
+            else "without the warm-up (--no-warm-up). "
+        )
+        + "Each pass: closed loops at concurrency "
         f"{', '.join(map(str, args.concurrency))} (2 x concurrency requests each), prompts of "
         "1-1,500 tokens (a quarter sharing a prefix), 1-96 new tokens, greedy or seeded "
         "sampling, penalties and logprobs on some.",
@@ -181,6 +203,9 @@ def main() -> None:
         "environment": environment(),
         "model": args.model,
         "startup_s": startup,
+        "warm_up": args.warm_up,
+        "warm_up_s": warm_up_s,
+        "warm_up_compiled": warm_up_compiled,
         "concurrencies": args.concurrency,
         "passes": passes,
     }

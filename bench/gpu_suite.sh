@@ -106,9 +106,10 @@
 #             Gluon with a TMA producer warp) against the separate kernels, with the barriers'
 #             and the arithmetic's cost each left out; then the stream kernel's GPU test
 #             (~1 min; the Gluon kernels need the GPU machine's Triton 3.6)
-# ab          the working tree's engine against another revision's (.xfer/ab_engine, written
-#             by bench/ab_engine.sh REV and carried): $AB_MODEL (default qwen3-8b)
-#             b1, engine processes alternating tree/base, $AB_ROUNDS rounds (default 3) on
+# ab          the working tree's engine against other revisions' (.xfer/ab_engine*, written
+#             by bench/ab_engine.sh REV [SIDE]; carry .xfer): $AB_MODEL (default qwen3-8b)
+#             $AB_WORKLOADS (default b1; e.g. "b1 ttft1024") at $AB_REPS reps (default 3),
+#             engine processes taking turns (tree, then each side), $AB_ROUNDS rounds (default 3) on
 #             one tuning cache, or with AB_TUNING=own one cache a side (for a change to the
 #             candidate configs or the cache's format), each side on a Triton compile
 #             cache of its own (first starts comparable); a side's first process tunes
@@ -519,26 +520,35 @@ for phase in "$@"; do
       timeout 120 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_layer_stream_probe.py 2>&1 | tail -4
       ;;
     ab)
-      if [ ! -d .xfer/ab_engine ]; then
-        echo "ab: no .xfer/ab_engine (bench/ab_engine.sh REV writes it; carry it)" >&2
+      sides=(tree)
+      for dir in .xfer/ab_engine .xfer/ab_engine_*; do
+        [ -d "$dir" ] || continue
+        side=${dir#.xfer/ab_engine}
+        side=${side#_}
+        side=${side:-base}
+        rm -rf "/tmp/jacana-ab-$side" && mkdir -p "/tmp/jacana-ab-$side"
+        cp -r "$dir" "/tmp/jacana-ab-$side/jacana_engine"
+        sides+=("$side")
+      done
+      if [ ${#sides[@]} = 1 ]; then
+        echo "ab: no .xfer/ab_engine* (bench/ab_engine.sh REV [SIDE] writes it; carry .xfer)" >&2
         continue
       fi
-      base=/tmp/jacana-ab-base
-      rm -rf "$base" && mkdir -p "$base" && cp -r .xfer/ab_engine "$base/jacana_engine"
       rm -rf /tmp/jacana-ab-tuning*.json /tmp/jacana-ab-triton-*
       model=${AB_MODEL:-qwen3-8b}
       for round in $(seq "${AB_ROUNDS:-3}"); do
-        for side in tree base; do
+        for side in "${sides[@]}"; do
           src=services/engine/src
-          [ "$side" = base ] && src=$base
+          [ "$side" = tree ] || src=/tmp/jacana-ab-$side
           cache=/tmp/jacana-ab-tuning.json
           [ "${AB_TUNING:-shared}" = own ] && cache=/tmp/jacana-ab-tuning-$side.json
-          stamp "$model b1 on the $side's engine (round $round)"
+          stamp "$model ${AB_WORKLOADS:-b1} on the $side's engine (round $round)"
           # a Triton compile cache a side: each side's first start compiles all it runs
           TRITON_CACHE_DIR=/tmp/jacana-ab-triton-$side \
             PYTHONPATH=$src:${PYTHONPATH#services/engine/src:} timeout 240 python3 bench/offline_gpu.py \
-            --model "$model" --no-hf --workloads b1 --reps 3 --tuning-cache "$cache" \
-            --name "ab_b1_${side}_$round" --out "$OUT" 2>&1 | grep -E "^\| $model \| (b1 \| tpot|[0-9])" | tail -2
+            --model "$model" --no-hf --workloads ${AB_WORKLOADS:-b1} --reps "${AB_REPS:-3}" \
+            --tuning-cache "$cache" --name "ab_${side}_$round" --out "$OUT" 2>&1 \
+            | grep -E "^\| $model \| [a-z0-9]+ \| (tpot|ttft)_ms|^\| $model \| [0-9]" | tail -4
         done
       done
       ;;

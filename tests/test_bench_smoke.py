@@ -52,3 +52,4 @@ def test_compile_stability_smoke(tmp_path):
         assert p["requests"] == 8 and p["output_tokens"] >= 8 and p["steps"] > 0
         assert p["longest_step_ms"] > 0 and isinstance(p["compiled"], list)
     assert "| 1 | 8 |" in (tmp_path / "cs.md").read_text()
+    assert doc["warm_up"] and doc["warm_up_s"] > 0 and doc["warm_up_compiled"] == []

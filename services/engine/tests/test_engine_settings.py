@@ -18,12 +18,14 @@ def test_env_reaches_the_engine_config(monkeypatch):
     monkeypatch.setenv("JACANA_ENGINE_SPLIT_NORM", "true")
     monkeypatch.setenv("JACANA_ENGINE_TUNE_IN_GRAPH", "false")
     monkeypatch.setenv("JACANA_ENGINE_PREFILL_GRAPH_TOKENS", "1024")
+    monkeypatch.setenv("JACANA_ENGINE_WARM_UP", "false")
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (4, "torch")
     assert (config.fuse_norm_gemm, config.pdl, config.fuse_rope_attention) == (True, False, False)
     assert config.l2_prefetch_bytes == 4096
     assert (config.split_norm, config.tune_in_graph) == (True, False)
     assert config.prefill_graph_tokens == 1024
+    assert config.warm_up is False
 
 
 def test_defaults_are_the_measured_gpu_path():
@@ -33,6 +35,7 @@ def test_defaults_are_the_measured_gpu_path():
     assert config.l2_prefetch_bytes == 0
     assert (config.split_norm, config.tune_in_graph) == (False, True)
     assert config.prefill_graph_tokens == 2048
+    assert config.warm_up is None  # on CUDA only
     assert config.tuning_cache == "~/.cache/jacana/decode_gemm_tuning.json"
 
 

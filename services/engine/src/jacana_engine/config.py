@@ -106,6 +106,11 @@ class EngineConfig:
         (``prefill_graphs.py``) instead of the eager forward's ~10 host calls a layer;
         0: off. On an H200 they took a 1024-token prompt's first token from 10.6 to
         3.6 ms on Qwen3-0.6B and from 23.9 to 21.9 ms on Qwen3-8B.
+    warm_up: before the engine is ready, serve a few dummy requests through every sampling
+        path and prefill grid (``warm_up.py``) so the Triton kernel variants only traffic
+        reaches compile at start-up, not in the middle of a served step, then reset the
+        engine's bookkeeping; None: on CUDA only (on an H200 the first varied traffic
+        otherwise compiled 4 kernels, one step stalling 1.4 s).
     speculative: speculative decoding (proposer, k, transport); off by default.
     pooling: embeddings (the ``Embed`` RPC): "auto" (what the checkpoint declares, see
         ``pooling_config.py``), "none", or a pooling method ("last", "mean", "cls").
@@ -142,6 +147,7 @@ class EngineConfig:
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512
     prefill_graph_tokens: int = 2048
+    warm_up: bool | None = None
     stream_interval: int = 1
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     pooling: str = "auto"

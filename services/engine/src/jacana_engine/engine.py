@@ -105,17 +105,7 @@ class LLMEngine:
         self.runner = ModelRunner(model, config, self.sampler, self.max_model_len)
         self.speculator = Speculator(config.speculative) if config.speculative.enabled else None
         self.runner.speculator = self.speculator
-        self.block_manager = BlockManager(
-            self.runner.num_blocks,
-            config.block_size,
-            enable_prefix_caching=config.enable_prefix_caching,
-        )
-        self.scheduler = Scheduler(
-            self.block_manager,
-            config.max_num_seqs,
-            config.max_num_batched_tokens,
-            priority_aging_s=config.priority_aging_s,
-        )
+        self._reset_bookkeeping()
         pool = self.block_manager.num_total_slots
         if pool < self.max_model_len:
             log.warning(
@@ -124,19 +114,6 @@ class LLMEngine:
                 pool,
                 self.max_model_len,
             )
-        # Seeds for sampled requests that bring none: reproducible from ``config.seed``.
-        self._request_rng = RequestRng(config.seed, Sampler.generator_device(config.device))
-        self._prompt_tokens_total = 0
-        self._generation_tokens_total = 0
-        self._requests_finished_total = 0
-        self._steps_total = 0
-        # wall seconds of each part of the steps that ran (see EngineStats.step_seconds_total)
-        self._step_seconds = {"schedule": 0.0, "execute": 0.0, "outputs": 0.0}
-        self._generate_calls = 0
-        self._throughput = ThroughputMeter()
-        # The decode step launched but not read back yet (``decode_overlap.py``).
-        self._in_flight: LaunchedStep | None = None
-        self.overlapped_steps_total = 0  # steps launched before the previous one's tokens
 
         main_eos = sorted(cfg.eos_token_ids) or sorted(self.eos_token_ids)
         self.model_info = ModelInfo(
@@ -151,6 +128,61 @@ class LLMEngine:
             pooling=self.pooling,
             hidden_size=cfg.hidden_size,
         )
+        self.warm_up_seconds = 0.0
+        if config.warm_up if config.warm_up is not None else self.runner.device.type == "cuda":
+            self.warm_up()
+
+    def _reset_bookkeeping(self) -> None:
+        """Fresh host state: block pool (no cached prefix), scheduler, seed source and
+        counters, as a newly built engine has (the weights and KV tensors stay)."""
+        config = self.config
+        self.block_manager = BlockManager(
+            self.runner.num_blocks,
+            config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+        )
+        self.scheduler = Scheduler(
+            self.block_manager,
+            config.max_num_seqs,
+            config.max_num_batched_tokens,
+            priority_aging_s=config.priority_aging_s,
+        )
+        # Seeds for sampled requests that bring none: reproducible from ``config.seed``.
+        self._request_rng = RequestRng(config.seed, Sampler.generator_device(config.device))
+        self._prompt_tokens_total = 0
+        self._generation_tokens_total = 0
+        self._requests_finished_total = 0
+        self._steps_total = 0
+        # wall seconds of each part of the steps that ran (see EngineStats.step_seconds_total)
+        self._step_seconds = {"schedule": 0.0, "execute": 0.0, "outputs": 0.0}
+        self._generate_calls = 0
+        self._throughput = ThroughputMeter()
+        # The decode step launched but not read back yet (``decode_overlap.py``).
+        self._in_flight: LaunchedStep | None = None
+        self.overlapped_steps_total = 0  # steps launched before the previous one's tokens
+
+    def warm_up(self) -> float:
+        """Serve ``warm_up.WARM_UP_GROUPS`` so the kernel variants that only traffic
+        reaches compile now, then reset the bookkeeping (``_reset_bookkeeping``); the
+        speculator sits out (a remote drafter may not be up yet). Needs an idle engine;
+        returns (and keeps in ``warm_up_seconds``) the wall seconds it took."""
+        from jacana_engine.warm_up import WarmUpLimits, warm_up
+
+        limits = WarmUpLimits(
+            vocab_size=self.vocab_size,
+            max_num_seqs=self.config.max_num_seqs,
+            max_num_batched_tokens=self.config.max_num_batched_tokens,
+            max_request_tokens=self.max_request_tokens,
+        )
+        speculator, self.speculator = self.speculator, None
+        self.runner.speculator = None
+        try:
+            self.warm_up_seconds = warm_up(self.generate, limits)
+        finally:
+            self.speculator = self.runner.speculator = speculator
+            self._reset_bookkeeping()
+        log.info("warm-up served its requests in %.2fs", self.warm_up_seconds)
+        return self.warm_up_seconds
 
     # ---- requests -----------------------------------------------------------------------
 

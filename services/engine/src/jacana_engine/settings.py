@@ -179,6 +179,12 @@ class EngineSettings(ServiceSettings):
         "many tokens: a step of one prompt chunk replays one instead of launching every "
         "kernel from Python (0: off; 1 is refused).",
     )
+    warm_up: bool | None = Field(
+        None,
+        description="Serve a few dummy requests before reporting ready, so kernels that only "
+        "traffic reaches compile at start-up rather than stalling a served step; unset: on "
+        "CUDA only.",
+    )
     speculative_proposer: str = Field(
         "none",
         description="Draft source for speculative decoding: none (off), ngram (prompt "
@@ -323,6 +329,7 @@ class EngineSettings(ServiceSettings):
             overlap_decode=self.overlap_decode,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
             prefill_graph_tokens=self.prefill_graph_tokens,
+            warm_up=self.warm_up,
             stream_interval=self.stream_interval,
             pooling=self.pooling,
             embed_normalize=self.embed_normalize,

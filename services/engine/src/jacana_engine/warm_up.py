@@ -1,0 +1,149 @@
+"""Start-up warm-up: serve a few dummy requests so serving never compiles a kernel.
+
+Triton compiles a kernel once per specialization (its constexprs, the dtypes of its
+tensors, and the 1 / multiple-of-16 / 16-byte-alignment of its other arguments). Graph
+capture compiles the decode step's and the one-sequence prefill's kernels, but several
+variants only run on traffic: the sampling kernel with and without its top-k/top-p/min-p
+threshold, the argmax over float32 logits (a prefill's first token), and prefill
+attention of several sequences at each query-block size ``choose_block_m`` picks. The first
+step that meets one stalls for the compile (0.5-1.5 s on an H200's host, measured by
+``bench/compile_stability_gpu.py``) with its whole batch behind it.
+
+``WARM_UP_GROUPS`` names each group of requests and what it reaches; each group runs alone
+to completion (so a batch never mixes the paths it is meant to separate). The engine calls
+:func:`warm_up` before it reports ready and then resets its bookkeeping, so the dummy
+requests leave no trace in counters, the prefix cache or the request seed source.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jacana_engine.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+_SHORT_PROMPT = 8  # tokens: one block, a small prefill grid
+_NEW_TOKENS = 3  # a prefill step, then decode steps (overlapped ones included)
+_MANY_SEQS = 16  # sequences in the large-grid prefill step
+_LONG_PROMPT = 1024  # tokens of that step's longest prompt, where the budget allows
+
+
+@dataclass(frozen=True)
+class WarmUpLimits:
+    """What bounds the dummy requests: the engine's own limits."""
+
+    vocab_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_request_tokens: int  # prompt + output of one request
+
+
+Requests = list[tuple[list[int], SamplingParams]]
+
+
+def _prompt(length: int, salt: int, vocab: int) -> list[int]:
+    """Deterministic token ids, distinct per ``salt`` (no prefix-cache hits between groups)."""
+    return [(salt * 7919 + i * 104729) % vocab for i in range(length)]
+
+
+def _greedy() -> SamplingParams:
+    return SamplingParams(max_tokens=_NEW_TOKENS, temperature=0.0, ignore_eos=True)
+
+
+def _plain_draw() -> SamplingParams:
+    return SamplingParams(max_tokens=_NEW_TOKENS, temperature=1.0, seed=0, ignore_eos=True)
+
+
+def _filtered_draw() -> SamplingParams:
+    return SamplingParams(
+        max_tokens=_NEW_TOKENS,
+        temperature=0.7,
+        top_k=20,
+        top_p=0.9,
+        min_p=0.05,
+        seed=0,
+        ignore_eos=True,
+    )
+
+
+def _processed_draw() -> SamplingParams:
+    return SamplingParams(
+        max_tokens=_NEW_TOKENS,
+        temperature=1.0,
+        repetition_penalty=1.1,
+        presence_penalty=0.5,
+        logprobs=2,
+        seed=0,
+        ignore_eos=True,
+    )
+
+
+def _single(params: Callable[[], SamplingParams]) -> Callable[[WarmUpLimits, int], Requests]:
+    def build(limits: WarmUpLimits, salt: int) -> Requests:
+        return [(_prompt(_SHORT_PROMPT, salt, limits.vocab_size), params())]
+
+    return build
+
+
+def _two_short(limits: WarmUpLimits, salt: int) -> Requests:
+    if limits.max_num_seqs < 2:
+        return []
+    return [(_prompt(_SHORT_PROMPT, salt * 2 + i, limits.vocab_size), _greedy()) for i in range(2)]
+
+
+def _many_with_a_long_one(limits: WarmUpLimits, salt: int) -> Requests:
+    """One step of many prompts, one of them long: a prefill grid of many programs."""
+    count = min(limits.max_num_seqs, _MANY_SEQS)
+    room = limits.max_num_batched_tokens - (count - 1) * _SHORT_PROMPT
+    long = min(_LONG_PROMPT, room, limits.max_request_tokens - _NEW_TOKENS)
+    if count < 2 or long <= _SHORT_PROMPT:
+        return []
+    lengths = [long] + [_SHORT_PROMPT] * (count - 1)
+    vocab = limits.vocab_size
+    return [(_prompt(n, salt * count + i, vocab), _greedy()) for i, n in enumerate(lengths)]
+
+
+# (name, what it reaches, the requests); each group runs alone, in this order.
+WARM_UP_GROUPS: tuple[tuple[str, str, Callable[[WarmUpLimits, int], Requests]], ...] = (
+    ("greedy", "argmax of float32 prefill logits, in-graph argmax", _single(_greedy)),
+    ("plain draw", "sampling kernel without a threshold", _single(_plain_draw)),
+    (
+        "filtered draw",
+        "sampling kernel with the top-k/top-p/min-p threshold",
+        _single(_filtered_draw),
+    ),
+    ("processed draw", "penalties and logprobs (the full sampler)", _single(_processed_draw)),
+    ("two prompts", "prefill attention of two sequences, small grid", _two_short),
+    ("many prompts", "prefill attention of many sequences, large grid", _many_with_a_long_one),
+)
+
+
+def warm_up_requests(limits: WarmUpLimits) -> list[tuple[str, Requests]]:
+    """The groups to run for these limits (a group the limits cannot hold is left out)."""
+    groups = []
+    for salt, (name, _, build) in enumerate(WARM_UP_GROUPS):
+        requests = [
+            (p, sp)
+            for p, sp in build(limits, salt)
+            if len(p) + _NEW_TOKENS <= limits.max_request_tokens
+        ]
+        if requests:
+            groups.append((name, requests))
+    return groups
+
+
+def warm_up(
+    generate: Callable[[list[list[int]], list[SamplingParams]], object], limits: WarmUpLimits
+) -> float:
+    """Run every group through ``generate`` (an idle engine's ``generate``); returns the
+    wall seconds it took."""
+    started = time.perf_counter()
+    for name, requests in warm_up_requests(limits):
+        t0 = time.perf_counter()
+        generate([p for p, _ in requests], [sp for _, sp in requests])
+        log.debug("warm-up %s: %.2fs", name, time.perf_counter() - t0)
+    return time.perf_counter() - started
