@@ -50,36 +50,25 @@ def _prompt(length: int, salt: int, vocab: int) -> list[int]:
     return [(salt * 7919 + i * 104729) % vocab for i in range(length)]
 
 
+def _params(**sampling) -> SamplingParams:
+    """A dummy request's parameters: ``_NEW_TOKENS`` tokens, seeded, EOS ignored."""
+    return SamplingParams(max_tokens=_NEW_TOKENS, seed=0, ignore_eos=True, **sampling)
+
+
 def _greedy() -> SamplingParams:
-    return SamplingParams(max_tokens=_NEW_TOKENS, temperature=0.0, ignore_eos=True)
+    return _params(temperature=0.0)
 
 
 def _plain_draw() -> SamplingParams:
-    return SamplingParams(max_tokens=_NEW_TOKENS, temperature=1.0, seed=0, ignore_eos=True)
+    return _params(temperature=1.0)
 
 
 def _filtered_draw() -> SamplingParams:
-    return SamplingParams(
-        max_tokens=_NEW_TOKENS,
-        temperature=0.7,
-        top_k=20,
-        top_p=0.9,
-        min_p=0.05,
-        seed=0,
-        ignore_eos=True,
-    )
+    return _params(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05)
 
 
 def _processed_draw() -> SamplingParams:
-    return SamplingParams(
-        max_tokens=_NEW_TOKENS,
-        temperature=1.0,
-        repetition_penalty=1.1,
-        presence_penalty=0.5,
-        logprobs=2,
-        seed=0,
-        ignore_eos=True,
-    )
+    return _params(temperature=1.0, repetition_penalty=1.1, presence_penalty=0.5, logprobs=2)
 
 
 def _single(params: Callable[[], SamplingParams]) -> Callable[[WarmUpLimits, int], Requests]:
