@@ -114,6 +114,8 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         "prefill_graph_capture_s": getattr(engine.runner.prefill_graphs, "capture_seconds", 0.0),
         # the decode-GEMM tuners (chain and in-graph), before the capture
         "decode_gemm_tuning_s": engine.runner.tuning_seconds,
+        # the dummy requests served before ready (LLMEngine.warm_up; older engines: none)
+        "warm_up_s": getattr(engine, "warm_up_seconds", 0.0),
         "cuda_graph_sizes": graphs.sizes if graphs else [],
         "kv_cache_gib": engine.runner.kv_plan.num_bytes / 2**30,
         "peak_host_rss_gib_after_load": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
@@ -454,19 +456,21 @@ def render(doc: dict[str, Any]) -> str:
                 )
     lines += [
         "",
-        "| model | start-up s | GEMM tuning s | graph capture s | KV GiB | host RSS GiB | "
-        "GPU peak GiB | decode graph GPU ms, lm_head and argmax in it (b1 / b64) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | start-up s | GEMM tuning s | graph capture s | warm-up s | KV GiB | "
+        "host RSS GiB | GPU peak GiB | decode graph GPU ms, lm_head and argmax in it (b1 / b64) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for model, m in doc["models"].items():
         i = m["info"]
         g = i["decode_graph_gpu_ms"]
         gs = " / ".join(f"{g[b]:.3f}" if g.get(b) else "-" for b in g)
         tuning = i.get("decode_gemm_tuning_s")  # not kept by earlier runs
+        warm_up = i.get("warm_up_s")
         lines.append(
             f"| {model} | {i['startup_s']:.1f} | "
             f"{'-' if tuning is None else f'{tuning:.1f}'} | {i['cuda_graph_capture_s']:.1f} | "
-            f"{i['kv_cache_gib']:.1f} | {i['peak_host_rss_gib_after_load']:.2f} | "
+            f"{'-' if warm_up is None else f'{warm_up:.2f}'} | {i['kv_cache_gib']:.1f} | "
+            f"{i['peak_host_rss_gib_after_load']:.2f} | "
             f"{i['gpu_peak_gib_jacana']:.1f} | {gs} |"
         )
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """The GPU benchmarks that have a CPU smoke mode run it, so a GPU call is not spent on a
 script that no longer runs: the prefill attention's settings sweep at a tiny shape under
-Triton's interpreter."""
+Triton's interpreter, the compile probe and the offline benchmark on a two-layer Qwen3."""
 
 from __future__ import annotations
 
@@ -28,9 +28,8 @@ def test_prefill_attention_sweep_smoke(tmp_path):
     assert "| 2x40 after 16 | None/32/4/3 * |" in table
 
 
-def test_compile_stability_smoke(tmp_path):
-    """The varied-traffic probe serves its passes on a two-layer Qwen3 on the CPU: every
-    request runs to its token budget, and the per-pass record is written."""
+def tiny_qwen3(tmp_path: Path) -> Path:
+    """A two-layer Qwen3 config (the 0.6B's with tiny widths) for dummy weights."""
     config = json.loads((ROOT / "bench" / "configs" / "qwen3-0.6b" / "config.json").read_text())
     config.update(
         num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -39,6 +38,13 @@ def test_compile_stability_smoke(tmp_path):
     model = tmp_path / "tiny"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def test_compile_stability_smoke(tmp_path):
+    """The varied-traffic probe serves its passes on a two-layer Qwen3 on the CPU: every
+    request runs to its token budget, and the per-pass record is written."""
+    model = tiny_qwen3(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
     subprocess.run(
         [sys.executable, str(ROOT / "bench" / "compile_stability_gpu.py"), "--model", str(model),
@@ -53,3 +59,27 @@ def test_compile_stability_smoke(tmp_path):
         assert p["longest_step_ms"] > 0 and isinstance(p["compiled"], list)
     assert "| 1 | 8 |" in (tmp_path / "cs.md").read_text()
     assert doc["warm_up"] and doc["warm_up_s"] > 0 and doc["warm_up_compiled"] == []
+
+
+def test_offline_benchmark_smoke(tmp_path):
+    """offline_gpu.py's batch-1 workload on the CPU: the results and both tables are
+    written, every table row as wide as its header."""
+    model = tiny_qwen3(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "offline_gpu.py"), "--model", str(model),
+         "--device", "cpu", "--no-hf", "--workloads", "b1", "--reps", "1", "--kv-gib", "0.25",
+         "--out", str(tmp_path), "--name", "off"],
+        env=env, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    doc = json.loads((tmp_path / "off.json").read_text())
+    (entry,) = doc["models"].values()
+    assert entry["info"]["warm_up_s"] == 0.0  # the warm-up runs on CUDA by default
+    b1 = entry["results"]["b1"]["jacana"]
+    assert b1["tpot_ms"]["median"] > 0 and b1["output_tok_s"]["median"] > 0
+    table = (tmp_path / "off.md").read_text()
+    assert "| warm-up s |" in table
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    widths = [line.count("|") for line in rows]
+    # the results and steps tables (6 columns), the start-up table (9: header, rule, model)
+    assert set(widths) == {7, 10} and widths.count(10) == 3, widths
