@@ -1,6 +1,7 @@
 """The GPU benchmarks that have a CPU smoke mode run it, so a GPU call is not spent on a
 script that no longer runs: the prefill attention's settings sweep at a tiny shape under
-Triton's interpreter, the compile probe and the offline benchmark on a two-layer Qwen3."""
+Triton's interpreter; the compile probe, the offline and the online benchmark on a
+two-layer Qwen3."""
 
 from __future__ import annotations
 
@@ -83,3 +84,22 @@ def test_offline_benchmark_smoke(tmp_path):
     widths = [line.count("|") for line in rows]
     # the results and steps tables (6 columns), the start-up table (9: header, rule, model)
     assert set(widths) == {7, 10} and widths.count(10) == 3, widths
+
+
+def test_online_benchmark_smoke(tmp_path):
+    """online_gpu.py through a real gateway and engine on the CPU: every streamed token
+    arrives and each rep is recorded with its compile count."""
+    model = tiny_qwen3(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "online_gpu.py"), "--model", str(model),
+         "--device", "cpu", "--concurrency", "2", "--requests", "4", "--prompt", "16",
+         "--new-tokens", "8", "--reps", "2", "--kv-gib", "0.25", "--max-batched-tokens", "256",
+         "--out", str(tmp_path), "--name", "on"],
+        env=env, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    streaming = json.loads((tmp_path / "on.json").read_text())["gateway_streaming"]
+    assert [r["output_tokens"] for r in streaming["reps"]] == [32, 32]
+    assert all(r["triton_kernels_compiled"] == 0 for r in streaming["reps"])
+    assert streaming["output_tok_s"]["n"] == 2 and streaming["ttft_ms"]["median"] > 0
+    assert "| 1 | " in (tmp_path / "on.md").read_text()
