@@ -95,3 +95,11 @@ def test_warm_up_serves_real_steps_and_keeps_the_speculator(toy):
 
 def test_the_default_warms_up_on_cuda_only(toy):
     assert toy.engine().warm_up_seconds == 0  # CPU: off unless asked for
+
+
+def test_warm_up_refuses_a_busy_engine_and_keeps_its_requests(toy):
+    engine = toy.engine(warm_up=False)
+    engine.add_request("live", [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=4))
+    with pytest.raises(RuntimeError, match="idle"):
+        engine.warm_up()
+    assert engine.scheduler.get("live") is not None and engine.has_unfinished_requests()

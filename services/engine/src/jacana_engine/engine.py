@@ -168,6 +168,8 @@ class LLMEngine:
         returns (and keeps in ``warm_up_seconds``) the wall seconds it took."""
         from jacana_engine.warm_up import WarmUpLimits, warm_up
 
+        if self.has_unfinished_requests():  # the reset below would drop them
+            raise RuntimeError("warm_up() needs an idle engine")
         limits = WarmUpLimits(
             vocab_size=self.vocab_size,
             max_num_seqs=self.config.max_num_seqs,
