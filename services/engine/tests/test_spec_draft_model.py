@@ -47,3 +47,44 @@ def test_engine_with_a_self_drafting_toy_is_exact_and_accepts_everything(toy):
     assert engine.generate(prompts, sp) == [toy.greedy(p, 17) for p in prompts]
     s = engine.stats().speculative["draft_model"]
     assert s.acceptance_rate == 1.0 and s.mean_accepted_length == 4.0
+
+
+class RecordingProposer(DraftModelProposer):
+    """Keeps the prompt lengths of each ``propose`` call."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[list[int]] = []
+
+    def propose(self, requests):
+        self.calls.append([len(r.token_ids) for r in requests])
+        return super().propose(requests)
+
+
+def test_warm_up_drafts_every_prompt_shape_and_leaves_the_cache_as_it_was(toy):
+    warmed = RecordingProposer(toy.LM(), num_blocks=32, block_size=4, max_batch=4)
+    assert warmed.warm_up() > 0
+    # a short prompt, two, then four (the batch bound) with one long (what the cache holds)
+    calls = warmed.calls
+    assert calls[0] == [8] and calls[1] == [8, 8] and len(calls[2]) == 4 and max(calls[2]) > 8
+    assert len(warmed._free) == 32 and warmed._states == {}
+    fresh = DraftModelProposer(toy.LM(), num_blocks=32, block_size=4, max_batch=4)
+    history = [5, 3, 5, 8, 9, 7]
+    request = [DraftRequest("a", history, 6, 3)]
+    assert warmed.propose(request) == fresh.propose(request) == [toy.greedy(history, 3)]
+
+
+def test_the_engine_warm_up_warms_its_proposer_and_leaves_the_speculator_alone(toy):
+    cfg = SpeculativeConfig(proposer="ngram", num_speculative_tokens=2, dynamic_k=False)
+    engine = toy.engine(speculative=cfg, warm_up=False)
+    proposer = RecordingProposer(toy.LM(), num_blocks=64, block_size=4)
+    engine.speculator = Speculator(cfg, proposer)
+    engine.runner.speculator = engine.speculator
+    before = engine.speculator.stats()
+    engine.warm_up()
+    assert len(proposer.calls) == 3  # its own warm-up; the engine's requests drafted nothing
+    assert engine.speculator.stats() == before
+    assert len(proposer._free) == 64 and proposer._states == {}
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6]]
+    sp = SamplingParams(temperature=0.0, max_tokens=9, ignore_eos=True)
+    assert engine.generate(prompts, sp) == [toy.greedy(prompts[0], 9)]

@@ -18,7 +18,10 @@ async def serve(settings: DrafterSettings) -> None:
     from jacana_engine.spec.registry import create_local_proposer
 
     def build(proposer: str):
-        return create_local_proposer(settings.speculative_config(proposer))
+        built = create_local_proposer(settings.speculative_config(proposer))
+        if settings.device.startswith("cuda"):  # a draft model's kernels compile now,
+            built.warm_up()  # not in the middle of the stream's drafting steps
+        return built
 
     server = GrpcServer(SERVICE_NAME, settings)
     servicer = DrafterServicer(build, settings.max_streams)

@@ -164,7 +164,9 @@ class LLMEngine:
     def warm_up(self) -> float:
         """Serve ``warm_up.WARM_UP_GROUPS`` so the kernel variants that only traffic
         reaches compile now, then reset the bookkeeping (``_reset_bookkeeping``); the
-        speculator sits out (a remote drafter may not be up yet). Needs an idle engine;
+        speculator sits out (its gate would learn from dummy prompts; a remote drafter
+        may not be up yet), but its proposer warms up on its own (``Proposer.warm_up``:
+        a draft model's kernels). Needs an idle engine;
         returns (and keeps in ``warm_up_seconds``) the wall seconds it took."""
         from jacana_engine.warm_up import WarmUpLimits, warm_up
 
@@ -180,6 +182,8 @@ class LLMEngine:
         self.runner.speculator = None
         try:
             self.warm_up_seconds = warm_up(self.generate, limits)
+            if speculator is not None:  # a draft model of its own compiles too (remote: no-op)
+                self.warm_up_seconds += speculator.proposer.warm_up()
         finally:
             self.speculator = self.runner.speculator = speculator
             self._reset_bookkeeping()

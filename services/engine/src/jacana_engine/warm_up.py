@@ -125,6 +125,19 @@ def warm_up_requests(limits: WarmUpLimits) -> list[tuple[str, Requests]]:
     return groups
 
 
+def warm_up_prompt_groups(limits: WarmUpLimits) -> list[list[list[int]]]:
+    """The prompts of the groups whose prompt shapes differ (the sampling groups share
+    one): what a draft model, which only runs forwards, needs to see."""
+    seen: set[tuple[int, ...]] = set()
+    groups = []
+    for _, requests in warm_up_requests(limits):
+        shape = tuple(len(p) for p, _ in requests)
+        if shape not in seen:
+            seen.add(shape)
+            groups.append([p for p, _ in requests])
+    return groups
+
+
 def warm_up(
     generate: Callable[[list[list[int]], list[SamplingParams]], object], limits: WarmUpLimits
 ) -> float:

@@ -15,6 +15,7 @@ draft is verified exactly by the target's greedy or rejection-sampling rule.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ class DraftModelProposer(Proposer):
         self._free = list(range(num_blocks - 1, -1, -1))
         self._states: dict[str, _DraftState] = {}
         self.max_len = cfg.max_position_embeddings
+        self.max_batch, self.max_draft = max_batch, max_draft
         self.graphs = self._capture_graphs(max_batch, max_draft)
 
     # ---- interface -------------------------------------------------------------------------
@@ -108,6 +110,30 @@ class DraftModelProposer(Proposer):
         state = self._states.pop(request_id, None)
         if state is not None:
             self._free.extend(state.blocks)
+
+    def warm_up(self) -> float:
+        """Draft for ``warm_up.warm_up_prompt_groups`` (one ``propose`` a group: a short
+        prompt, two, many with a long one, within this cache and batch), so the prefill
+        kernels' variants compile now, then finish them all (every block back)."""
+        from jacana_engine.warm_up import WarmUpLimits, warm_up_prompt_groups
+
+        started = time.perf_counter()
+        capacity = min(self.max_len, len(self._free) * self.block_size)
+        limits = WarmUpLimits(
+            vocab_size=self.model.config.vocab_size,
+            max_num_seqs=self.max_batch,
+            max_num_batched_tokens=capacity,
+            max_request_tokens=capacity - self.max_draft,
+        )
+        for g, prompts in enumerate(warm_up_prompt_groups(limits)):
+            requests = [
+                DraftRequest(f"warm-up-{g}-{i}", prompt, len(prompt), self.max_draft)
+                for i, prompt in enumerate(prompts)
+            ]
+            self.propose(requests)
+            for r in requests:
+                self.finish(r.request_id, r.token_ids, r.num_prompt_tokens)
+        return time.perf_counter() - started
 
     # ---- the draft model's forward passes ------------------------------------------------
 

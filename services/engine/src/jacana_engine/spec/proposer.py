@@ -46,3 +46,9 @@ class Proposer(ABC):
     def finish(self, request_id: str, token_ids: Sequence[int], num_prompt_tokens: int) -> None:  # noqa: B027
         """The request is done (finished or aborted): drop its state. ``token_ids`` is its
         final history, for proposers that learn from past requests. Default: nothing."""
+
+    def warm_up(self) -> float:
+        """Run, on dummy requests, the work whose first run would compile kernels (a
+        proposer with a model of its own), leaving no state behind; returns the wall
+        seconds. Default: nothing to run."""
+        return 0.0
