@@ -14,12 +14,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_prefill_attention_sweep_smoke(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench"), "TRITON_INTERPRET": "1"}
+def run_bench(script: str, *args: str, **env: str) -> None:
+    """``bench/<script> args`` in a process of its own (bench/ on its path, ``env`` added);
+    fails the test when it fails."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench"), **env}
     subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "prefill_attention_gpu.py"), "--smoke",
-         "--device", "cpu", "--out", str(tmp_path)],
+        [sys.executable, str(ROOT / "bench" / script), *args],
         env=env, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_prefill_attention_sweep_smoke(tmp_path):
+    run_bench(
+        "prefill_attention_gpu.py", "--smoke",
+        "--device", "cpu", "--out", str(tmp_path), TRITON_INTERPRET="1"
     )  # fmt: skip
     rows = json.loads((tmp_path / "prefill_attention_gpu.json").read_text())["rows"]
     assert [r["default"] for r in rows] == [True, False]
@@ -46,12 +54,10 @@ def test_compile_stability_smoke(tmp_path):
     """The varied-traffic probe serves its passes on a two-layer Qwen3 on the CPU: every
     request runs to its token budget, and the per-pass record is written."""
     model = tiny_qwen3(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
-    subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "compile_stability_gpu.py"), "--model", str(model),
-         "--device", "cpu", "--passes", "2", "--concurrency", "1", "3", "--kv-gib", "0.25",
-         "--out", str(tmp_path), "--name", "cs"],
-        env=env, check=True, capture_output=True, timeout=300,
+    run_bench(
+        "compile_stability_gpu.py", "--model", str(model),
+        "--device", "cpu", "--passes", "2", "--concurrency", "1", "3", "--kv-gib", "0.25",
+        "--out", str(tmp_path), "--name", "cs"
     )  # fmt: skip
     doc = json.loads((tmp_path / "cs.json").read_text())
     assert doc["concurrencies"] == [1, 3] and len(doc["passes"]) == 2
@@ -66,12 +72,10 @@ def test_offline_benchmark_smoke(tmp_path):
     """offline_gpu.py's batch-1 workload on the CPU: the results and both tables are
     written, every table row as wide as its header."""
     model = tiny_qwen3(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
-    subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "offline_gpu.py"), "--model", str(model),
-         "--device", "cpu", "--no-hf", "--workloads", "b1", "--reps", "1", "--kv-gib", "0.25",
-         "--out", str(tmp_path), "--name", "off"],
-        env=env, check=True, capture_output=True, timeout=300,
+    run_bench(
+        "offline_gpu.py", "--model", str(model),
+        "--device", "cpu", "--no-hf", "--workloads", "b1", "--reps", "1", "--kv-gib", "0.25",
+        "--out", str(tmp_path), "--name", "off"
     )  # fmt: skip
     doc = json.loads((tmp_path / "off.json").read_text())
     (entry,) = doc["models"].values()
@@ -90,13 +94,11 @@ def test_online_benchmark_smoke(tmp_path):
     """online_gpu.py through a real gateway and engine on the CPU: every streamed token
     arrives and each rep is recorded with its compile count."""
     model = tiny_qwen3(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench")}
-    subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "online_gpu.py"), "--model", str(model),
-         "--device", "cpu", "--concurrency", "2", "--requests", "4", "--prompt", "16",
-         "--new-tokens", "8", "--reps", "2", "--kv-gib", "0.25", "--max-batched-tokens", "256",
-         "--out", str(tmp_path), "--name", "on"],
-        env=env, check=True, capture_output=True, timeout=300,
+    run_bench(
+        "online_gpu.py", "--model", str(model),
+        "--device", "cpu", "--concurrency", "2", "--requests", "4", "--prompt", "16",
+        "--new-tokens", "8", "--reps", "2", "--kv-gib", "0.25", "--max-batched-tokens", "256",
+        "--out", str(tmp_path), "--name", "on"
     )  # fmt: skip
     streaming = json.loads((tmp_path / "on.json").read_text())["gateway_streaming"]
     assert [r["output_tokens"] for r in streaming["reps"]] == [32, 32]
