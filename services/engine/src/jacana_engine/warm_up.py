@@ -55,25 +55,11 @@ def _params(**sampling) -> SamplingParams:
     return SamplingParams(max_tokens=_NEW_TOKENS, seed=0, ignore_eos=True, **sampling)
 
 
-def _greedy() -> SamplingParams:
-    return _params(temperature=0.0)
+def _single(**sampling) -> Callable[[WarmUpLimits, int], Requests]:
+    """A group of one short prompt sampled with ``sampling``."""
 
-
-def _plain_draw() -> SamplingParams:
-    return _params(temperature=1.0)
-
-
-def _filtered_draw() -> SamplingParams:
-    return _params(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05)
-
-
-def _processed_draw() -> SamplingParams:
-    return _params(temperature=1.0, repetition_penalty=1.1, presence_penalty=0.5, logprobs=2)
-
-
-def _single(params: Callable[[], SamplingParams]) -> Callable[[WarmUpLimits, int], Requests]:
     def build(limits: WarmUpLimits, salt: int) -> Requests:
-        return [(_prompt(_SHORT_PROMPT, salt, limits.vocab_size), params())]
+        return [(_prompt(_SHORT_PROMPT, salt, limits.vocab_size), _params(**sampling))]
 
     return build
 
@@ -81,7 +67,10 @@ def _single(params: Callable[[], SamplingParams]) -> Callable[[WarmUpLimits, int
 def _two_short(limits: WarmUpLimits, salt: int) -> Requests:
     if limits.max_num_seqs < 2:
         return []
-    return [(_prompt(_SHORT_PROMPT, salt * 2 + i, limits.vocab_size), _greedy()) for i in range(2)]
+    return [
+        (_prompt(_SHORT_PROMPT, salt * 2 + i, limits.vocab_size), _params(temperature=0.0))
+        for i in range(2)
+    ]
 
 
 def _many_with_a_long_one(limits: WarmUpLimits, salt: int) -> Requests:
@@ -93,19 +82,26 @@ def _many_with_a_long_one(limits: WarmUpLimits, salt: int) -> Requests:
         return []
     lengths = [long] + [_SHORT_PROMPT] * (count - 1)
     vocab = limits.vocab_size
-    return [(_prompt(n, salt * count + i, vocab), _greedy()) for i, n in enumerate(lengths)]
+    return [
+        (_prompt(n, salt * count + i, vocab), _params(temperature=0.0))
+        for i, n in enumerate(lengths)
+    ]
 
 
 # (name, what it reaches, the requests); each group runs alone, in this order.
 WARM_UP_GROUPS: tuple[tuple[str, str, Callable[[WarmUpLimits, int], Requests]], ...] = (
-    ("greedy", "argmax of float32 prefill logits, in-graph argmax", _single(_greedy)),
-    ("plain draw", "sampling kernel without a threshold", _single(_plain_draw)),
+    ("greedy", "argmax of float32 prefill logits, in-graph argmax", _single(temperature=0.0)),
+    ("plain draw", "sampling kernel without a threshold", _single(temperature=1.0)),
     (
         "filtered draw",
         "sampling kernel with the top-k/top-p/min-p threshold",
-        _single(_filtered_draw),
+        _single(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05),
     ),
-    ("processed draw", "penalties and logprobs (the full sampler)", _single(_processed_draw)),
+    (
+        "processed draw",
+        "penalties and logprobs (the full sampler)",
+        _single(temperature=1.0, repetition_penalty=1.1, presence_penalty=0.5, logprobs=2),
+    ),
     ("two prompts", "prefill attention of two sequences, small grid", _two_short),
     ("many prompts", "prefill attention of many sequences, large grid", _many_with_a_long_one),
 )
