@@ -24,6 +24,25 @@ def config_dir(model: str) -> Path:
     return Path(model) if Path(model).is_dir() else CONFIGS_DIR / model
 
 
+def dummy_engine_config(model: str, *, kv_gib: float, device: str = "cuda", **fields: Any):
+    """The benchmarks' ``EngineConfig``: random bf16 weights of ``model``'s shapes
+    (``config_dir``), a ``kv_gib`` KV pool, 2,048-token context, 64 sequences, seed 1;
+    ``fields`` add or replace ``EngineConfig`` fields."""
+    from jacana_engine.config import EngineConfig  # the engine only where one is built
+
+    settings: dict[str, Any] = dict(
+        model=str(config_dir(model) / "config.json"),
+        load_format="dummy",
+        dtype="bfloat16",
+        device=device,
+        kv_cache_memory_bytes=int(kv_gib * 2**30),
+        max_model_len=2048,
+        max_num_seqs=64,
+        seed=1,
+    )
+    return EngineConfig(**{**settings, **fields})
+
+
 def triton_cache_kernels(root: Path | None = None) -> dict[str, dict[str, str]]:
     """The kernels compiled into a Triton cache (``root``, default: the one Triton uses,
     ``$TRITON_CACHE_DIR`` or ``~/.triton/cache``): {entry dir: {"kernel": name,

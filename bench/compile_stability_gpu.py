@@ -33,7 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS_DIR, config_dir, environment, triton_cache_kernels, write_results
+from common import (
+    RESULTS_DIR,
+    config_dir,
+    dummy_engine_config,
+    environment,
+    triton_cache_kernels,
+    write_results,
+)
 
 CONCURRENCIES = (1, 3, 17, 64)
 
@@ -124,22 +131,16 @@ def main() -> None:
     # A cache of its own, set before Triton reads it: every compile is a new entry here.
     cache = Path(tempfile.mkdtemp(prefix="triton-cache-"))
     os.environ["TRITON_CACHE_DIR"] = str(cache)
-    from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine
 
     config_path = config_dir(args.model) / "config.json"
     vocab = json.loads(config_path.read_text())["vocab_size"]
     t0 = time.perf_counter()
     engine = LLMEngine(
-        EngineConfig(
-            model=str(config_path),
-            load_format="dummy",
-            dtype="bfloat16",
+        dummy_engine_config(
+            args.model,
+            kv_gib=args.kv_gib,
             device=args.device,
-            kv_cache_memory_bytes=int(args.kv_gib * 2**30),
-            max_model_len=2048,
-            max_num_seqs=64,
-            seed=1,
             warm_up=False,  # below, counted on its own
         ),
         tokenizer=None,

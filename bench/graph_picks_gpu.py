@@ -47,22 +47,12 @@ def one_row_engine(model_name: str, **config: Any):
     """An ``LLMEngine`` on ``model_name``'s config (``bench/configs``) with random bf16
     weights on CUDA, its graphs and decode-GEMM tuning at one row only; ``config`` adds
     ``EngineConfig`` fields."""
-    from common import config_dir
+    from common import dummy_engine_config
 
-    from jacana_engine.config import EngineConfig
     from jacana_engine.engine import LLMEngine
 
-    settings = dict(
-        model=str(config_dir(model_name) / "config.json"),
-        load_format="dummy",
-        dtype="bfloat16",
-        device="cuda",
-        kv_cache_memory_bytes=2 << 30,
-        max_model_len=2048,
-        max_num_seqs=1,
-        seed=1,
-    )
-    return LLMEngine(EngineConfig(**{**settings, **config}), tokenizer=None)
+    settings = {"max_num_seqs": 1, **config}
+    return LLMEngine(dummy_engine_config(model_name, kv_gib=2, **settings), tokenizer=None)
 
 
 def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:

@@ -39,6 +39,7 @@ import torch
 from common import (
     RESULTS_DIR,
     config_dir,
+    dummy_engine_config,
     environment,
     fmt_spread,
     random_prompts,
@@ -80,14 +81,10 @@ def _gib(fn_name: str) -> float:
 
 
 def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[str, Any]]:
-    config = EngineConfig(
-        model=str(config_dir(model) / "config.json"),
-        load_format="dummy",
-        dtype="bfloat16",
+    config = dummy_engine_config(
+        model,
+        kv_gib=args.kv_gib,
         device=args.device,
-        kv_cache_memory_bytes=int(args.kv_gib * 2**30),
-        max_model_len=2048,
-        max_num_seqs=64,
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.eager,
         decode_gemm=args.decode_gemm,
@@ -100,7 +97,6 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         pdl=not args.no_pdl,
         overlap_decode=not args.serial,
         prefill_graph_tokens=args.prefill_graph_tokens,
-        seed=1,
     )
     _sync()
     t0 = time.perf_counter()
