@@ -16,10 +16,14 @@ step, and the wall time. With nothing compiled after start-up, every pass shows 
 
 The engine's start-up warm-up (``jacana_engine/warm_up.py``) runs apart from the rest of
 the start-up, so its own compiles and seconds are counted on their own; ``--no-warm-up``
-skips it (what serving compiles without it).
+skips it (what serving compiles without it). ``--speculative ngram`` or ``--speculative
+draft_model --draft-model qwen3-0.6b`` (random weights of that config, on the engine's
+device) serves with in-process speculation, drafting always (no dynamic k: random weights
+accept little, and the gate would stop drafting), so the verification steps' and the
+draft model's kernels are counted too. Each pass also names its longest step's tokens.
 
 Usage: python bench/compile_stability_gpu.py --model qwen3-0.6b [--passes 3] [--no-warm-up]
-       [--out DIR]
+       [--speculative ngram|draft_model [--draft-model NAME]] [--out DIR]
 """
 
 from __future__ import annotations
@@ -72,10 +76,29 @@ def random_request(rng: random.Random, vocab: int, prefix: list[int]) -> tuple[l
     return prompt, sp
 
 
-def closed_loop(engine: Any, requests: list, concurrency: int, tag: str) -> dict[str, float]:
+class StepTokens:
+    """The prompt and generated tokens of the engine's latest forward pass: wraps its
+    throughput meter's ``record`` (called once a forward) to keep the last pair."""
+
+    def __init__(self, engine: Any) -> None:
+        self.last = (0, 0)
+        meter = engine._throughput
+        record = meter.record
+
+        def keep(prompt_tokens: int, generation_tokens: int) -> None:
+            self.last = (prompt_tokens, generation_tokens)
+            record(prompt_tokens, generation_tokens)
+
+        meter.record = keep
+
+
+def closed_loop(engine: Any, requests: list, concurrency: int, tag: str) -> dict[str, Any]:
     """Keep ``concurrency`` of ``requests`` in flight until all have run."""
     pending = list(requests)
-    stats = {"steps": 0, "output_tokens": 0, "longest_step_s": 0.0}
+    tokens = StepTokens(engine)
+    stats: dict[str, Any] = {
+        "steps": 0, "output_tokens": 0, "longest_step_s": 0.0, "longest_step_tokens": (0, 0)
+    }  # fmt: skip
 
     def submit() -> None:
         prompt, sp = pending.pop()
@@ -86,7 +109,8 @@ def closed_loop(engine: Any, requests: list, concurrency: int, tag: str) -> dict
     while engine.has_unfinished_requests():
         t0 = time.perf_counter()
         outs = engine.step()
-        stats["longest_step_s"] = max(stats["longest_step_s"], time.perf_counter() - t0)
+        if (seconds := time.perf_counter() - t0) > stats["longest_step_s"]:
+            stats["longest_step_s"], stats["longest_step_tokens"] = seconds, tokens.last
         stats["steps"] += 1
         for out in outs:
             stats["output_tokens"] += len(out.new_token_ids)
@@ -105,13 +129,36 @@ def serve_pass(
     for concurrency in concurrencies:
         requests = [random_request(rng, vocab, prefix) for _ in range(2 * concurrency)]
         runs.append(closed_loop(engine, requests, concurrency, f"p{index}c{concurrency}"))
+    longest = max(runs, key=lambda r: r["longest_step_s"])
     return {
         "requests": 2 * sum(concurrencies),
         "output_tokens": sum(r["output_tokens"] for r in runs),
         "steps": sum(r["steps"] for r in runs),
         "wall_s": time.perf_counter() - start,
-        "longest_step_ms": max(r["longest_step_s"] for r in runs) * 1e3,
+        "longest_step_ms": longest["longest_step_s"] * 1e3,
+        # (prompt tokens computed, tokens generated) in that step (an overlapped step's
+        # tokens are those of the step it read back)
+        "longest_step_tokens": list(longest["longest_step_tokens"]),
     }
+
+
+def speculative_config(args: argparse.Namespace):
+    """In-process speculation as ``--speculative`` / ``--draft-model`` ask, drafting always."""
+    from jacana_engine.spec.config import SpeculativeConfig
+
+    if args.speculative == "none":
+        return SpeculativeConfig()
+    draft: dict[str, Any] = {}
+    if args.speculative == "draft_model":
+        draft = dict(
+            draft_model=str(config_dir(args.draft_model) / "config.json"),  # random weights
+            draft_device=args.device,
+            draft_dtype="bfloat16" if args.device.startswith("cuda") else "float32",
+            draft_num_kv_blocks=1024,
+        )
+    return SpeculativeConfig(
+        proposer=args.speculative, num_speculative_tokens=4, dynamic_k=False, **draft
+    )
 
 
 def main() -> None:
@@ -126,6 +173,8 @@ def main() -> None:
     parser.add_argument(
         "--no-warm-up", dest="warm_up", action="store_false", help="skip the engine's warm-up"
     )
+    parser.add_argument("--speculative", choices=["none", "ngram", "draft_model"], default="none")
+    parser.add_argument("--draft-model", default="qwen3-0.6b", help="for --speculative draft_model")
     args = parser.parse_args()
 
     # A cache of its own, set before Triton reads it: every compile is a new entry here.
@@ -142,6 +191,7 @@ def main() -> None:
             kv_gib=args.kv_gib,
             device=args.device,
             warm_up=False,  # below, counted on its own
+            speculative=speculative_config(args),
         ),
         tokenizer=None,
     )
@@ -168,7 +218,19 @@ def main() -> None:
     lines = [
         "# Kernels compiled while serving varied traffic",
         "",
-        f"{args.model}, random bf16 weights; start-up {startup:.1f} s compiled "
+        f"{args.model}, random bf16 weights"
+        + (
+            f", speculative {args.speculative}"
+            + (
+                f" ({args.draft_model}, random weights)"
+                if args.speculative == "draft_model"
+                else ""
+            )
+            + ", 4 tokens a step, always drafting"
+            if args.speculative != "none"
+            else ""
+        )
+        + f"; start-up {startup:.1f} s compiled "
         f"{len(startup_entries) - len(warm_up_compiled)} kernels on an empty Triton cache, "
         + (
             f"then the warm-up {warm_up_s:.1f} s compiled {len(warm_up_compiled)} more "
@@ -181,14 +243,17 @@ def main() -> None:
         "1-1,500 tokens (a quarter sharing a prefix), 1-96 new tokens, greedy or seeded "
         "sampling, penalties and logprobs on some.",
         "",
-        "| pass | requests | output tokens | steps | wall s | longest step ms | kernels compiled |",
+        "| pass | requests | output tokens | steps | wall s | longest step ms "
+        "(prompt / generated tokens) | kernels compiled |",
         "|---|---|---|---|---|---|---|",
     ]
     for i, p in enumerate(passes):
         names = ", ".join(sorted({c["kernel"] for c in p["compiled"]})) or "none"
         lines.append(
             f"| {i} | {p['requests']} | {p['output_tokens']} | {p['steps']} | "
-            f"{p['wall_s']:.1f} | {p['longest_step_ms']:.0f} | {len(p['compiled'])}: {names} |"
+            f"{p['wall_s']:.1f} | {p['longest_step_ms']:.0f} "
+            f"({p['longest_step_tokens'][0]} / {p['longest_step_tokens'][1]}) | "
+            f"{len(p['compiled'])}: {names} |"
         )
     compiled = [c for p in passes for c in p["compiled"]]
     if compiled:
@@ -207,6 +272,9 @@ def main() -> None:
         "warm_up": args.warm_up,
         "warm_up_s": warm_up_s,
         "warm_up_compiled": warm_up_compiled,
+        "speculative": args.speculative,
+        "draft_model": args.draft_model if args.speculative == "draft_model" else None,
+        "speculative_stats": {name: vars(s) for name, s in engine.stats().speculative.items()},
         "concurrencies": args.concurrency,
         "passes": passes,
     }

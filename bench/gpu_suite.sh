@@ -88,7 +88,9 @@
 # compiles    compile_stability_gpu.py: Qwen3-0.6B, then the 8B, each on an empty Triton cache,
 #             serving varied traffic (prompt lengths, prefixes, sampling, concurrency) in
 #             passes after start-up: the kernels each pass compiled, its longest step
-#             (~4 min; $COMPILES_MODELS, default "qwen3-0.6b qwen3-8b")
+#             (~4 min; $COMPILES_MODELS, default "qwen3-0.6b qwen3-8b"; $COMPILES_ARGS are
+#             added, e.g. "--speculative draft_model --draft-model qwen3-0.6b", and
+#             $COMPILES_TAG to the result's name)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
 #             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
@@ -449,8 +451,10 @@ for phase in "$@"; do
     compiles)
       for model in ${COMPILES_MODELS:-qwen3-0.6b qwen3-8b}; do
         stamp "kernels compiled while serving varied traffic: $model"
-        timeout 280 python3 bench/compile_stability_gpu.py --model "$model" \
-          --name "compile_stability_${model//[.-]/_}" --out "$OUT" 2>&1 | tail -25
+        # shellcheck disable=SC2086  # $COMPILES_ARGS: several arguments
+        timeout 280 python3 bench/compile_stability_gpu.py --model "$model" ${COMPILES_ARGS:-} \
+          --name "compile_stability_${model//[.-]/_}${COMPILES_TAG:-}" --out "$OUT" 2>&1 \
+          | tail -25
       done
       ;;
     targets)

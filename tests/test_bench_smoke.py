@@ -68,6 +68,23 @@ def test_compile_stability_smoke(tmp_path):
     assert doc["warm_up"] and doc["warm_up_s"] > 0 and doc["warm_up_compiled"] == []
 
 
+def test_compile_stability_smoke_with_a_draft_model(tmp_path):
+    """With in-process speculation by a (random) draft model the probe's passes draft in
+    their steps, and each pass names its longest step's tokens."""
+    model = tiny_qwen3(tmp_path)
+    run_bench(
+        "compile_stability_gpu.py", "--model", str(model), "--device", "cpu", "--passes", "1",
+        "--concurrency", "3", "--kv-gib", "0.25", "--speculative", "draft_model",
+        "--draft-model", str(model), "--out", str(tmp_path), "--name", "cs"
+    )  # fmt: skip
+    doc = json.loads((tmp_path / "cs.json").read_text())
+    assert doc["speculative"] == "draft_model" and doc["draft_model"] == str(model)
+    assert doc["speculative_stats"]["draft_model"]["draft_tokens"] > 0
+    (only,) = doc["passes"]
+    assert only["output_tokens"] >= 6 and sum(only["longest_step_tokens"]) > 0
+    assert "speculative draft_model" in (tmp_path / "cs.md").read_text()
+
+
 def test_offline_benchmark_smoke(tmp_path):
     """offline_gpu.py's batch-1 workload on the CPU: the results and both tables are
     written, every table row as wide as its header."""
