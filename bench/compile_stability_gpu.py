@@ -78,7 +78,8 @@ def random_request(rng: random.Random, vocab: int, prefix: list[int]) -> tuple[l
 
 class StepTokens:
     """The prompt and generated tokens of the engine's latest forward pass: wraps its
-    throughput meter's ``record`` (called once a forward) to keep the last pair."""
+    throughput meter's ``record`` (called once a forward) to keep the last pair. One per
+    engine (``_reset_bookkeeping`` builds a new meter: wrap after the warm-up)."""
 
     def __init__(self, engine: Any) -> None:
         self.last = (0, 0)
@@ -92,13 +93,14 @@ class StepTokens:
         meter.record = keep
 
 
-def closed_loop(engine: Any, requests: list, concurrency: int, tag: str) -> dict[str, Any]:
-    """Keep ``concurrency`` of ``requests`` in flight until all have run."""
+def closed_loop(
+    engine: Any, tokens: StepTokens, requests: list, concurrency: int, tag: str
+) -> tuple[int, list[tuple[float, int, int]]]:
+    """Keep ``concurrency`` of ``requests`` in flight until all have run: the output
+    tokens, and each step's (ms, prompt tokens, generated tokens) in order (an overlapped
+    step's tokens are those of the step it read back)."""
     pending = list(requests)
-    tokens = StepTokens(engine)
-    stats: dict[str, Any] = {
-        "steps": 0, "output_tokens": 0, "longest_step_s": 0.0, "longest_step_tokens": (0, 0)
-    }  # fmt: skip
+    output_tokens, steps = 0, []
 
     def submit() -> None:
         prompt, sp = pending.pop()
@@ -109,37 +111,62 @@ def closed_loop(engine: Any, requests: list, concurrency: int, tag: str) -> dict
     while engine.has_unfinished_requests():
         t0 = time.perf_counter()
         outs = engine.step()
-        if (seconds := time.perf_counter() - t0) > stats["longest_step_s"]:
-            stats["longest_step_s"], stats["longest_step_tokens"] = seconds, tokens.last
-        stats["steps"] += 1
+        steps.append(((time.perf_counter() - t0) * 1e3, *tokens.last))
         for out in outs:
-            stats["output_tokens"] += len(out.new_token_ids)
+            output_tokens += len(out.new_token_ids)
             if out.finished and pending:
                 submit()
-    return stats
+    return output_tokens, steps
 
 
 def serve_pass(
-    engine: Any, rng: random.Random, vocab: int, index: int, concurrencies: list[int]
+    engine: Any,
+    tokens: StepTokens,
+    rng: random.Random,
+    vocab: int,
+    index: int,
+    concurrencies: list[int],
 ) -> dict[str, Any]:
     """One pass: at each concurrency, a closed loop over 2 x concurrency requests."""
     prefix = [rng.randrange(vocab) for _ in range(rng.choice([16, 40, 256]))]
-    runs = []
+    output_tokens, steps = 0, []
     start = time.perf_counter()
     for concurrency in concurrencies:
         requests = [random_request(rng, vocab, prefix) for _ in range(2 * concurrency)]
-        runs.append(closed_loop(engine, requests, concurrency, f"p{index}c{concurrency}"))
-    longest = max(runs, key=lambda r: r["longest_step_s"])
+        out, loop_steps = closed_loop(
+            engine, tokens, requests, concurrency, f"p{index}c{concurrency}"
+        )
+        output_tokens += out
+        steps += loop_steps
+    longest = max(steps)
     return {
         "requests": 2 * sum(concurrencies),
-        "output_tokens": sum(r["output_tokens"] for r in runs),
-        "steps": sum(r["steps"] for r in runs),
+        "output_tokens": output_tokens,
+        "steps": len(steps),
         "wall_s": time.perf_counter() - start,
-        "longest_step_ms": longest["longest_step_s"] * 1e3,
-        # (prompt tokens computed, tokens generated) in that step (an overlapped step's
-        # tokens are those of the step it read back)
-        "longest_step_tokens": list(longest["longest_step_tokens"]),
+        "longest_step_ms": longest[0],
+        "longest_step_tokens": list(longest[1:]),  # (prompt tokens computed, generated)
+        "step_log": [[round(ms, 3), p, g] for ms, p, g in steps],
     }
+
+
+def first_use_extra_ms(passes: list[dict]) -> float:
+    """How much longer pass 0's steps took than pass 1's, summed (steps lined up)."""
+    first, replay = passes[0]["step_log"], passes[1]["step_log"]
+    return sum(a[0] - b[0] for a, b in zip(first, replay, strict=True))
+
+
+def first_use_steps(first: dict, replay: dict, top: int = 12) -> list[dict[str, Any]]:
+    """Steps of ``first`` that took longer than the same step of ``replay`` (the same
+    traffic again: same composition, step by step), most extra time first."""
+    if [s[1:] for s in first["step_log"]] != [s[1:] for s in replay["step_log"]]:
+        return []  # the steps did not line up: nothing to compare
+    extra = [
+        {"step": i, "ms": a[0], "replay_ms": b[0], "prompt_tokens": a[1], "generated": a[2]}
+        for i, (a, b) in enumerate(zip(first["step_log"], replay["step_log"], strict=True))
+    ]
+    extra.sort(key=lambda e: e["replay_ms"] - e["ms"])
+    return extra[:top]
 
 
 def speculative_config(args: argparse.Namespace):
@@ -175,6 +202,12 @@ def main() -> None:
     )
     parser.add_argument("--speculative", choices=["none", "ngram", "draft_model"], default="none")
     parser.add_argument("--draft-model", default="qwen3-0.6b", help="for --speculative draft_model")
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="every pass serves the same traffic (prefix caching off, so the steps line up): "
+        "what pass 0's steps spent beyond the same steps replayed is first-use cost",
+    )
     args = parser.parse_args()
 
     # A cache of its own, set before Triton reads it: every compile is a new entry here.
@@ -192,6 +225,7 @@ def main() -> None:
             device=args.device,
             warm_up=False,  # below, counted on its own
             speculative=speculative_config(args),
+            enable_prefix_caching=not args.replay,
         ),
         tokenizer=None,
     )
@@ -205,15 +239,20 @@ def main() -> None:
         warm_up_compiled = [now[k] for k in sorted(now.keys() - seen.keys())]
         startup_entries = seen = now
         print(f"warm-up {warm_up_s:.1f} s, {len(warm_up_compiled)} kernels compiled", flush=True)
+    tokens = StepTokens(engine)
     rng = random.Random(7)
     passes = []
     for index in range(args.passes):
-        result = serve_pass(engine, rng, vocab, index, args.concurrency)
+        if args.replay:
+            rng = random.Random(7)
+        result = serve_pass(engine, tokens, rng, vocab, index, args.concurrency)
         now = triton_cache_kernels(cache)
         result["compiled"] = [now[k] for k in sorted(now.keys() - seen.keys())]
         seen = now
         passes.append(result)
-        print(f"pass {index}: {json.dumps(result)}", flush=True)
+        summary = {k: v for k, v in result.items() if k != "step_log"}
+        print(f"pass {index}: {json.dumps(summary)}", flush=True)
+    first_use = first_use_steps(passes[0], passes[1]) if args.replay and args.passes > 1 else []
 
     lines = [
         "# Kernels compiled while serving varied traffic",
@@ -241,7 +280,8 @@ def main() -> None:
         + "Each pass: closed loops at concurrency "
         f"{', '.join(map(str, args.concurrency))} (2 x concurrency requests each), prompts of "
         "1-1,500 tokens (a quarter sharing a prefix), 1-96 new tokens, greedy or seeded "
-        "sampling, penalties and logprobs on some.",
+        "sampling, penalties and logprobs on some"
+        + ("; every pass the same traffic (--replay), prefix caching off." if args.replay else "."),
         "",
         "| pass | requests | output tokens | steps | wall s | longest step ms "
         "(prompt / generated tokens) | kernels compiled |",
@@ -255,6 +295,22 @@ def main() -> None:
             f"({p['longest_step_tokens'][0]} / {p['longest_step_tokens'][1]}) | "
             f"{len(p['compiled'])}: {names} |"
         )
+    if first_use:
+        lines += [
+            "",
+            "Pass 0's steps that took longest beyond the same step in pass 1 (first-use cost; "
+            f"pass 0's steps took {first_use_extra_ms(passes):.0f} ms more in all):",
+            "",
+            "| step | prompt tokens | generated | pass 0 ms | pass 1 ms |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {e['step']} | {e['prompt_tokens']} | {e['generated']} | {e['ms']:.1f} | "
+            f"{e['replay_ms']:.1f} |"
+            for e in first_use
+        ]
+    elif args.replay:
+        lines += ["", "Pass 0's and pass 1's steps did not line up: no first-use comparison."]
     compiled = [c for p in passes for c in p["compiled"]]
     if compiled:
         lines += ["", "Signatures of what compiled after start-up:", ""]
@@ -276,6 +332,9 @@ def main() -> None:
         "draft_model": args.draft_model if args.speculative == "draft_model" else None,
         "speculative_stats": {name: vars(s) for name, s in engine.stats().speculative.items()},
         "concurrencies": args.concurrency,
+        "replay": args.replay,
+        "first_use_steps": first_use,
+        "first_use_extra_ms": first_use_extra_ms(passes) if first_use else None,
         "passes": passes,
     }
     table = "\n".join(lines)

@@ -52,12 +52,13 @@ def tiny_qwen3(tmp_path: Path) -> Path:
 
 def test_compile_stability_smoke(tmp_path):
     """The varied-traffic probe serves its passes on a two-layer Qwen3 on the CPU: every
-    request runs to its token budget, and the per-pass record is written."""
+    request runs to its token budget, the per-pass record is written, and with --replay
+    the passes' steps line up for the first-use comparison."""
     model = tiny_qwen3(tmp_path)
     run_bench(
         "compile_stability_gpu.py", "--model", str(model),
         "--device", "cpu", "--passes", "2", "--concurrency", "1", "3", "--kv-gib", "0.25",
-        "--out", str(tmp_path), "--name", "cs"
+        "--replay", "--out", str(tmp_path), "--name", "cs"
     )  # fmt: skip
     doc = json.loads((tmp_path / "cs.json").read_text())
     assert doc["concurrencies"] == [1, 3] and len(doc["passes"]) == 2
@@ -66,6 +67,9 @@ def test_compile_stability_smoke(tmp_path):
         assert p["longest_step_ms"] > 0 and isinstance(p["compiled"], list)
     assert "| 1 | 8 |" in (tmp_path / "cs.md").read_text()
     assert doc["warm_up"] and doc["warm_up_s"] > 0 and doc["warm_up_compiled"] == []
+    # --replay: both passes served the same traffic, step for step
+    first, again = (p["step_log"] for p in doc["passes"])
+    assert [s[1:] for s in first] == [s[1:] for s in again] and doc["first_use_steps"]
 
 
 def test_compile_stability_smoke_with_a_draft_model(tmp_path):
