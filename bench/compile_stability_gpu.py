@@ -76,13 +76,17 @@ def random_request(rng: random.Random, vocab: int, prefix: list[int]) -> tuple[l
     return prompt, sp
 
 
-class StepTokens:
-    """The prompt and generated tokens of the engine's latest forward pass: wraps its
-    throughput meter's ``record`` (called once a forward) to keep the last pair. One per
-    engine (``_reset_bookkeeping`` builds a new meter: wrap after the warm-up)."""
+class StepProbe:
+    """What the engine's latest step did besides its time: the prompt and generated tokens
+    of its forward pass (its throughput meter's ``record``, called once a forward, wrapped
+    to keep the last pair), and how many Triton kernels were loaded into the process so
+    far (``jit_post_compile_hook``: every in-memory cache miss, whether the binary came
+    from the disk cache or was compiled), by name. One per engine (``_reset_bookkeeping``
+    builds a new meter: make it after the warm-up)."""
 
     def __init__(self, engine: Any) -> None:
         self.last = (0, 0)
+        self.loads: list[str] = []
         meter = engine._throughput
         record = meter.record
 
@@ -91,14 +95,33 @@ class StepTokens:
             record(prompt_tokens, generation_tokens)
 
         meter.record = keep
+        self.counts_loads = install_load_hook(self.loads)
+
+
+def install_load_hook(loads: list[str]) -> bool:
+    """Append the name of each Triton kernel loaded into this process to ``loads``;
+    False where this Triton has no ``knobs.runtime.jit_post_compile_hook``."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return False
+    runtime = knobs.runtime
+    if not hasattr(runtime, "jit_post_compile_hook"):
+        return False
+
+    def loaded(*, fn: Any, **_: Any) -> None:
+        loads.append(getattr(fn, "name", str(fn)))
+
+    runtime.jit_post_compile_hook = loaded
+    return True
 
 
 def closed_loop(
-    engine: Any, tokens: StepTokens, requests: list, concurrency: int, tag: str
-) -> tuple[int, list[tuple[float, int, int]]]:
+    engine: Any, probe: StepProbe, requests: list, concurrency: int, tag: str
+) -> tuple[int, list[tuple[float, int, int, int]]]:
     """Keep ``concurrency`` of ``requests`` in flight until all have run: the output
-    tokens, and each step's (ms, prompt tokens, generated tokens) in order (an overlapped
-    step's tokens are those of the step it read back)."""
+    tokens, and each step's (ms, prompt tokens, generated tokens, Triton kernels loaded)
+    in order (an overlapped step's tokens are those of the step it read back)."""
     pending = list(requests)
     output_tokens, steps = 0, []
 
@@ -109,9 +132,11 @@ def closed_loop(
     for _ in range(min(concurrency, len(pending))):
         submit()
     while engine.has_unfinished_requests():
+        loaded = len(probe.loads)
         t0 = time.perf_counter()
         outs = engine.step()
-        steps.append(((time.perf_counter() - t0) * 1e3, *tokens.last))
+        ms = (time.perf_counter() - t0) * 1e3
+        steps.append((ms, *probe.last, len(probe.loads) - loaded))
         for out in outs:
             output_tokens += len(out.new_token_ids)
             if out.finished and pending:
@@ -121,7 +146,7 @@ def closed_loop(
 
 def serve_pass(
     engine: Any,
-    tokens: StepTokens,
+    probe: StepProbe,
     rng: random.Random,
     vocab: int,
     index: int,
@@ -134,7 +159,7 @@ def serve_pass(
     for concurrency in concurrencies:
         requests = [random_request(rng, vocab, prefix) for _ in range(2 * concurrency)]
         out, loop_steps = closed_loop(
-            engine, tokens, requests, concurrency, f"p{index}c{concurrency}"
+            engine, probe, requests, concurrency, f"p{index}c{concurrency}"
         )
         output_tokens += out
         steps += loop_steps
@@ -145,8 +170,9 @@ def serve_pass(
         "steps": len(steps),
         "wall_s": time.perf_counter() - start,
         "longest_step_ms": longest[0],
-        "longest_step_tokens": list(longest[1:]),  # (prompt tokens computed, generated)
-        "step_log": [[round(ms, 3), p, g] for ms, p, g in steps],
+        "longest_step_tokens": list(longest[1:3]),  # (prompt tokens computed, generated)
+        # each step: [ms, prompt tokens, generated tokens, Triton kernels loaded in it]
+        "step_log": [[round(ms, 3), p, g, k] for ms, p, g, k in steps],
     }
 
 
@@ -159,10 +185,17 @@ def first_use_extra_ms(passes: list[dict]) -> float:
 def first_use_steps(first: dict, replay: dict, top: int = 12) -> list[dict[str, Any]]:
     """Steps of ``first`` that took longer than the same step of ``replay`` (the same
     traffic again: same composition, step by step), most extra time first."""
-    if [s[1:] for s in first["step_log"]] != [s[1:] for s in replay["step_log"]]:
+    if [s[1:3] for s in first["step_log"]] != [s[1:3] for s in replay["step_log"]]:
         return []  # the steps did not line up: nothing to compare
     extra = [
-        {"step": i, "ms": a[0], "replay_ms": b[0], "prompt_tokens": a[1], "generated": a[2]}
+        {
+            "step": i,
+            "ms": a[0],
+            "replay_ms": b[0],
+            "prompt_tokens": a[1],
+            "generated": a[2],
+            "kernels_loaded": a[3],
+        }
         for i, (a, b) in enumerate(zip(first["step_log"], replay["step_log"], strict=True))
     ]
     extra.sort(key=lambda e: e["replay_ms"] - e["ms"])
@@ -239,13 +272,15 @@ def main() -> None:
         warm_up_compiled = [now[k] for k in sorted(now.keys() - seen.keys())]
         startup_entries = seen = now
         print(f"warm-up {warm_up_s:.1f} s, {len(warm_up_compiled)} kernels compiled", flush=True)
-    tokens = StepTokens(engine)
+    probe = StepProbe(engine)
     rng = random.Random(7)
     passes = []
     for index in range(args.passes):
         if args.replay:
             rng = random.Random(7)
-        result = serve_pass(engine, tokens, rng, vocab, index, args.concurrency)
+        loads_before = len(probe.loads)
+        result = serve_pass(engine, probe, rng, vocab, index, args.concurrency)
+        result["kernels_loaded"] = probe.loads[loads_before:] if probe.counts_loads else None
         now = triton_cache_kernels(cache)
         result["compiled"] = [now[k] for k in sorted(now.keys() - seen.keys())]
         seen = now
@@ -284,8 +319,8 @@ def main() -> None:
         + ("; every pass the same traffic (--replay), prefix caching off." if args.replay else "."),
         "",
         "| pass | requests | output tokens | steps | wall s | longest step ms "
-        "(prompt / generated tokens) | kernels compiled |",
-        "|---|---|---|---|---|---|---|",
+        "(prompt / generated tokens) | Triton kernels loaded | kernels compiled |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, p in enumerate(passes):
         names = ", ".join(sorted({c["kernel"] for c in p["compiled"]})) or "none"
@@ -293,6 +328,7 @@ def main() -> None:
             f"| {i} | {p['requests']} | {p['output_tokens']} | {p['steps']} | "
             f"{p['wall_s']:.1f} | {p['longest_step_ms']:.0f} "
             f"({p['longest_step_tokens'][0]} / {p['longest_step_tokens'][1]}) | "
+            f"{'n/a' if p['kernels_loaded'] is None else len(p['kernels_loaded'])} | "
             f"{len(p['compiled'])}: {names} |"
         )
     if first_use:
@@ -301,11 +337,12 @@ def main() -> None:
             "Pass 0's steps that took longest beyond the same step in pass 1 (first-use cost; "
             f"pass 0's steps took {first_use_extra_ms(passes):.0f} ms more in all):",
             "",
-            "| step | prompt tokens | generated | pass 0 ms | pass 1 ms |",
-            "|---|---|---|---|---|",
+            "| step | prompt tokens | generated | Triton kernels loaded | pass 0 ms | pass 1 ms |",
+            "|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {e['step']} | {e['prompt_tokens']} | {e['generated']} | {e['ms']:.1f} | "
+            f"| {e['step']} | {e['prompt_tokens']} | {e['generated']} | {e['kernels_loaded']} | "
+            f"{e['ms']:.1f} | "
             f"{e['replay_ms']:.1f} |"
             for e in first_use
         ]
