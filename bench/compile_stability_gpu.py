@@ -21,16 +21,22 @@ draft_model --draft-model qwen3-0.6b`` (random weights of that config, on the en
 device) serves with in-process speculation, drafting always (no dynamic k: random weights
 accept little, and the gate would stop drafting), so the verification steps' and the
 draft model's kernels are counted too. Each pass also names its longest step's tokens.
+``--replay`` serves the same traffic every pass, so pass 0's steps can be set against the
+same steps replayed (what a first use costs), and ``--profile-host`` says in which host
+functions pass 0 spent its extra time.
 
 Usage: python bench/compile_stability_gpu.py --model qwen3-0.6b [--passes 3] [--no-warm-up]
-       [--speculative ngram|draft_model [--draft-model NAME]] [--out DIR]
+       [--speculative ngram|draft_model [--draft-model NAME]] [--replay [--profile-host]]
+       [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import random
 import tempfile
 import time
@@ -202,6 +208,20 @@ def first_use_steps(first: dict, replay: dict, top: int = 12) -> list[dict[str, 
     return extra[:top]
 
 
+def own_seconds(profiler: cProfile.Profile) -> dict[str, float]:
+    """{function: seconds spent in its own code} of a host profile."""
+    stats = pstats.Stats(profiler).stats  # {(file, line, name): (cc, nc, tottime, ...)}
+    return {f"{Path(f).name}:{line}:{name}": v[2] for (f, line, name), v in stats.items()}
+
+
+def host_first_use(first: dict[str, float], replay: dict[str, float], top: int = 20) -> list:
+    """The host functions whose own time pass 0 exceeded pass 1's by most (the same
+    traffic with --replay): [function, pass 0 ms, pass 1 ms]."""
+    rows = [[k, v * 1e3, replay.get(k, 0.0) * 1e3] for k, v in first.items()]
+    rows.sort(key=lambda r: r[2] - r[1])
+    return [[k, round(a, 2), round(b, 2)] for k, a, b in rows[:top]]
+
+
 def speculative_config(args: argparse.Namespace):
     """In-process speculation as ``--speculative`` / ``--draft-model`` ask, drafting always."""
     from jacana_engine.spec.config import SpeculativeConfig
@@ -235,6 +255,12 @@ def main() -> None:
     )
     parser.add_argument("--speculative", choices=["none", "ngram", "draft_model"], default="none")
     parser.add_argument("--draft-model", default="qwen3-0.6b", help="for --speculative draft_model")
+    parser.add_argument(
+        "--profile-host",
+        action="store_true",
+        help="profile passes 0 and 1 on the host (cProfile) and list the functions whose own "
+        "time pass 0 exceeded pass 1's by most (with --replay: where a first use spends)",
+    )
     parser.add_argument(
         "--replay",
         action="store_true",
@@ -274,12 +300,19 @@ def main() -> None:
         print(f"warm-up {warm_up_s:.1f} s, {len(warm_up_compiled)} kernels compiled", flush=True)
     probe = StepProbe(engine)
     rng = random.Random(7)
-    passes = []
+    passes: list[dict[str, Any]] = []
+    host_profiles: list[dict[str, float]] = []
     for index in range(args.passes):
         if args.replay:
             rng = random.Random(7)
         loads_before = len(probe.loads)
+        profiler = cProfile.Profile() if args.profile_host and index < 2 else None
+        if profiler is not None:
+            profiler.enable()
         result = serve_pass(engine, probe, rng, vocab, index, args.concurrency)
+        if profiler is not None:
+            profiler.disable()
+            host_profiles.append(own_seconds(profiler))
         result["kernels_loaded"] = probe.loads[loads_before:] if probe.counts_loads else None
         now = triton_cache_kernels(cache)
         result["compiled"] = [now[k] for k in sorted(now.keys() - seen.keys())]
@@ -288,6 +321,7 @@ def main() -> None:
         summary = {k: v for k, v in result.items() if k != "step_log"}
         print(f"pass {index}: {json.dumps(summary)}", flush=True)
     first_use = first_use_steps(passes[0], passes[1]) if args.replay and args.passes > 1 else []
+    host_extra = host_first_use(*host_profiles) if len(host_profiles) == 2 else []
 
     lines = [
         "# Kernels compiled while serving varied traffic",
@@ -348,6 +382,15 @@ def main() -> None:
         ]
     elif args.replay:
         lines += ["", "Pass 0's and pass 1's steps did not line up: no first-use comparison."]
+    if host_extra:
+        lines += [
+            "",
+            "Host functions (own time, cProfile) that pass 0 spent most beyond pass 1 in:",
+            "",
+            "| function | pass 0 ms | pass 1 ms |",
+            "|---|---|---|",
+        ]
+        lines += [f"| `{name}` | {a:.1f} | {b:.1f} |" for name, a, b in host_extra]
     compiled = [c for p in passes for c in p["compiled"]]
     if compiled:
         lines += ["", "Signatures of what compiled after start-up:", ""]
@@ -371,6 +414,7 @@ def main() -> None:
         "concurrencies": args.concurrency,
         "replay": args.replay,
         "first_use_steps": first_use,
+        "host_first_use": host_extra,
         "first_use_extra_ms": first_use_extra_ms(passes) if first_use else None,
         "passes": passes,
     }
