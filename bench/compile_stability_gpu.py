@@ -182,10 +182,10 @@ def serve_pass(
     }
 
 
-def first_use_extra_ms(passes: list[dict]) -> float:
-    """How much longer pass 0's steps took than pass 1's, summed (steps lined up)."""
-    first, replay = passes[0]["step_log"], passes[1]["step_log"]
-    return sum(a[0] - b[0] for a, b in zip(first, replay, strict=True))
+def first_use_extra_ms(first: dict, replay: dict) -> float:
+    """How much longer ``first``'s steps took than ``replay``'s, summed (steps lined up)."""
+    pairs = zip(first["step_log"], replay["step_log"], strict=True)
+    return sum(a[0] - b[0] for a, b in pairs)
 
 
 def first_use_steps(first: dict, replay: dict, top: int = 12) -> list[dict[str, Any]]:
@@ -321,6 +321,7 @@ def main() -> None:
         summary = {k: v for k, v in result.items() if k != "step_log"}
         print(f"pass {index}: {json.dumps(summary)}", flush=True)
     first_use = first_use_steps(passes[0], passes[1]) if args.replay and args.passes > 1 else []
+    first_use_ms = first_use_extra_ms(passes[0], passes[1]) if first_use else None
     host_extra = host_first_use(*host_profiles) if len(host_profiles) == 2 else []
 
     lines = [
@@ -369,7 +370,7 @@ def main() -> None:
         lines += [
             "",
             "Pass 0's steps that took longest beyond the same step in pass 1 (first-use cost; "
-            f"pass 0's steps took {first_use_extra_ms(passes):.0f} ms more in all):",
+            f"pass 0's steps took {first_use_ms:.0f} ms more in all):",
             "",
             "| step | prompt tokens | generated | Triton kernels loaded | pass 0 ms | pass 1 ms |",
             "|---|---|---|---|---|---|",
@@ -415,7 +416,7 @@ def main() -> None:
         "replay": args.replay,
         "first_use_steps": first_use,
         "host_first_use": host_extra,
-        "first_use_extra_ms": first_use_extra_ms(passes) if first_use else None,
+        "first_use_extra_ms": first_use_ms,
         "passes": passes,
     }
     table = "\n".join(lines)
