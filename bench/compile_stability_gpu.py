@@ -22,17 +22,19 @@ device) serves with in-process speculation, drafting always (no dynamic k: rando
 accept little, and the gate would stop drafting), so the verification steps' and the
 draft model's kernels are counted too. Each pass also names its longest step's tokens.
 ``--replay`` serves the same traffic every pass, so pass 0's steps can be set against the
-same steps replayed (what a first use costs), and ``--profile-host`` says in which host
-functions pass 0 spent its extra time.
+same steps replayed (what a first use costs), ``--profile-host`` says in which host
+functions pass 0 spent its extra time (cProfile), and ``--profile-cuda`` in which operators,
+CUDA API calls (module loads and allocations among them) and kernels (torch.profiler).
 
 Usage: python bench/compile_stability_gpu.py --model qwen3-0.6b [--passes 3] [--no-warm-up]
-       [--speculative ngram|draft_model [--draft-model NAME]] [--replay [--profile-host]]
-       [--out DIR]
+       [--speculative ngram|draft_model [--draft-model NAME]]
+       [--replay [--profile-host] [--profile-cuda]] [--no-eager-row-buckets] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import cProfile
 import json
 import os
@@ -214,9 +216,103 @@ def own_seconds(profiler: cProfile.Profile) -> dict[str, float]:
     return {f"{Path(f).name}:{line}:{name}": v[2] for (f, line, name), v in stats.items()}
 
 
-def host_first_use(first: dict[str, float], replay: dict[str, float], top: int = 20) -> list:
-    """The host functions whose own time pass 0 exceeded pass 1's by most (the same
-    traffic with --replay): [function, pass 0 ms, pass 1 ms]."""
+def torch_profile_self_seconds(profiler: Any) -> tuple[dict[str, float], dict[str, float]]:
+    """A torch.profiler run's self time by event name, in seconds: (on the host: operators
+    and CUDA runtime/driver calls; on the device: kernels and copies)."""
+    host: dict[str, float] = {}
+    device: dict[str, float] = {}
+    for event in profiler.key_averages():
+        cpu_us = event.self_cpu_time_total
+        device_us = getattr(event, "self_device_time_total", None)
+        if device_us is None:  # torch before the device_* names
+            device_us = getattr(event, "self_cuda_time_total", 0.0)
+        if cpu_us:
+            host[event.key] = host.get(event.key, 0.0) + cpu_us * 1e-6
+        if device_us:
+            device[event.key] = device.get(event.key, 0.0) + device_us * 1e-6
+    return host, device
+
+
+# What CUDA's lazy loading reports as it loads a module or a kernel on a first launch.
+LOAD_EVENTS = ("Runtime Triggered Module Loading", "Lazy Function Loading")
+
+
+def module_loads_by_operator(profiler: Any) -> dict[str, float]:
+    """Seconds of CUDA module and kernel loading (``LOAD_EVENTS``) under each operator, by
+    the innermost ``aten::`` operator around the load (its name and input shapes), else
+    the outermost event around it, else ``?``."""
+    events = list(profiler.events())
+    outer = sorted(
+        (e for e in events if e.cpu_parent is None and e.name not in LOAD_EVENTS),
+        key=lambda e: e.time_range.start,
+    )
+    starts = [e.time_range.start for e in outer]
+    loads: dict[str, float] = {}
+    for event in events:
+        if event.name not in LOAD_EVENTS:
+            continue
+        owner, parent = None, event.cpu_parent
+        while parent is not None and owner is None:
+            owner = parent if parent.name.startswith("aten::") else None
+            parent = parent.cpu_parent
+        if owner is None:  # not nested: the outermost event whose time holds it
+            i = bisect.bisect_right(starts, event.time_range.start) - 1
+            if i >= 0 and outer[i].time_range.end >= event.time_range.end:
+                owner = outer[i]
+        key = "?" if owner is None else f"{owner.name} {list(owner.input_shapes or [])}"
+        loads[key] = loads.get(key, 0.0) + event.time_range.elapsed_us() * 1e-6
+    return loads
+
+
+class PassProfiler:
+    """Profiles a pass as the arguments ask: cProfile (own time of Python functions) and/or
+    torch.profiler (operators, CUDA API calls, kernels, and which operators loaded CUDA
+    modules). ``tables`` maps a table name to
+    {name: seconds} once the pass has run."""
+
+    def __init__(self, host: bool, cuda: bool, device: str) -> None:
+        self.cprofile = cProfile.Profile() if host else None
+        self.torch_profile = None
+        if cuda:
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU]
+            if device.startswith("cuda"):
+                activities.append(ProfilerActivity.CUDA)
+            self.torch_profile = profile(activities=activities, record_shapes=True)
+        self.tables: dict[str, dict[str, float]] = {}
+
+    def __enter__(self) -> PassProfiler:
+        if self.torch_profile is not None:
+            self.torch_profile.__enter__()
+        if self.cprofile is not None:
+            self.cprofile.enable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.cprofile is not None:
+            self.cprofile.disable()
+            self.tables["python"] = own_seconds(self.cprofile)
+        if self.torch_profile is not None:
+            self.torch_profile.__exit__(*exc)
+            host, device = torch_profile_self_seconds(self.torch_profile)
+            self.tables["torch host"] = host
+            self.tables["torch device"] = device
+            self.tables["torch loads"] = module_loads_by_operator(self.torch_profile)
+
+
+# What each profile table holds, for the report.
+PROFILE_TABLES = {
+    "python": "Host functions (own time, cProfile)",
+    "torch host": "Operators and CUDA API calls on the host (self time, torch.profiler)",
+    "torch device": "Kernels and copies on the device (self time, torch.profiler)",
+    "torch loads": "CUDA module and kernel loads (lazy loading), by the operator that met them",
+}
+
+
+def profile_first_use(first: dict[str, float], replay: dict[str, float], top: int = 20) -> list:
+    """The names whose time pass 0 exceeded pass 1's by most (the same traffic with
+    --replay), from two {name: seconds} profiles: [name, pass 0 ms, pass 1 ms]."""
     rows = [[k, v * 1e3, replay.get(k, 0.0) * 1e3] for k, v in first.items()]
     rows.sort(key=lambda r: r[2] - r[1])
     return [[k, round(a, 2), round(b, 2)] for k, a, b in rows[:top]]
@@ -262,6 +358,18 @@ def main() -> None:
         "time pass 0 exceeded pass 1's by most (with --replay: where a first use spends)",
     )
     parser.add_argument(
+        "--eager-row-buckets",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="EngineConfig.eager_row_buckets (on by default, as there)",
+    )
+    parser.add_argument(
+        "--profile-cuda",
+        action="store_true",
+        help="profile passes 0 and 1 with torch.profiler and list the operators, CUDA API "
+        "calls and kernels whose self time pass 0 exceeded pass 1's by most",
+    )
+    parser.add_argument(
         "--replay",
         action="store_true",
         help="every pass serves the same traffic (prefix caching off, so the steps line up): "
@@ -285,6 +393,7 @@ def main() -> None:
             warm_up=False,  # below, counted on its own
             speculative=speculative_config(args),
             enable_prefix_caching=not args.replay,
+            eager_row_buckets=args.eager_row_buckets,
         ),
         tokenizer=None,
     )
@@ -301,18 +410,19 @@ def main() -> None:
     probe = StepProbe(engine)
     rng = random.Random(7)
     passes: list[dict[str, Any]] = []
-    host_profiles: list[dict[str, float]] = []
+    profiles: list[dict[str, dict[str, float]]] = []
     for index in range(args.passes):
         if args.replay:
             rng = random.Random(7)
         loads_before = len(probe.loads)
-        profiler = cProfile.Profile() if args.profile_host and index < 2 else None
-        if profiler is not None:
-            profiler.enable()
-        result = serve_pass(engine, probe, rng, vocab, index, args.concurrency)
-        if profiler is not None:
-            profiler.disable()
-            host_profiles.append(own_seconds(profiler))
+        profiled = index < 2 and (args.profile_host or args.profile_cuda)
+        profiler = PassProfiler(
+            args.profile_host and profiled, args.profile_cuda and profiled, args.device
+        )
+        with profiler:
+            result = serve_pass(engine, probe, rng, vocab, index, args.concurrency)
+        if profiled:
+            profiles.append(profiler.tables)
         result["kernels_loaded"] = probe.loads[loads_before:] if probe.counts_loads else None
         now = triton_cache_kernels(cache)
         result["compiled"] = [now[k] for k in sorted(now.keys() - seen.keys())]
@@ -322,7 +432,11 @@ def main() -> None:
         print(f"pass {index}: {json.dumps(summary)}", flush=True)
     first_use = first_use_steps(passes[0], passes[1]) if args.replay and args.passes > 1 else []
     first_use_ms = first_use_extra_ms(passes[0], passes[1]) if first_use else None
-    host_extra = host_first_use(*host_profiles) if len(host_profiles) == 2 else []
+    profile_extra = {}  # a table each profile filled (no device table without a GPU)
+    if len(profiles) == 2:
+        for name, first in profiles[0].items():
+            if rows := profile_first_use(first, profiles[1][name]):
+                profile_extra[name] = rows
 
     lines = [
         "# Kernels compiled while serving varied traffic",
@@ -351,7 +465,9 @@ def main() -> None:
         f"{', '.join(map(str, args.concurrency))} (2 x concurrency requests each), prompts of "
         "1-1,500 tokens (a quarter sharing a prefix), 1-96 new tokens, greedy or seeded "
         "sampling, penalties and logprobs on some"
-        + ("; every pass the same traffic (--replay), prefix caching off." if args.replay else "."),
+        + ("; every pass the same traffic (--replay), prefix caching off" if args.replay else "")
+        + ("" if args.eager_row_buckets else "; eager steps' rows not padded to buckets")
+        + ".",
         "",
         "| pass | requests | output tokens | steps | wall s | longest step ms "
         "(prompt / generated tokens) | Triton kernels loaded | kernels compiled |",
@@ -383,15 +499,15 @@ def main() -> None:
         ]
     elif args.replay:
         lines += ["", "Pass 0's and pass 1's steps did not line up: no first-use comparison."]
-    if host_extra:
+    for table, rows in profile_extra.items():
         lines += [
             "",
-            "Host functions (own time, cProfile) that pass 0 spent most beyond pass 1 in:",
+            f"{PROFILE_TABLES[table]}: where pass 0 spent most beyond pass 1",
             "",
-            "| function | pass 0 ms | pass 1 ms |",
+            "| name | pass 0 ms | pass 1 ms |",
             "|---|---|---|",
         ]
-        lines += [f"| `{name}` | {a:.1f} | {b:.1f} |" for name, a, b in host_extra]
+        lines += [f"| `{name[:120]}` | {a:.1f} | {b:.1f} |" for name, a, b in rows]
     compiled = [c for p in passes for c in p["compiled"]]
     if compiled:
         lines += ["", "Signatures of what compiled after start-up:", ""]
@@ -414,8 +530,9 @@ def main() -> None:
         "speculative_stats": {name: vars(s) for name, s in engine.stats().speculative.items()},
         "concurrencies": args.concurrency,
         "replay": args.replay,
+        "eager_row_buckets": args.eager_row_buckets,
         "first_use_steps": first_use,
-        "host_first_use": host_extra,
+        "profile_first_use": profile_extra,  # {table: [[name, pass 0 ms, pass 1 ms], ...]}
         "first_use_extra_ms": first_use_ms,
         "passes": passes,
     }

@@ -90,7 +90,10 @@
 #             passes after start-up: the kernels each pass compiled, its longest step
 #             (~4 min; $COMPILES_MODELS, default "qwen3-0.6b qwen3-8b"; $COMPILES_ARGS are
 #             added, e.g. "--speculative draft_model --draft-model qwen3-0.6b", and
-#             $COMPILES_TAG to the result's name)
+#             $COMPILES_TAG to the result's name; $COMPILES_TIMEOUT: seconds a model, default 280)
+# firstuse    first_use_gpu.py: host µs of Qwen3-8B's layer GEMMs at new row counts (cuBLAS
+#             and cuBLASLt), after a sweep of row buckets, at buckets; torch's sampler
+#             operators at new batch sizes (~15 s)
 # spec        spec_bench.py --grid gpu (speculative decoding, spec off vs on; $SPEC_ARGS are
 #             added, e.g. "--concurrency 32")
 # overhead    spec_overhead.py --device cuda (drafter transport cost per step)
@@ -443,6 +446,10 @@ for phase in "$@"; do
         --reps 3 --timeline --name offline_b1_timeline --out "$OUT" 2>&1 \
         | grep -v "^\[transformers\]" | tail -40
       ;;
+    firstuse)
+      stamp "host cost of a first use: cuBLAS at new row counts, the sampler at new batch sizes"
+      timeout 200 python3 bench/first_use_gpu.py --out "$OUT" 2>&1 | grep -v Warning | tail -30
+      ;;
     online) online_ratio ;;
     final)  # offline_targets' 8B c64 is the online ratio's offline half
       offline_targets
@@ -452,7 +459,7 @@ for phase in "$@"; do
       for model in ${COMPILES_MODELS:-qwen3-0.6b qwen3-8b}; do
         stamp "kernels compiled while serving varied traffic: $model"
         # shellcheck disable=SC2086  # $COMPILES_ARGS: several arguments
-        timeout 280 python3 bench/compile_stability_gpu.py --model "$model" ${COMPILES_ARGS:-} \
+        timeout "${COMPILES_TIMEOUT:-280}" python3 bench/compile_stability_gpu.py --model "$model" ${COMPILES_ARGS:-} \
           --name "compile_stability_${model//[.-]/_}${COMPILES_TAG:-}" --out "$OUT" 2>&1 \
           | tail -25
       done

@@ -97,6 +97,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         pdl=not args.no_pdl,
         overlap_decode=not args.serial,
         prefill_graph_tokens=args.prefill_graph_tokens,
+        eager_row_buckets=args.eager_row_buckets,
     )
     _sync()
     t0 = time.perf_counter()
@@ -542,6 +543,12 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
         help="EngineConfig.prefill_graph_tokens (one-sequence prefill graphs; 0: off; "
         "default: the engine's)",
     )
+    parser.add_argument(
+        "--eager-row-buckets",
+        action=argparse.BooleanOptionalAction,
+        default=EngineConfig.eager_row_buckets,
+        help="EngineConfig.eager_row_buckets (on by default, as there)",
+    )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -573,6 +580,7 @@ def main() -> None:
             "overlap_decode": not args.serial,
             "tuning_cache": args.tuning_cache,
             "prefill_graph_tokens": args.prefill_graph_tokens,
+            "eager_row_buckets": args.eager_row_buckets,
         },
         "models": {},
     }

@@ -58,7 +58,7 @@ def test_compile_stability_smoke(tmp_path):
     run_bench(
         "compile_stability_gpu.py", "--model", str(model),
         "--device", "cpu", "--passes", "2", "--concurrency", "1", "3", "--kv-gib", "0.25",
-        "--replay", "--profile-host", "--out", str(tmp_path), "--name", "cs"
+        "--replay", "--profile-host", "--profile-cuda", "--out", str(tmp_path), "--name", "cs"
     )  # fmt: skip
     doc = json.loads((tmp_path / "cs.json").read_text())
     assert doc["concurrencies"] == [1, 3] and len(doc["passes"]) == 2
@@ -71,7 +71,12 @@ def test_compile_stability_smoke(tmp_path):
     first, again = (p["step_log"] for p in doc["passes"])
     assert [s[1:3] for s in first] == [s[1:3] for s in again] and doc["first_use_steps"]
     assert all(p["kernels_loaded"] == [] for p in doc["passes"])  # no Triton kernel on the CPU
-    assert len(doc["host_first_use"]) == 20 and "Host functions" in (tmp_path / "cs.md").read_text()
+    # --profile-host and --profile-cuda: a table each (torch.profiler on the CPU: host only)
+    tables = doc["profile_first_use"]
+    assert set(tables) == {"python", "torch host"} and all(len(t) == 20 for t in tables.values())
+    assert any(name.startswith("aten::") for name, _, _ in tables["torch host"])
+    report = (tmp_path / "cs.md").read_text()
+    assert "Host functions" in report and "Operators and CUDA API calls" in report
 
 
 def test_compile_stability_smoke_with_a_draft_model(tmp_path):

@@ -22,6 +22,8 @@ def test_every_group_runs_within_roomy_limits_and_separates_the_sampling_paths()
     filtered = groups["filtered draw"][0][1]
     assert plain.temperature > 0 and (plain.top_k, plain.top_p, plain.min_p) == (0, 1.0, 0.0)
     assert filtered.top_k > 0 and filtered.top_p < 1.0
+    several = groups["filtered draws"]  # the filters' operators over several rows
+    assert len(several) == 3 and all(sp == filtered for _, sp in several)
     many = groups["many prompts"]
     assert len(many) == 16 and max(len(p) for p, _ in many) == 1024
     assert sum(len(p) for p, _ in many) <= LIMITS.max_num_batched_tokens
@@ -33,7 +35,7 @@ def test_every_group_runs_within_roomy_limits_and_separates_the_sampling_paths()
 @pytest.mark.parametrize(
     ("limits", "absent"),
     [
-        (WarmUpLimits(1000, 1, 2048, 4096), {"two prompts", "many prompts"}),
+        (WarmUpLimits(1000, 1, 2048, 4096), {"filtered draws", "two prompts", "many prompts"}),
         (WarmUpLimits(1000, 64, 64, 4096), {"many prompts"}),  # budget: 15 short, no long
         (WarmUpLimits(1000, 64, 2048, 11), {"many prompts"}),  # its long prompt: 8 tokens
     ],

@@ -106,6 +106,11 @@ class EngineConfig:
         (``prefill_graphs.py``) instead of the eager forward's ~10 host calls a layer;
         0: off. On an H200 they took a 1024-token prompt's first token from 10.6 to
         3.6 ms on Qwen3-0.6B and from 23.9 to 21.9 ms on Qwen3-8B.
+    eager_row_buckets: where CUDA graphs could run (CUDA, a graph-safe attention
+        backend), pad an eager step's token rows (prompts, or prompts beside decodes) to
+        one of ~150 counts whose GEMM shapes the warm-up met (``row_buckets.py``): cuBLAS
+        chooses a kernel on the host the first time it meets a shape, 130-170 µs a call
+        on an H200's host against 20-30 µs after, four shapes a step.
     warm_up: before the engine is ready, serve a few dummy requests through every sampling
         path and prefill grid (``warm_up.py``) so the Triton kernel variants only traffic
         reaches compile at start-up, not in the middle of a served step, then reset the
@@ -147,6 +152,7 @@ class EngineConfig:
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512
     prefill_graph_tokens: int = 2048
+    eager_row_buckets: bool = True
     warm_up: bool | None = None
     stream_interval: int = 1
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)

@@ -163,7 +163,8 @@ class LLMEngine:
 
     def warm_up(self) -> float:
         """Serve ``warm_up.WARM_UP_GROUPS`` so the kernel variants that only traffic
-        reaches compile now, then reset the bookkeeping (``_reset_bookkeeping``); the
+        reaches compile now, run the GEMMs of every eager row bucket
+        (``ModelRunner.warm_row_buckets``), then reset the bookkeeping (``_reset_bookkeeping``); the
         speculator sits out (its gate would learn from dummy prompts; a remote drafter
         may not be up yet), but its proposer warms up on its own (``Proposer.warm_up``:
         a draft model's kernels). Needs an idle engine;
@@ -182,6 +183,7 @@ class LLMEngine:
         self.runner.speculator = None
         try:
             self.warm_up_seconds = warm_up(self.generate, limits)
+            self.warm_up_seconds += self.runner.warm_row_buckets()
             if speculator is not None:  # a draft model of its own compiles too (remote: no-op)
                 self.warm_up_seconds += speculator.proposer.warm_up()
         finally:

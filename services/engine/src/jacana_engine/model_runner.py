@@ -45,6 +45,7 @@ from jacana_engine.models.base import CausalLM, ModelConfig
 from jacana_engine.outputs import TokenLogprob
 from jacana_engine.pooling import pool_step
 from jacana_engine.prefill_graphs import PrefillGraphs, prefill_buckets
+from jacana_engine.row_buckets import pad_rows, padded_rows, row_buckets, warm_row_buckets
 from jacana_engine.sampler import Sampler, token_logprobs
 from jacana_engine.scheduler import ScheduledSequence
 
@@ -187,6 +188,12 @@ class ModelRunner:
             raise ValueError(f"decode_gemm must be 'auto' or 'torch', not {config.decode_gemm!r}")
         self.graphs = self._capture_graphs(config)
         self.prefill_graphs = self._capture_prefill_graphs(config)
+        # Eager steps with prompt tokens pad their rows to these (``row_buckets.py``):
+        # CUDA, with a backend that skips padding rows as the graphs' does.
+        self.row_buckets: list[int] = []
+        self._logits_rows = config.max_num_seqs  # the most rows an eager step samples
+        if config.eager_row_buckets and self._graph_sizes:
+            self.row_buckets = row_buckets(config.max_num_batched_tokens)
         self.device_sampler = DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
         self.speculator = None  # spec.Speculator, set by the engine when speculation is on
 
@@ -463,22 +470,32 @@ class ModelRunner:
         graphs on and off compute the same attention sums. ``token_patch`` edits the
         input ids on the device (``DecodeGraphs.run``)."""
         meta, num_tokens = batch.meta, batch.input_ids.shape[0]
+        input_ids, positions = batch.input_ids, batch.positions
         if num_tokens == meta.num_seqs and self._graph_sizes:
             size = padded_size(self._graph_sizes, num_tokens)
             if size is not None:
                 meta = dataclasses.replace(meta, decode_num_splits=self._decode_splits(size))
+        elif self.row_buckets:  # prompt (or draft) tokens: GEMM rows of a warmed count
+            rows = padded_rows(num_tokens, self.row_buckets)
+            input_ids, positions, meta = pad_rows(input_ids, positions, meta, rows)
         # Inputs from pageable memory: at a step's start the GPU has nothing queued to
         # wait for, and a pinned copy of each costs the host more (on an H200's host,
         # profiled: 325 against 137 µs for the six), on the step's critical path.
         non_blocking = self.device.type == "cuda"
-        input_ids = batch.input_ids.to(self.device, non_blocking=non_blocking)
+        input_ids = input_ids.to(self.device, non_blocking=non_blocking)
         if token_patch is not None:
             token_patch(input_ids)
-        return self._run_model(
-            input_ids,
-            batch.positions.to(self.device, non_blocking=non_blocking),
-            meta.to(self.device),
+        hidden = self._run_model(
+            input_ids, positions.to(self.device, non_blocking=non_blocking), meta.to(self.device)
         )
+        return hidden[:num_tokens]  # padding rows dropped
+
+    def warm_row_buckets(self) -> float:
+        """Meet every GEMM shape a padded eager step runs (``row_buckets.warm_row_buckets``);
+        the wall seconds (0 without buckets)."""
+        if not self.row_buckets:
+            return 0.0
+        return warm_row_buckets(self.model, self.row_buckets, self._logits_rows)
 
     def _sample(self, logits: torch.Tensor, sampling: list) -> StepOutput:
         """Sample each row on the CUDA fast path (``device_sampling``) when its own

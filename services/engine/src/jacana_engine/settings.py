@@ -179,6 +179,11 @@ class EngineSettings(ServiceSettings):
         "many tokens: a step of one prompt chunk replays one instead of launching every "
         "kernel from Python (0: off; 1 is refused).",
     )
+    eager_row_buckets: bool = Field(
+        True,
+        description="Pad an eager step's token rows to one of ~150 counts whose GEMM shapes "
+        "start-up met (CUDA): cuBLAS picks a kernel on the host for each new shape.",
+    )
     warm_up: bool | None = Field(
         None,
         description="Serve a few dummy requests before reporting ready, so kernels that only "
@@ -329,6 +334,7 @@ class EngineSettings(ServiceSettings):
             overlap_decode=self.overlap_decode,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
             prefill_graph_tokens=self.prefill_graph_tokens,
+            eager_row_buckets=self.eager_row_buckets,
             warm_up=self.warm_up,
             stream_interval=self.stream_interval,
             pooling=self.pooling,

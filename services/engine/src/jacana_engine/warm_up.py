@@ -4,7 +4,8 @@ Triton compiles a kernel once per specialization (its constexprs, the dtypes of 
 tensors, and the 1 / multiple-of-16 / 16-byte-alignment of its other arguments). Graph
 capture compiles the decode step's and the one-sequence prefill's kernels, but several
 variants only run on traffic: the sampling kernel with and without its top-k/top-p/min-p
-threshold, the argmax over float32 logits (a prefill's first token), and prefill
+threshold, torch's sort and top-k over several rows (CUDA loads their kernels on first use,
+46 ms in one served step), the argmax over float32 logits (a prefill's first token), and prefill
 attention of several sequences at each query-block size ``choose_block_m`` picks. The first
 step that meets one stalls for the compile (0.5-1.5 s on an H200's host, measured by
 ``bench/compile_stability_gpu.py``) with its whole batch behind it.
@@ -64,6 +65,23 @@ def _single(**sampling) -> Callable[[WarmUpLimits, int], Requests]:
     return build
 
 
+def _several(count: int, **sampling) -> Callable[[WarmUpLimits, int], Requests]:
+    """A group of ``count`` short prompts (fewer where ``max_num_seqs`` is smaller, none
+    below two) sampled alike with ``sampling``: the sampler's torch operators over several
+    rows, whose CUDA kernels differ from one row's and load on first use."""
+
+    def build(limits: WarmUpLimits, salt: int) -> Requests:
+        n = min(count, limits.max_num_seqs)
+        if n < 2:
+            return []
+        vocab = limits.vocab_size
+        return [
+            (_prompt(_SHORT_PROMPT, salt * 100 + i, vocab), _params(**sampling)) for i in range(n)
+        ]
+
+    return build
+
+
 def _two_short(limits: WarmUpLimits, salt: int) -> Requests:
     if limits.max_num_seqs < 2:
         return []
@@ -96,6 +114,12 @@ WARM_UP_GROUPS: tuple[tuple[str, str, Callable[[WarmUpLimits, int], Requests]], 
         "filtered draw",
         "sampling kernel with the top-k/top-p/min-p threshold",
         _single(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05),
+    ),
+    (
+        "filtered draws",
+        "the filters' sort and top-k over several rows (a first use loaded 46 ms of CUDA "
+        "modules in a served step)",
+        _several(3, temperature=0.7, top_k=20, top_p=0.9, min_p=0.05),
     ),
     (
         "processed draw",
