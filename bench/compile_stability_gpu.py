@@ -94,6 +94,7 @@ class StepProbe:
 
     def __init__(self, engine: Any) -> None:
         self.last = (0, 0)
+        self.step = 0  # the pass's step count so far (serve_pass resets it)
         self.loads: list[str] = []
         meter = engine._throughput
         record = meter.record
@@ -130,6 +131,8 @@ def closed_loop(
     """Keep ``concurrency`` of ``requests`` in flight until all have run: the output
     tokens, and each step's (ms, prompt tokens, generated tokens, Triton kernels loaded)
     in order (an overlapped step's tokens are those of the step it read back)."""
+    from torch.profiler import record_function  # torch after main() set Triton's cache
+
     pending = list(requests)
     output_tokens, steps = 0, []
 
@@ -142,8 +145,10 @@ def closed_loop(
     while engine.has_unfinished_requests():
         loaded = len(probe.loads)
         t0 = time.perf_counter()
-        outs = engine.step()
+        with record_function(f"{STEP_LABEL}{probe.step}"):  # names the step in a profile
+            outs = engine.step()
         ms = (time.perf_counter() - t0) * 1e3
+        probe.step += 1
         steps.append((ms, *probe.last, len(probe.loads) - loaded))
         for out in outs:
             output_tokens += len(out.new_token_ids)
@@ -163,6 +168,7 @@ def serve_pass(
     """One pass: at each concurrency, a closed loop over 2 x concurrency requests."""
     prefix = [rng.randrange(vocab) for _ in range(rng.choice([16, 40, 256]))]
     output_tokens, steps = 0, []
+    probe.step = 0
     start = time.perf_counter()
     for concurrency in concurrencies:
         requests = [random_request(rng, vocab, prefix) for _ in range(2 * concurrency)]
@@ -233,14 +239,16 @@ def torch_profile_self_seconds(profiler: Any) -> tuple[dict[str, float], dict[st
     return host, device
 
 
+# The profiler label around each served step, followed by its index in the pass.
+STEP_LABEL = "jacana step "
 # What CUDA's lazy loading reports as it loads a module or a kernel on a first launch.
 LOAD_EVENTS = ("Runtime Triggered Module Loading", "Lazy Function Loading")
 
 
 def module_loads_by_operator(profiler: Any) -> dict[str, float]:
     """Seconds of CUDA module and kernel loading (``LOAD_EVENTS``) under each operator, by
-    the innermost ``aten::`` operator around the load (its name and input shapes), else
-    the outermost event around it, else ``?``."""
+    the step (``STEP_LABEL``) and the innermost ``aten::`` operator around the load (its
+    name and input shapes), else the outermost event around it, else ``?``."""
     events = list(profiler.events())
     outer = sorted(
         (e for e in events if e.cpu_parent is None and e.name not in LOAD_EVENTS),
@@ -251,15 +259,19 @@ def module_loads_by_operator(profiler: Any) -> dict[str, float]:
     for event in events:
         if event.name not in LOAD_EVENTS:
             continue
-        owner, parent = None, event.cpu_parent
-        while parent is not None and owner is None:
-            owner = parent if parent.name.startswith("aten::") else None
+        owner, step, parent = None, "", event.cpu_parent
+        while parent is not None:
+            if owner is None and parent.name.startswith("aten::"):
+                owner = parent
+            if parent.name.startswith(STEP_LABEL):
+                step = parent.name.removeprefix("jacana ") + ": "
             parent = parent.cpu_parent
         if owner is None:  # not nested: the outermost event whose time holds it
             i = bisect.bisect_right(starts, event.time_range.start) - 1
             if i >= 0 and outer[i].time_range.end >= event.time_range.end:
                 owner = outer[i]
-        key = "?" if owner is None else f"{owner.name} {list(owner.input_shapes or [])}"
+        name = "?" if owner is None else f"{owner.name} {list(owner.input_shapes or [])}"
+        key = step + name
         loads[key] = loads.get(key, 0.0) + event.time_range.elapsed_us() * 1e-6
     return loads
 

@@ -64,9 +64,10 @@ class RecordingProposer(DraftModelProposer):
 def test_warm_up_drafts_every_prompt_shape_and_leaves_the_cache_as_it_was(toy):
     warmed = RecordingProposer(toy.LM(), num_blocks=32, block_size=4, max_batch=4)
     assert warmed.warm_up() > 0
-    # a short prompt, two, then four (the batch bound) with one long (what the cache holds)
+    # a short prompt, three, two, then four (the batch bound) with one long (what the
+    # cache holds)
     calls = warmed.calls
-    assert calls[0] == [8] and calls[1] == [8, 8] and len(calls[2]) == 4 and max(calls[2]) > 8
+    assert calls[:3] == [[8], [8, 8, 8], [8, 8]] and len(calls[3]) == 4 and max(calls[3]) > 8
     assert len(warmed._free) == 32 and warmed._states == {}
     fresh = DraftModelProposer(toy.LM(), num_blocks=32, block_size=4, max_batch=4)
     history = [5, 3, 5, 8, 9, 7]
@@ -82,7 +83,7 @@ def test_the_engine_warm_up_warms_its_proposer_and_leaves_the_speculator_alone(t
     engine.runner.speculator = engine.speculator
     before = engine.speculator.stats()
     engine.warm_up()
-    assert len(proposer.calls) == 3  # its own warm-up; the engine's requests drafted nothing
+    assert len(proposer.calls) == 4  # its own warm-up; the engine's requests drafted nothing
     assert engine.speculator.stats() == before
     assert len(proposer._free) == 64 and proposer._states == {}
     prompts = [[3, 1, 4, 1, 5, 9, 2, 6]]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.row_buckets import pad_rows, padded_rows, row_buckets, warm_row_buckets
 from jacana_engine.scheduler import ScheduledSequence
 from jacana_engine.spec.proposer import DraftRequest, Proposer
 
@@ -76,6 +77,10 @@ class DraftModelProposer(Proposer):
         self.max_len = cfg.max_position_embeddings
         self.max_batch, self.max_draft = max_batch, max_draft
         self.graphs = self._capture_graphs(max_batch, max_draft)
+        # Eager steps (catch-ups that the graphs do not hold) pad their rows as the
+        # target's do (``row_buckets.py``), where the graphs run: their padding is safe.
+        capacity = min(self.max_len, num_blocks * block_size)
+        self.row_buckets = row_buckets(capacity) if self.graphs is not None else []
 
     # ---- interface -------------------------------------------------------------------------
 
@@ -114,7 +119,8 @@ class DraftModelProposer(Proposer):
     def warm_up(self) -> float:
         """Draft for ``warm_up.warm_up_prompt_groups`` (one ``propose`` a group: a short
         prompt, two, many with a long one, within this cache and batch), so the prefill
-        kernels' variants compile now, then finish them all (every block back)."""
+        kernels' variants compile now, then finish them all (every block back); then meet
+        the GEMM shapes of every row bucket (``row_buckets.warm_row_buckets``)."""
         from jacana_engine.warm_up import WarmUpLimits, warm_up_prompt_groups
 
         started = time.perf_counter()
@@ -133,6 +139,8 @@ class DraftModelProposer(Proposer):
             self.propose(requests)
             for r in requests:
                 self.finish(r.request_id, r.token_ids, r.num_prompt_tokens)
+        if self.row_buckets:
+            warm_row_buckets(self.model, self.row_buckets, self.max_batch)
         return time.perf_counter() - started
 
     # ---- the draft model's forward passes ------------------------------------------------
@@ -220,13 +228,18 @@ class DraftModelProposer(Proposer):
             query_lens_cpu=[len(new) for _, new in chunks],
             seq_lens_cpu=seq_lens,
             block_size=bs,
-        ).to(self.device)
+        )
+        input_ids = torch.tensor(ids, dtype=torch.int64)  # [T]
+        input_positions = torch.tensor(positions, dtype=torch.int64)  # [T]
+        if self.row_buckets and len(ids) > len(chunks):  # a catch-up: rows T.. pad it
+            rows = padded_rows(len(ids), self.row_buckets)
+            input_ids, input_positions, meta = pad_rows(input_ids, input_positions, meta, rows)
         hidden = self.model.forward(
-            torch.tensor(ids, dtype=torch.int64, device=self.device),  # [T]
-            torch.tensor(positions, dtype=torch.int64, device=self.device),  # [T]
+            input_ids.to(self.device),
+            input_positions.to(self.device),
             self.kv_caches,
-            meta,
-        )  # [T, hidden]
+            meta.to(self.device),
+        )  # [rows, hidden]
         last = torch.tensor([q - 1 for q in qsl[1:]], device=self.device)  # [B]
         return self.model.compute_logits(hidden[last]).argmax(dim=-1).tolist()
 
