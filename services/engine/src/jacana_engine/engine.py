@@ -164,10 +164,10 @@ class LLMEngine:
     def warm_up(self) -> float:
         """Serve ``warm_up.WARM_UP_GROUPS`` so the kernel variants that only traffic
         reaches compile now, run the GEMMs of every eager row bucket
-        (``ModelRunner.warm_row_buckets``), then reset the bookkeeping (``_reset_bookkeeping``); the
-        speculator sits out (its gate would learn from dummy prompts; a remote drafter
-        may not be up yet), but its proposer warms up on its own (``Proposer.warm_up``:
-        a draft model's kernels). Needs an idle engine;
+        (``ModelRunner.warm_row_buckets``), then reset the bookkeeping
+        (``_reset_bookkeeping``); the speculator sits out (its gate would learn from dummy
+        prompts; a remote drafter may not be up yet), but its proposer warms up on its own
+        (``Proposer.warm_up``: a draft model's kernels). Needs an idle engine;
         returns (and keeps in ``warm_up_seconds``) the wall seconds it took."""
         from jacana_engine.warm_up import WarmUpLimits, warm_up
 

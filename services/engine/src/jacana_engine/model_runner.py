@@ -191,7 +191,12 @@ class ModelRunner:
         # Eager steps with prompt tokens pad their rows to these (``row_buckets.py``):
         # CUDA, with a backend that skips padding rows as the graphs' does.
         self.row_buckets: list[int] = []
-        self._logits_rows = config.max_num_seqs  # the most rows an eager step samples
+        # the most rows an eager step projects to logits: each sequence's last, or with
+        # speculation its last and its drafts (``spec.Speculator.verify``)
+        spec = config.speculative
+        self._logits_rows = config.max_num_seqs * (
+            1 + spec.num_speculative_tokens if spec.enabled else 1
+        )
         if config.eager_row_buckets and self._graph_sizes:
             self.row_buckets = row_buckets(config.max_num_batched_tokens)
         self.device_sampler = DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None

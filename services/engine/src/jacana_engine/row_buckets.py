@@ -28,6 +28,8 @@ import time
 
 import torch
 
+from jacana_engine.attention_metadata import AttentionMetadata
+
 _FINE_STEP, _FINE_UNTIL, _COARSE_STEP = 16, 512, 64
 
 
@@ -49,7 +51,9 @@ def padded_rows(num_tokens: int, buckets: list[int]) -> int:
     return buckets[i] if i < len(buckets) else num_tokens
 
 
-def pad_rows(input_ids: torch.Tensor, positions: torch.Tensor, meta, rows: int):
+def pad_rows(
+    input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, rows: int
+) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
     """(input_ids [rows], positions [rows], meta with slot_mapping [rows]) from a step's
     [T] host tensors: rows T.. are padding (token 0, position 0, slot -1). ``meta``'s
     sequences (``query_start_loc``, lengths, tables) are unchanged."""

@@ -102,3 +102,55 @@ def test_the_draft_models_padded_catch_ups_draft_what_unpadded_ones_do(device, s
             history[r] = history[r] + d[:2]  # two drafts accepted
     for a, b in zip(plain.kv_caches, padded.kv_caches, strict=True):
         assert torch.equal(a == 0, b == 0), "padding rows wrote the draft cache"
+
+
+def _tiny_qwen3_dir(tmp_path):
+    import json
+
+    config = dict(
+        architectures=["Qwen3ForCausalLM"], hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        vocab_size=256, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0,
+    )  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(tmp_path / "config.json")
+
+
+def test_an_engine_padding_its_eager_steps_serves_what_one_without_does(device, tmp_path):
+    """Prompts arriving while others decode (mixed steps), served by the model runner with
+    its eager steps' rows padded to buckets and without: the same tokens and logprobs."""
+    if device.type == "cuda":
+        pytest.skip("on a GPU: test_row_buckets.py serves whole engines")
+    from jacana_engine.config import EngineConfig
+    from jacana_engine.engine import LLMEngine
+
+    config = EngineConfig(
+        model=_tiny_qwen3_dir(tmp_path), load_format="dummy", dtype="float32", device="cpu",
+        attention_backend="triton", block_size=4, num_kv_blocks=64, max_num_seqs=4,
+        max_model_len=128, max_num_batched_tokens=64, seed=1, warm_up=False,
+    )  # fmt: skip
+    plain, padded = LLMEngine(config, tokenizer=None), LLMEngine(config, tokenizer=None)
+    assert padded.runner.row_buckets == []  # no graphs on the CPU: no padding by default
+    padded.runner.row_buckets = row_buckets(64)
+    widths = []
+    forward = padded.runner._run_model
+
+    def spy(input_ids, positions, meta):
+        widths.append((input_ids.shape[0], meta.num_seqs))
+        return forward(input_ids, positions, meta)
+
+    padded.runner._run_model = spy
+    params = SamplingParams(temperature=0.0, max_tokens=5, logprobs=2, ignore_eos=True)
+    prompts = [[5, 9, 2, 7, 1], [11, 4, 8, 6, 2, 9, 10, 12, 1], [3, 1, 4]]
+
+    def serve(engine) -> list:
+        engine.add_request("a", prompts[0], params)
+        outs = engine.step() + engine.step()  # "a" prefilled, then one decode
+        engine.add_request("b", prompts[1], params)
+        engine.add_request("c", prompts[2], params)
+        while engine.has_unfinished_requests():  # "b" and "c" prefill beside "a"'s decode
+            outs += engine.step()
+        return [(o.request_id, o.new_token_ids, o.logprobs) for o in outs]
+
+    assert serve(padded) == serve(plain)
+    assert (16, 1) in widths and (16, 3) in widths  # 5 rows; then 1 + 9 + 3 rows, padded
