@@ -89,8 +89,9 @@ class StepProbe:
     of its forward pass (its throughput meter's ``record``, called once a forward, wrapped
     to keep the last pair), and how many Triton kernels were loaded into the process so
     far (``jit_post_compile_hook``: every in-memory cache miss, whether the binary came
-    from the disk cache or was compiled), by name. One per engine (``_reset_bookkeeping``
-    builds a new meter: make it after the warm-up)."""
+    from the disk cache or was compiled), by name; with a draft model in process, the token
+    rows its forward passes computed so far (catch-ups and one-token drafts). One per
+    engine (``_reset_bookkeeping`` builds a new meter: make it after the warm-up)."""
 
     def __init__(self, engine: Any) -> None:
         self.last = (0, 0)
@@ -105,6 +106,16 @@ class StepProbe:
 
         meter.record = keep
         self.counts_loads = install_load_hook(self.loads)
+        self.draft_rows = 0
+        proposer = getattr(engine.speculator, "proposer", None)
+        if hasattr(proposer, "_step"):  # DraftModelProposer: its forward over new tokens
+            forward = proposer._step
+
+            def count(chunks: list) -> list[int]:
+                self.draft_rows += sum(len(new) for _, new in chunks)
+                return forward(chunks)
+
+            proposer._step = count
 
 
 def install_load_hook(loads: list[str]) -> bool:
@@ -129,8 +140,9 @@ def closed_loop(
     engine: Any, probe: StepProbe, requests: list, concurrency: int, tag: str
 ) -> tuple[int, list[tuple[float, int, int, int]]]:
     """Keep ``concurrency`` of ``requests`` in flight until all have run: the output
-    tokens, and each step's (ms, prompt tokens, generated tokens, Triton kernels loaded)
-    in order (an overlapped step's tokens are those of the step it read back)."""
+    tokens, and each step's (ms, prompt tokens, generated tokens, Triton kernels loaded,
+    draft-model rows) in order (an overlapped step's tokens are those of the step it read
+    back)."""
     from torch.profiler import record_function  # torch after main() set Triton's cache
 
     pending = list(requests)
@@ -143,13 +155,13 @@ def closed_loop(
     for _ in range(min(concurrency, len(pending))):
         submit()
     while engine.has_unfinished_requests():
-        loaded = len(probe.loads)
+        loaded, drafted = len(probe.loads), probe.draft_rows
         t0 = time.perf_counter()
         with record_function(f"{STEP_LABEL}{probe.step}"):  # names the step in a profile
             outs = engine.step()
         ms = (time.perf_counter() - t0) * 1e3
         probe.step += 1
-        steps.append((ms, *probe.last, len(probe.loads) - loaded))
+        steps.append((ms, *probe.last, len(probe.loads) - loaded, probe.draft_rows - drafted))
         for out in outs:
             output_tokens += len(out.new_token_ids)
             if out.finished and pending:
@@ -185,8 +197,10 @@ def serve_pass(
         "wall_s": time.perf_counter() - start,
         "longest_step_ms": longest[0],
         "longest_step_tokens": list(longest[1:3]),  # (prompt tokens computed, generated)
-        # each step: [ms, prompt tokens, generated tokens, Triton kernels loaded in it]
-        "step_log": [[round(ms, 3), p, g, k] for ms, p, g, k in steps],
+        "longest_step_draft_rows": longest[4],
+        # each step: [ms, prompt tokens, generated tokens, Triton kernels loaded in it,
+        # token rows the draft model computed in it]
+        "step_log": [[round(ms, 3), p, g, k, d] for ms, p, g, k, d in steps],
     }
 
 
@@ -482,7 +496,8 @@ def main() -> None:
         + ".",
         "",
         "| pass | requests | output tokens | steps | wall s | longest step ms "
-        "(prompt / generated tokens) | Triton kernels loaded | kernels compiled |",
+        "(prompt / generated tokens; draft-model rows) | Triton kernels loaded | "
+        "kernels compiled |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for i, p in enumerate(passes):
@@ -490,7 +505,8 @@ def main() -> None:
         lines.append(
             f"| {i} | {p['requests']} | {p['output_tokens']} | {p['steps']} | "
             f"{p['wall_s']:.1f} | {p['longest_step_ms']:.0f} "
-            f"({p['longest_step_tokens'][0]} / {p['longest_step_tokens'][1]}) | "
+            f"({p['longest_step_tokens'][0]} / {p['longest_step_tokens'][1]}; "
+            f"{p['longest_step_draft_rows']}) | "
             f"{'n/a' if p['kernels_loaded'] is None else len(p['kernels_loaded'])} | "
             f"{len(p['compiled'])}: {names} |"
         )

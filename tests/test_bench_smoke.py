@@ -71,6 +71,7 @@ def test_compile_stability_smoke(tmp_path):
     first, again = (p["step_log"] for p in doc["passes"])
     assert [s[1:3] for s in first] == [s[1:3] for s in again] and doc["first_use_steps"]
     assert all(p["kernels_loaded"] == [] for p in doc["passes"])  # no Triton kernel on the CPU
+    assert all(step[4] == 0 for p in doc["passes"] for step in p["step_log"])  # no draft model
     # --profile-host and --profile-cuda: a table each (torch.profiler on the CPU: host only)
     tables = doc["profile_first_use"]
     assert set(tables) == {"python", "torch host"} and all(len(t) == 20 for t in tables.values())
@@ -93,6 +94,11 @@ def test_compile_stability_smoke_with_a_draft_model(tmp_path):
     assert doc["speculative_stats"]["draft_model"]["draft_tokens"] > 0
     (only,) = doc["passes"]
     assert only["output_tokens"] >= 6 and sum(only["longest_step_tokens"]) > 0
+    # the draft model's rows, step by step: its catch-ups and drafts
+    assert (
+        sum(step[4] for step in only["step_log"])
+        >= doc["speculative_stats"]["draft_model"]["draft_tokens"]
+    )
     assert "speculative draft_model" in (tmp_path / "cs.md").read_text()
 
 
