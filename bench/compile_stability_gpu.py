@@ -138,7 +138,7 @@ def install_load_hook(loads: list[str]) -> bool:
 
 def closed_loop(
     engine: Any, probe: StepProbe, requests: list, concurrency: int, tag: str
-) -> tuple[int, list[tuple[float, int, int, int]]]:
+) -> tuple[int, list[tuple[float, int, int, int, int]]]:
     """Keep ``concurrency`` of ``requests`` in flight until all have run: the output
     tokens, and each step's (ms, prompt tokens, generated tokens, Triton kernels loaded,
     draft-model rows) in order (an overlapped step's tokens are those of the step it read
@@ -278,7 +278,7 @@ def module_loads_by_operator(profiler: Any) -> dict[str, float]:
             if owner is None and parent.name.startswith("aten::"):
                 owner = parent
             if parent.name.startswith(STEP_LABEL):
-                step = parent.name.removeprefix("jacana ") + ": "
+                step = f"step {parent.name[len(STEP_LABEL) :]}: "
             parent = parent.cpu_parent
         if owner is None:  # not nested: the outermost event whose time holds it
             i = bisect.bisect_right(starts, event.time_range.start) - 1
@@ -293,8 +293,7 @@ def module_loads_by_operator(profiler: Any) -> dict[str, float]:
 class PassProfiler:
     """Profiles a pass as the arguments ask: cProfile (own time of Python functions) and/or
     torch.profiler (operators, CUDA API calls, kernels, and which operators loaded CUDA
-    modules). ``tables`` maps a table name to
-    {name: seconds} once the pass has run."""
+    modules). ``tables`` maps a table name to {name: seconds} once the pass has run."""
 
     def __init__(self, host: bool, cuda: bool, device: str) -> None:
         self.cprofile = cProfile.Profile() if host else None
@@ -332,7 +331,8 @@ PROFILE_TABLES = {
     "python": "Host functions (own time, cProfile)",
     "torch host": "Operators and CUDA API calls on the host (self time, torch.profiler)",
     "torch device": "Kernels and copies on the device (self time, torch.profiler)",
-    "torch loads": "CUDA module and kernel loads (lazy loading), by the operator that met them",
+    "torch loads": "CUDA module and kernel loads (lazy loading), by the step and operator "
+    "that met them",
 }
 
 

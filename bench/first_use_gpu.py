@@ -46,7 +46,8 @@ SAMPLING_ROWS = (1, 2, 3, 4, 5, 8, 16, 17, 32, 64)
 
 def host_us(call: Any, device: torch.device) -> float:
     """Microseconds ``call()`` holds the host, the device idle before it."""
-    torch.cuda.synchronize(device) if device.type == "cuda" else None
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     t0 = time.perf_counter()
     call()
     return (time.perf_counter() - t0) * 1e6
@@ -88,6 +89,9 @@ def gemm_probe(args: argparse.Namespace, device: torch.device, blas: str, taken:
         name: torch.randn(n, k, device=device, dtype=torch.bfloat16) * 0.02
         for name, n, k in GEMM_SHAPES
     }
+    # one input for every shape, its columns sliced: each GEMM reads it with a leading
+    # dimension of 12,288 (the engine's inputs are contiguous, so their shapes differ in
+    # that, and ``row_buckets.warm_row_buckets`` warms them on inputs of their own width)
     x = torch.randn(args.max_rows, 12288, device=device, dtype=torch.bfloat16)
 
     def calls(rows: list[int]) -> list[tuple[float, float]]:
@@ -108,7 +112,8 @@ def gemm_probe(args: argparse.Namespace, device: torch.device, blas: str, taken:
     for m in buckets:
         for w in weights.values():
             torch.nn.functional.linear(x[:m, : w.shape[1]], w)
-    torch.cuda.synchronize(device) if device.type == "cuda" else None
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     result["sweep"] = {"buckets": len(buckets), "seconds": time.perf_counter() - t0}
     result["fresh_after_sweep"] = summary(calls(gemm_rows(rng, args.samples, args.max_rows, taken)))
     # the sweep ran each bucket once: a repeat at a bucket is what padding to it would pay
@@ -119,7 +124,7 @@ def gemm_probe(args: argparse.Namespace, device: torch.device, blas: str, taken:
 
 def sampling_probe(device: torch.device, vocab: int) -> list[dict[str, Any]]:
     """Each operator's first call at each batch size in turn (N = 1 first, as the
-    engine's warm-up samples one row at a time)."""
+    engine's warm-up sampled one row at a time when this was measured)."""
     rows = []
     for n in SAMPLING_ROWS:
         logits = torch.randn(n, vocab, device=device, dtype=torch.float32)
