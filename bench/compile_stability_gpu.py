@@ -384,6 +384,11 @@ def main() -> None:
         "time pass 0 exceeded pass 1's by most (with --replay: where a first use spends)",
     )
     parser.add_argument(
+        "--tuning-cache",
+        default=None,
+        help="EngineConfig.tuning_cache: runs sharing one file decode on the same GEMM picks",
+    )
+    parser.add_argument(
         "--eager-row-buckets",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -420,6 +425,7 @@ def main() -> None:
             speculative=speculative_config(args),
             enable_prefix_caching=not args.replay,
             eager_row_buckets=args.eager_row_buckets,
+            tuning_cache=args.tuning_cache,
         ),
         tokenizer=None,
     )

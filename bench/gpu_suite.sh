@@ -91,6 +91,9 @@
 #             (~4 min; $COMPILES_MODELS, default "qwen3-0.6b qwen3-8b"; $COMPILES_ARGS are
 #             added, e.g. "--speculative draft_model --draft-model qwen3-0.6b", and
 #             $COMPILES_TAG to the result's name; $COMPILES_TIMEOUT: seconds a model, default 280)
+# rows        eager row buckets on and off, on one tuning cache: c64 of both models (what
+#             padding costs where steps are compute-bound), then the 0.6B serving new varied
+#             traffic every pass (new row counts throughout: what the buckets save) (~8 min)
 # firstuse    first_use_gpu.py: host µs of Qwen3-8B's layer GEMMs at new row counts (cuBLAS
 #             and cuBLASLt), after a sweep of row buckets, at buckets; torch's sampler
 #             operators at new batch sizes (~15 s)
@@ -411,6 +414,22 @@ for phase in "$@"; do
           --workloads b1 ttft1024 --prefill-graph-tokens $tokens --reps 5 \
           --tuning-cache /tmp/jacana-prefill-tuning.json --name "offline_prefill_graphs_$tokens" \
           --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| (b1|ttft1024) \|" | tail -24
+      done
+      ;;
+    rows)
+      # one tuning cache: both sides decode on the same picks, only the eager steps differ
+      rm -f /tmp/jacana-rows-tuning.json
+      for flag in eager-row-buckets no-eager-row-buckets; do
+        stamp "c64 of both models, --$flag"
+        timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+          --workloads c64 --reps 3 --$flag --tuning-cache /tmp/jacana-rows-tuning.json \
+          --name "offline_rows_$flag" --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| c64 \|"
+      done
+      for flag in eager-row-buckets no-eager-row-buckets; do
+        stamp "0.6B varied traffic, new every pass (new row counts throughout), --$flag"
+        timeout 150 python3 bench/compile_stability_gpu.py --model qwen3-0.6b --passes 5 \
+          --$flag --tuning-cache /tmp/jacana-rows-tuning.json \
+          --name "compile_stability_rows_$flag" --out "$OUT" 2>&1 | grep -E "^\| [0-4] \|"
       done
       ;;
     band)
