@@ -67,8 +67,9 @@ def _single(**sampling) -> Callable[[WarmUpLimits, int], Requests]:
 
 def _several(count: int, **sampling) -> Callable[[WarmUpLimits, int], Requests]:
     """A group of ``count`` short prompts (fewer where ``max_num_seqs`` is smaller, none
-    below two) sampled alike with ``sampling``: the sampler's torch operators over several
-    rows, whose CUDA kernels differ from one row's and load on first use."""
+    below two) sampled alike with ``sampling``, prefilled in one step: prefill attention
+    of several sequences, and the sampler's torch operators over several rows (their CUDA
+    kernels differ from one row's and load on first use)."""
 
     def build(limits: WarmUpLimits, salt: int) -> Requests:
         n = min(count, limits.max_num_seqs)
@@ -80,15 +81,6 @@ def _several(count: int, **sampling) -> Callable[[WarmUpLimits, int], Requests]:
         ]
 
     return build
-
-
-def _two_short(limits: WarmUpLimits, salt: int) -> Requests:
-    if limits.max_num_seqs < 2:
-        return []
-    return [
-        (_prompt(_SHORT_PROMPT, salt * 2 + i, limits.vocab_size), _params(temperature=0.0))
-        for i in range(2)
-    ]
 
 
 def _many_with_a_long_one(limits: WarmUpLimits, salt: int) -> Requests:
@@ -106,6 +98,9 @@ def _many_with_a_long_one(limits: WarmUpLimits, salt: int) -> Requests:
     ]
 
 
+# top-k, top-p and min-p at once: the sampler's threshold path
+_FILTERED = dict(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05)
+
 # (name, what it reaches, the requests); each group runs alone, in this order.
 WARM_UP_GROUPS: tuple[tuple[str, str, Callable[[WarmUpLimits, int], Requests]], ...] = (
     ("greedy", "argmax of float32 prefill logits, in-graph argmax", _single(temperature=0.0)),
@@ -113,20 +108,24 @@ WARM_UP_GROUPS: tuple[tuple[str, str, Callable[[WarmUpLimits, int], Requests]], 
     (
         "filtered draw",
         "sampling kernel with the top-k/top-p/min-p threshold",
-        _single(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05),
+        _single(**_FILTERED),
     ),
     (
         "filtered draws",
         "the filters' sort and top-k over several rows (a first use loaded 46 ms of CUDA "
         "modules in a served step)",
-        _several(3, temperature=0.7, top_k=20, top_p=0.9, min_p=0.05),
+        _several(3, **_FILTERED),
     ),
     (
         "processed draw",
         "penalties and logprobs (the full sampler)",
         _single(temperature=1.0, repetition_penalty=1.1, presence_penalty=0.5, logprobs=2),
     ),
-    ("two prompts", "prefill attention of two sequences, small grid", _two_short),
+    (
+        "two prompts",
+        "prefill attention of two sequences, small grid",
+        _several(2, temperature=0.0),
+    ),
     ("many prompts", "prefill attention of many sequences, large grid", _many_with_a_long_one),
 )
 
