@@ -75,12 +75,13 @@ class DraftModelProposer(Proposer):
         self._free = list(range(num_blocks - 1, -1, -1))
         self._states: dict[str, _DraftState] = {}
         self.max_len = cfg.max_position_embeddings
+        # the most tokens one request's (or one step's) K/V can reach in this cache
+        self.capacity = min(self.max_len, num_blocks * block_size)
         self.max_batch, self.max_draft = max_batch, max_draft
         self.graphs = self._capture_graphs(max_batch, max_draft)
         # Eager steps (catch-ups that the graphs do not hold) pad their rows as the
         # target's do (``row_buckets.py``), where the graphs run: their padding is safe.
-        capacity = min(self.max_len, num_blocks * block_size)
-        self.row_buckets = row_buckets(capacity) if self.graphs is not None else []
+        self.row_buckets = row_buckets(self.capacity) if self.graphs is not None else []
 
     # ---- interface -------------------------------------------------------------------------
 
@@ -164,7 +165,7 @@ class DraftModelProposer(Proposer):
         from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, query_widths
         from jacana_engine.kernels.decode_attention import choose_num_splits
 
-        max_len = min(self.max_len, len(self._free) * self.block_size)
+        max_len = self.capacity
         n_kv = self.model.config.num_key_value_heads
         graphs = DecodeGraphs(
             lambda ids, positions, meta: self.model.forward(ids, positions, self.kv_caches, meta),
