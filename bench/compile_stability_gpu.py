@@ -395,6 +395,13 @@ def main() -> None:
         help="EngineConfig.eager_row_buckets (on by default, as there)",
     )
     parser.add_argument(
+        "--prefill-graph-seqs",
+        type=int,
+        default=0,
+        help="EngineConfig.prefill_graph_seqs (0, the default: max_num_seqs, mixed steps "
+        "replay; 1: one prompt chunk alone, mixed steps eager)",
+    )
+    parser.add_argument(
         "--profile-cuda",
         action="store_true",
         help="profile passes 0 and 1 with torch.profiler and list the operators, CUDA API "
@@ -425,6 +432,7 @@ def main() -> None:
             speculative=speculative_config(args),
             enable_prefix_caching=not args.replay,
             eager_row_buckets=args.eager_row_buckets,
+            prefill_graph_seqs=args.prefill_graph_seqs,
             tuning_cache=args.tuning_cache,
         ),
         tokenizer=None,
@@ -565,6 +573,7 @@ def main() -> None:
         "concurrencies": args.concurrency,
         "replay": args.replay,
         "eager_row_buckets": args.eager_row_buckets,
+        "prefill_graph_seqs": args.prefill_graph_seqs,
         "first_use_steps": first_use,
         "profile_first_use": profile_extra,  # {table: [[name, pass 0 ms, pass 1 ms], ...]}
         "first_use_extra_ms": first_use_ms,

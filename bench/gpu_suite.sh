@@ -93,7 +93,11 @@
 #             $COMPILES_TAG to the result's name; $COMPILES_TIMEOUT: seconds a model, default 280)
 # rows        eager row buckets on and off, on one tuning cache: c64 of both models (what
 #             padding costs where steps are compute-bound), then the 0.6B serving new varied
-#             traffic every pass (new row counts throughout: what the buckets save) (~8 min)
+#             traffic every pass (new row counts throughout: what the buckets save) (~8 min;
+#             $ROWS_C64, $ROWS_ORDER, $ROWS_PASSES: see the phase)
+# mixed       prefill graphs holding mixed steps: their GPU tests (with spec and parity), the
+#             0.6B's varied traffic with mixed steps replayed and eager ($MIXED_ORDER), the
+#             ttft1024 and c64 targets (~7 min)
 # firstuse    first_use_gpu.py: host µs of Qwen3-8B's layer GEMMs at new row counts (cuBLAS
 #             and cuBLASLt), after a sweep of row buckets, at buckets; torch's sampler
 #             operators at new batch sizes (~15 s)
@@ -417,20 +421,55 @@ for phase in "$@"; do
       done
       ;;
     rows)
-      # one tuning cache: both sides decode on the same picks, only the eager steps differ
+      # one tuning cache: both sides decode on the same picks, only the eager steps differ.
+      # $ROWS_C64=0 skips the c64 A/B; $ROWS_ORDER: the varied-traffic processes in order
+      # (on/off; default "on off"; "on off off on" weighs the host's drift process to
+      # process); $ROWS_PASSES: passes of each (default 5)
       rm -f /tmp/jacana-rows-tuning.json
-      for flag in eager-row-buckets no-eager-row-buckets; do
-        stamp "c64 of both models, --$flag"
-        timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-          --workloads c64 --reps 3 --$flag --tuning-cache /tmp/jacana-rows-tuning.json \
-          --name "offline_rows_$flag" --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| c64 \|"
-      done
-      for flag in eager-row-buckets no-eager-row-buckets; do
+      if [ "${ROWS_C64:-1}" = 1 ]; then
+        for flag in eager-row-buckets no-eager-row-buckets; do
+          stamp "c64 of both models, --$flag"
+          timeout 240 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+            --workloads c64 --reps 3 --$flag --tuning-cache /tmp/jacana-rows-tuning.json \
+            --name "offline_rows_$flag" --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| c64 \|"
+        done
+      fi
+      n=0
+      for side in ${ROWS_ORDER:-on off}; do
+        n=$((n + 1))
+        flag=eager-row-buckets; [ "$side" = on ] || flag=no-eager-row-buckets
         stamp "0.6B varied traffic, new every pass (new row counts throughout), --$flag"
-        timeout 150 python3 bench/compile_stability_gpu.py --model qwen3-0.6b --passes 5 \
-          --$flag --tuning-cache /tmp/jacana-rows-tuning.json \
-          --name "compile_stability_rows_$flag" --out "$OUT" 2>&1 | grep -E "^\| [0-4] \|"
+        timeout 150 python3 bench/compile_stability_gpu.py --model qwen3-0.6b \
+          --passes "${ROWS_PASSES:-5}" --$flag --tuning-cache /tmp/jacana-rows-tuning.json \
+          --name "compile_stability_rows_${n}_$flag" --out "$OUT" 2>&1 | grep -E "^\| [0-9]+ \|"
       done
+      ;;
+    mixed)
+      # prefill graphs holding mixed steps (several sequences): their GPU tests beside the
+      # spec and parity tests, then the 0.6B's varied traffic with mixed steps replayed
+      # and eager ($MIXED_ORDER, default "0 1": prefill_graph_seqs of each process), then
+      # the targets' ttft1024 and c64 of both models with the default
+      stamp "prefill graph GPU tests, beside the spec and random-Qwen3 parity tests"
+      in_own_group timeout -s INT 200 "${PYTEST[@]}" -m gpu services/engine/tests/test_prefill_graphs.py \
+        services/engine/tests/test_row_buckets.py services/engine/tests/kernels/test_attention.py \
+        >"$OUT/pytest_mixed.log" 2>&1 &
+      in_own_group timeout -s INT 200 "${PYTEST[@]}" -m gpu services/engine/tests/test_spec_gpu.py \
+        "services/engine/tests/test_gpu_engine.py::test_random_qwen3_matches_transformers" \
+        >"$OUT/pytest_spec_parity.log" 2>&1 &
+      wait
+      tail -4 "$OUT/pytest_mixed.log" "$OUT/pytest_spec_parity.log"
+      end_leftovers
+      rm -f /tmp/jacana-mixed-tuning.json
+      for seqs in ${MIXED_ORDER:-0 1}; do
+        stamp "0.6B varied traffic, prefill_graph_seqs $seqs"
+        timeout 120 python3 bench/compile_stability_gpu.py --model qwen3-0.6b --passes 3 \
+          --prefill-graph-seqs "$seqs" --tuning-cache /tmp/jacana-mixed-tuning.json \
+          --name "compile_stability_mixed_seqs$seqs" --out "$OUT" 2>&1 | grep -E "^\| [0-9]+ \|"
+      done
+      stamp "ttft1024 and c64 of both models, mixed steps replayed"
+      timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads ttft1024 c64 --reps 3 --name offline_mixed --out "$OUT" 2>&1 \
+        | grep -E "^\| qwen3-[0-9.]+b \| (c64|ttft1024) \| (ttft_ms|tpot_ms|output_tok_s)"
       ;;
     band)
       stamp "8B b1 beside nvidia-smi's samples"

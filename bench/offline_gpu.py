@@ -97,6 +97,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         pdl=not args.no_pdl,
         overlap_decode=not args.serial,
         prefill_graph_tokens=args.prefill_graph_tokens,
+        prefill_graph_seqs=args.prefill_graph_seqs,
         eager_row_buckets=args.eager_row_buckets,
     )
     _sync()
@@ -540,8 +541,13 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
         "--prefill-graph-tokens",
         type=int,
         default=EngineConfig.prefill_graph_tokens,
-        help="EngineConfig.prefill_graph_tokens (one-sequence prefill graphs; 0: off; "
-        "default: the engine's)",
+        help="EngineConfig.prefill_graph_tokens (prefill graphs; 0: off; default: the engine's)",
+    )
+    parser.add_argument(
+        "--prefill-graph-seqs",
+        type=int,
+        default=EngineConfig.prefill_graph_seqs,
+        help="EngineConfig.prefill_graph_seqs (1: one prompt chunk alone; mixed steps eager)",
     )
     parser.add_argument(
         "--eager-row-buckets",
@@ -580,6 +586,7 @@ def main() -> None:
             "overlap_decode": not args.serial,
             "tuning_cache": args.tuning_cache,
             "prefill_graph_tokens": args.prefill_graph_tokens,
+            "prefill_graph_seqs": args.prefill_graph_seqs,
             "eager_row_buckets": args.eager_row_buckets,
         },
         "models": {},

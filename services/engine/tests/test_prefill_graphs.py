@@ -1,6 +1,6 @@
-"""One-sequence prefill graphs (``prefill_graphs.py``): the buckets, the host staging
-against ``build_batch`` (on the CPU), and on a GPU the engine's outputs with the graphs on
-against the same engine with them off."""
+"""Prefill graphs (``prefill_graphs.py``): the buckets, the host staging of one chunk and
+of mixed steps against ``build_batch`` (on the CPU), and on a GPU the engine's outputs
+with the graphs on against the same engine with them off."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 
+from jacana_engine.attention_tiles import prefill_tiles
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.model_runner import build_batch
 from jacana_engine.prefill_graphs import PrefillStaging, prefill_buckets
@@ -37,47 +38,84 @@ def _chunk(prompt_len: int, start: int, n: int, bm: BlockManager) -> ScheduledSe
     return ScheduledSequence(seq, start, n, start + n == prompt_len)
 
 
+def _staging(max_tokens: int, max_blocks: int, max_seqs: int = 4, tile_rows: int = 40):
+    return PrefillStaging(max_tokens, max_seqs, max_blocks, BLOCK, tile_rows, pin=False)
+
+
 @pytest.mark.parametrize("start,n,tokens", [(0, 7, 8), (0, 8, 8), (9, 6, 32), (5, 2, 2)])
-def test_staging_holds_the_chunk_then_padding_that_writes_nothing(start, n, tokens):
+def test_staging_holds_one_chunk_then_padding_that_writes_nothing(start, n, tokens):
     bm = BlockManager(64, BLOCK)
     s = _chunk(start + n + 3, start, n, bm)
-    staging = PrefillStaging(max_tokens=32, max_blocks=16, block_size=BLOCK, pin=False)
-    staging.fill_stand_in(32)  # what a capture left behind
-    staging.fill(s, tokens)
+    staging = _staging(32, 16)
+    staging.fill_stand_in(32, 2, 40)  # what a capture left behind
+    query_start = staging.fill([s], tokens, 2, 40)
     expected = build_batch([s], BLOCK)
-    i64, i32, t = staging.host64, staging.host32, staging.max_tokens
+    assert query_start == expected.meta.query_start_loc.tolist() == [0, n]
+    _assert_staged(staging, [s], tokens, expected, tile_rows=40, block_q=2)
+
+
+def test_staging_holds_a_mixed_step_in_order_with_empty_sequence_slots():
+    bm = BlockManager(64, BLOCK)
+    step = [_chunk(12, 0, 12, bm), _chunk(9, 8, 1, bm), _chunk(20, 5, 6, bm)]
+    staging = _staging(32, 16, max_seqs=5)
+    staging.fill_stand_in(32, 4, 20)
+    query_start = staging.fill(step, 32, 4, 20)
+    expected = build_batch(step, BLOCK)
+    assert query_start == expected.meta.query_start_loc.tolist() == [0, 12, 13, 19]
+    _assert_staged(staging, step, 32, expected, tile_rows=20, block_q=4)
+    # only the step's table rows travel: up to the third sequence's
+    assert staging.step_bytes < staging.host.numel()
+
+
+def _assert_staged(staging, step, tokens, expected, tile_rows, block_q):
+    n = expected.input_ids.shape[0]
+    i64, t = staging.host64, staging.max_tokens
     assert i64[:n].tolist() == expected.input_ids.tolist()
     assert i64[t : t + n].tolist() == expected.positions.tolist()
     assert i64[2 * t : 2 * t + n].tolist() == expected.meta.slot_mapping.tolist()
     assert i64[n:tokens].tolist() == [0] * (tokens - n)  # padding: token 0
     assert i64[t + n : t + tokens].tolist() == [0] * (tokens - n)  # at position 0
     assert i64[2 * t + n : 2 * t + tokens].tolist() == [-1] * (tokens - n)  # no KV write
-    assert i32[:2].tolist() == expected.meta.query_start_loc.tolist()  # [0, n]
-    assert i32[2] == expected.meta.seq_lens.item() == start + n
-    table = s.seq.block_table
-    assert i32[3 : 3 + len(table)].tolist() == expected.meta.block_tables[0].tolist()
+    parts = staging.parts(staging.host32, tile_rows)
+    b = len(step)
+    # empty sequence slots: no queries (query_start_loc stays at n)
+    assert parts["query_start_loc"].tolist() == expected.meta.query_start_loc.tolist() + [n] * (
+        staging.max_seqs - b
+    )
+    assert parts["seq_lens"][:b].tolist() == expected.meta.seq_lens.tolist()
+    lens = expected.meta.query_lens_cpu
+    assert parts["tiles"].tolist() == prefill_tiles(lens, block_q, tile_rows).tolist()
+    for k, s in enumerate(step):
+        table = s.seq.block_table
+        assert parts["block_tables"][k, : len(table)].tolist() == table
 
 
-def test_only_one_known_chunk_of_two_to_max_tokens_fits():
+def test_a_step_fits_with_up_to_max_seqs_known_chunks_one_longer_than_a_token():
     bm = BlockManager(64, BLOCK)
-    staging = PrefillStaging(max_tokens=16, max_blocks=4, block_size=BLOCK, pin=False)
+    staging = _staging(16, 4, max_seqs=2)
     assert staging.fits([_chunk(10, 0, 10, bm)])
+    assert staging.fits([_chunk(8, 0, 8, bm), _chunk(8, 7, 1, bm)])  # a prompt and a decode
     assert not staging.fits([_chunk(20, 0, 17, bm)])  # more than max_tokens
     assert not staging.fits([_chunk(10, 9, 1, bm)])  # one token: the decode graphs'
-    assert not staging.fits([_chunk(8, 0, 8, bm), _chunk(8, 0, 8, bm)])  # two sequences
+    assert not staging.fits([_chunk(8, 7, 1, bm), _chunk(9, 8, 1, bm)])  # decodes alone
+    assert not staging.fits([_chunk(4, 0, 4, bm)] * 3)  # more than max_seqs
     assert not staging.fits([_chunk(20, 8, 12, bm)])  # a table of 5 blocks
     pending = dataclasses.replace(_chunk(10, 0, 2, bm), pending_token=True)
     assert not staging.fits([pending])
 
 
 def test_the_stand_in_attends_its_tokens_and_writes_nothing():
-    staging = PrefillStaging(max_tokens=16, max_blocks=4, block_size=BLOCK, pin=False)
-    staging.fill_stand_in(10)
+    staging = _staging(16, 4, max_seqs=3, tile_rows=10)
+    staging.fill_stand_in(10, 4, 10)
     t = staging.max_tokens
     assert staging.host64[t : t + 10].tolist() == list(range(10))
     assert staging.host64[2 * t : 2 * t + 10].tolist() == [-1] * 10
-    assert staging.host32[:3].tolist() == [0, 10, 10]
-    assert staging.host32[3:].tolist() == [0] * 4  # block 0 alone: in every pool
+    parts = staging.parts(staging.host32, 10)
+    assert parts["query_start_loc"].tolist() == [0, 10, 10, 10]
+    assert parts["seq_lens"].tolist() == [10, 0, 0]
+    assert parts["tiles"][:3].tolist() == [[0, 2], [0, 1], [0, 0]]  # the last tile first
+    assert parts["tiles"][3:, 0].tolist() == [-1] * 7
+    assert parts["block_tables"].tolist() == [[0] * 4] * 3  # block 0 alone: in every pool
 
 
 # ---- on a GPU ---------------------------------------------------------------------------
@@ -159,3 +197,53 @@ def test_a_padded_prompt_gives_the_eager_prefills_prompt_logprobs(peaked_qwen3, 
         gaps = sorted(abs(a - b) for a, b in zip(mine, ref, strict=True))
         assert gaps[-1] < 0.25 and gaps[len(gaps) // 2] < 0.05, (n, gaps[-5:])
     assert graphed.runner.prefill_graphs.replays - replayed == 3
+
+
+def _staggered(engine, prompts: list[list[int]], params: SamplingParams) -> dict[str, list]:
+    """Each request's tokens, request i added at step 2 i: prompts prefill beside the
+    running requests' decodes (mixed steps)."""
+    tokens: dict[str, list] = {}
+    pending, step = list(enumerate(prompts)), 0
+    while pending or engine.has_unfinished_requests():
+        while pending and pending[0][0] * 2 <= step:
+            i, prompt = pending.pop(0)
+            engine.add_request(f"r{i}", prompt, params)
+        for out in engine.step():
+            tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+        step += 1
+    return tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_mixed_steps_replay_and_serve_what_eager_mixed_steps_do(peaked_qwen3, tmp_path):
+    """Prompts arriving while others decode: the steps that mix them replay a prefill
+    graph (several sequences, empty slots, a padded tile table) and serve the greedy and
+    seeded tokens of the same engine running those steps eagerly (the peaked model's
+    margins hold across the GEMMs' row counts)."""
+    from gpu_engines import engines_differing_in
+
+    eager_mixed, graphed = engines_differing_in(
+        "prefill_graph_seqs",
+        (1, 0),
+        str(peaked_qwen3),
+        tmp_path,
+        tokenizer=None,
+        enable_prefix_caching=False,
+    )
+    assert graphed.runner.prefill_graphs.max_seqs == graphed.config.max_num_seqs
+    before = graphed.runner.prefill_graphs.mixed_replays
+    gen = torch.Generator().manual_seed(13)
+    prompts = [
+        torch.randint(0, 2048, (n,), generator=gen).tolist()
+        for n in (3, 37, 90, 5, 61, 130, 7, 250)
+    ]
+    for params in (
+        SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True),
+        SamplingParams(temperature=0.8, top_k=40, seed=3, max_tokens=24, ignore_eos=True),
+    ):
+        ours = _staggered(graphed, prompts, params)
+        assert ours == _staggered(eager_mixed, prompts, params), params
+        assert all(len(t) == 24 for t in ours.values())
+    assert graphed.runner.prefill_graphs.mixed_replays - before >= 8
+    assert eager_mixed.runner.prefill_graphs.mixed_replays == 0

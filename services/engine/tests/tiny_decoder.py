@@ -30,3 +30,29 @@ def tiny_config(architecture: str, num_layers: int, **flags) -> ModelConfig:
 def tiny_qwen3() -> ModelConfig:
     """Two layers of Qwen3: GQA and the q/k norm."""
     return tiny_config("Qwen3ForCausalLM", 2, qk_norm=True)
+
+
+def random_triton_qwen3(seed: int, device):
+    """``tiny_qwen3`` in float32 on the Triton attention backend, weights drawn from
+    N(0, 0.3) with ``seed`` (large enough that attention is far from uniform)."""
+    import torch
+
+    from jacana_engine.models.registry import build_model
+
+    model = build_model(
+        tiny_qwen3(), device=device, dtype=torch.float32, attention_backend="triton"
+    )
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3, generator=gen)
+    return model
+
+
+def zero_kv_caches(model, num_blocks: int, block_size: int, device) -> list:
+    """One zeroed [2, num_blocks, block_size, n_kv, head_dim] cache a layer of ``model``."""
+    import torch
+
+    cfg = model.config
+    shape = (2, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
+    return [torch.zeros(shape, device=device) for _ in range(cfg.num_hidden_layers)]

@@ -43,6 +43,11 @@ class AttentionMetadata:
     decode_num_splits: split-K factor for decode-only batches, fixed by the model runner
         so that a captured CUDA graph and an eager step of the same padded size compute
         the same sums; None lets the kernel choose.
+    prefill_tiles / prefill_block_m: the prefill kernel's tile table [programs, 2] int32
+        on the device and the query rows per program it was built for
+        (``kernels.prefill_attention.prefill_tiles``): set by a captured graph from its
+        static buffers, else filled by the first attention layer that needs them from the
+        host lists (one small copy a step, read by every layer).
     """
 
     query_start_loc: torch.Tensor
@@ -55,6 +60,8 @@ class AttentionMetadata:
     max_query_len: int | None = None
     max_seq_len: int | None = None
     decode_num_splits: int | None = None
+    prefill_tiles: torch.Tensor | None = None
+    prefill_block_m: int | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -84,4 +91,10 @@ class AttentionMetadata:
             max_query_len=self.max_query_len,
             max_seq_len=self.max_seq_len,
             decode_num_splits=self.decode_num_splits,
+            prefill_tiles=(
+                None
+                if self.prefill_tiles is None
+                else self.prefill_tiles.to(device, non_blocking=True)
+            ),
+            prefill_block_m=self.prefill_block_m,
         )

@@ -100,12 +100,14 @@ class EngineConfig:
         the last excepted): fewer stream messages per token under load, coarser deltas.
     cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
         ``max_num_seqs``); larger decode batches run eagerly.
-    prefill_graph_tokens: with CUDA graphs, also capture one-sequence prefill graphs up
-        to this many tokens (capped at ``max_num_batched_tokens`` and ``max_model_len``):
-        a step that is one chunk of 2 to that many tokens replays one
+    prefill_graph_tokens: with CUDA graphs, also capture prefill graphs up to this many
+        tokens (capped at ``max_num_batched_tokens`` and ``max_model_len``): a step of
+        2 to that many tokens with prompt (or draft) tokens replays one
         (``prefill_graphs.py``) instead of the eager forward's ~10 host calls a layer;
         0: off. On an H200 they took a 1024-token prompt's first token from 10.6 to
         3.6 ms on Qwen3-0.6B and from 23.9 to 21.9 ms on Qwen3-8B.
+    prefill_graph_seqs: the most sequences a prefill graph's step holds (its chunks beside
+        decode rows: mixed steps replay too); 0: ``max_num_seqs``; 1: one chunk alone.
     eager_row_buckets: where CUDA graphs could run (CUDA, a graph-safe attention
         backend), pad an eager step's token rows (prompts, or prompts beside decodes) to
         one of ~150 counts whose GEMM shapes the warm-up met (``row_buckets.py``): cuBLAS
@@ -152,6 +154,7 @@ class EngineConfig:
     overlap_decode: bool = True
     cuda_graph_max_batch_size: int = 512
     prefill_graph_tokens: int = 2048
+    prefill_graph_seqs: int = 0
     eager_row_buckets: bool = True
     warm_up: bool | None = None
     stream_interval: int = 1

@@ -302,6 +302,7 @@ class DecodeGraphs:
         # [TOKEN_RING, max_batch] int64, pinned: the head's tokens, a row a replay in turn
         self._ring = torch.zeros(TOKEN_RING, n, dtype=torch.int64, pin_memory=True)
         self._ring_slot = 0  # the row the last run's head wrote
+        self._metas: dict[tuple[int, int], AttentionMetadata] = {}
         self.capture_seconds = 0.0
         self.replays = 0
         self.verify_replays = 0
@@ -353,6 +354,9 @@ class DecodeGraphs:
                 pool = graph.pool()
                 self._graphs[(bs, q)] = graph
                 self._outputs[(bs, q)] = out
+                # the tile table the warm-up left on a verify step's metadata is read by
+                # every replay: it lives as long as the graph
+                self._metas[(bs, q)] = meta
                 if head_out is not None:
                     self._heads[bs] = head_out
         torch.cuda.synchronize(self.device)

@@ -218,8 +218,7 @@ class ModelRunner:
             for s in scheduled:
                 query_start.append(query_start[-1] + s.num_new_tokens)
         elif self.prefill_graphs is not None and self.prefill_graphs.fits(scheduled):
-            hidden = self.prefill_graphs.run(scheduled[0])  # [n, hidden]
-            query_start = [0, scheduled[0].num_new_tokens]
+            hidden, query_start = self.prefill_graphs.run(scheduled)  # [n, hidden]
         else:
             batch = build_batch(scheduled, self.block_size)
             hidden = self._forward(batch)  # [T, hidden]
@@ -343,23 +342,35 @@ class ModelRunner:
         return graphs
 
     def _capture_prefill_graphs(self, config: EngineConfig) -> PrefillGraphs | None:
-        """Capture the one-sequence prefill graphs (``config.prefill_graph_tokens``) where
-        the decode graphs were captured, with the launches the layers hold after them."""
+        """Capture the prefill graphs (``config.prefill_graph_tokens`` tokens over up to
+        ``config.prefill_graph_seqs`` sequences) where the decode graphs were captured,
+        with the launches the layers hold after them."""
         if config.prefill_graph_tokens < 0 or config.prefill_graph_tokens == 1:
             raise ValueError(
                 f"prefill_graph_tokens must be 0 (off) or >= 2, got {config.prefill_graph_tokens}"
             )
+        if config.prefill_graph_seqs < 0:
+            raise ValueError(f"prefill_graph_seqs must be >= 0, got {config.prefill_graph_seqs}")
         if self.graphs is None or not config.prefill_graph_tokens:
             return None
         most = min(config.prefill_graph_tokens, config.max_num_batched_tokens, self.max_model_len)
         if most < 2:  # a step budget of one token: every step is a decode step's size
             return None
+        from jacana_engine.kernels._common import num_sms  # CUDA only: Triton is there
+        from jacana_engine.kernels.prefill_attention import prefill_block_m
+
+        cfg = self.model.config
+        n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        sms = num_sms(self.device)
         graphs = PrefillGraphs(
             self._graph_forward,
             buckets=prefill_buckets(most),
+            max_seqs=min(config.prefill_graph_seqs or config.max_num_seqs, config.max_num_seqs),
             block_size=self.block_size,
             max_blocks=-(-self.max_model_len // self.block_size),
             max_model_len=self.max_model_len,
+            block_m=lambda tokens: prefill_block_m(1, tokens, n_heads, n_kv, cfg.head_dim, sms),
+            group=n_heads // n_kv,
             device=self.device,
         )
         graphs.capture()

@@ -1,21 +1,29 @@
-"""CUDA graphs for one sequence's prompt chunk: an eager prefill's host calls in one replay.
+"""CUDA graphs for steps with prompt tokens: an eager step's host calls in one replay.
 
-Why: an eager prefill step costs the host one Python call chain per kernel (~10 a layer).
-On an H200's host that is 11-24 ms for the 28 layers of Qwen3-0.6B, whose GPU work for a
+Why: an eager step costs the host one Python call chain per kernel (~10 a layer). On an
+H200's host that is 11-24 ms for the 28 layers of Qwen3-0.6B, whose GPU work for a
 1024-token prompt is 3 ms, and on slow hosts more than the 8B's 22-24 ms
-(``bench/prefill_host_gpu.py``): the first token waits for Python, not for the GPU. A
-replayed graph launches the same kernels for the price of one call.
+(``bench/prefill_host_gpu.py``): the first token waits for Python, not for the GPU. The
+same holds for a mixed step (a prompt chunk beside running decodes): serving varied
+traffic, the 0.6B's mixed steps took 16-35 ms each, half a pass's time in a sixth of its
+steps (``bench/compile_stability_gpu.py``). A replayed graph launches the same kernels
+for the price of one call.
 
-What is captured: the forward of one sequence over ``T`` token rows, for each ``T`` of
-``prefill_buckets``. A chunk of ``n`` tokens (a prompt, a chunk of a long one after its
-cached prefix, or a verifying step's tokens) runs in the smallest ``T >= n``: its tokens
-in rows ``0..n-1``, padding after them (token 0 at position 0, slot -1: no KV write).
-The attention's ``query_start_loc`` ([0, n]) leaves the padding rows uncovered, so the
-prefill kernel skips them; their hidden states are garbage and dropped.
+What is captured: the forward of up to ``max_seqs`` sequences over ``T`` token rows, for
+each ``T`` of ``prefill_buckets``. A step of ``n`` tokens (prompts, chunks of long ones
+after their cached prefix, decode rows beside them, verifying rows) runs in the smallest
+``T >= n``: its chunks' tokens in rows ``0..n-1`` in order, padding after them (token 0
+at position 0, slot -1: no KV write). Sequence slots past the step's have no queries
+(``query_start_loc`` repeats ``n``) and no tiles in the attention's tile table
+(``attention_tiles.prefill_tiles``, padded with entries that exit at once), so
+the prefill kernel never reads their lengths or tables and never touches padding rows.
+A bucket's tile table is built at the query rows per program a one-prompt step of ``T``
+tokens takes, for every step it runs (the sums do not depend on it).
 
-A chunk of exactly ``T`` tokens runs the kernels, grids and GEMM shapes of the eager
-step, so it gives the same bits; a shorter one runs its GEMMs over ``T`` rows, which may
-pick other cuBLAS kernels and round differently (the attention is the same either way).
+A one-sequence step of exactly ``T`` tokens runs the kernels, grids and GEMM shapes of
+the eager step, so it gives the same bits; any other runs its GEMMs over ``T`` rows,
+which may pick other cuBLAS kernels and round differently (the attention is the same
+either way).
 
 State ownership as in ``cuda_graphs.DecodeGraphs``: this class owns its static buffers
 (one pinned host staging buffer, its device mirror), the graphs and their memory pool;
@@ -26,11 +34,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from jacana_engine.attention_metadata import AttentionMetadata, kv_slots
+from jacana_engine.attention_tiles import prefill_tiles, tile_capacity
 from jacana_engine.cuda_graphs import ForwardFn, int64_int32_views, warm_and_capture
 from jacana_engine.scheduler import ScheduledSequence
 
@@ -55,69 +64,123 @@ def prefill_buckets(max_tokens: int) -> list[int]:
 
 
 class PrefillStaging:
-    """Host staging of one chunk, one pinned byte buffer ``host`` (one copy a step):
-    - ``host64`` [3 * max_tokens] int64: input_ids | positions | slot_mapping;
-    - ``host32`` [3 + max_blocks] int32: query_start_loc (0, n) | seq_len | block table.
+    """Host staging of one step, one pinned byte buffer ``host`` (one copy a step, of its
+    used prefix: ``step_bytes``), for ``T = max_tokens`` rows and ``S = max_seqs``
+    sequence slots:
+    - ``host64`` [3 * T] int64: input_ids | positions | slot_mapping;
+    - ``host32`` int32: query_start_loc [S + 1] | seq_lens [S] | tile table
+      [tile_rows, 2] | block tables [S, max_blocks] (last: a step copies its own rows).
     """
 
-    def __init__(self, max_tokens: int, max_blocks: int, block_size: int, pin: bool) -> None:
-        self.max_tokens, self.max_blocks, self.block_size = max_tokens, max_blocks, block_size
+    def __init__(
+        self,
+        max_tokens: int,
+        max_seqs: int,
+        max_blocks: int,
+        block_size: int,
+        tile_rows: int,
+        pin: bool,
+    ) -> None:
+        self.max_tokens, self.max_seqs = max_tokens, max_seqs
+        self.max_blocks, self.block_size = max_blocks, block_size
         self._bytes64 = 3 * max_tokens * 8
-        size = self._bytes64 + (3 + max_blocks) * 4
+        seqs = max_seqs
+        self._tiles_at = 2 * seqs + 1  # int32 offsets in host32
+        self._tables_at = self._tiles_at + 2 * tile_rows
+        size = self._bytes64 + (self._tables_at + seqs * max_blocks) * 4
         self.host = torch.zeros(size, dtype=torch.uint8, pin_memory=pin)
         self.host64, self.host32 = self.views(self.host)
         self._i64, self._i32 = self.host64.numpy(), self.host32.numpy()
+        self.step_bytes = size  # what the last fill needs copied
 
     def views(self, buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(int64 [3 * max_tokens], int32 [3 + max_blocks]) views of a uint8 buffer laid
-        out as ``host`` (``host`` itself, or its device mirror)."""
+        """(int64 [3 * max_tokens], int32 [rest]) views of a uint8 buffer laid out as
+        ``host`` (``host`` itself, or its device mirror)."""
         return int64_int32_views(buffer, self._bytes64)
 
+    def parts(self, buffer32: torch.Tensor, tile_rows: int) -> dict[str, torch.Tensor]:
+        """The int32 part's tensors (of ``host32`` or its device mirror): query_start_loc
+        [S + 1], seq_lens [S], tiles [tile_rows, 2], block_tables [S, max_blocks]."""
+        s, t = self.max_seqs, self._tiles_at
+        return {
+            "query_start_loc": buffer32[: s + 1],
+            "seq_lens": buffer32[s + 1 : t],
+            "tiles": buffer32[t : t + 2 * tile_rows].view(tile_rows, 2),
+            "block_tables": buffer32[self._tables_at :].view(s, self.max_blocks),
+        }
+
     def fits(self, scheduled: Sequence[ScheduledSequence]) -> bool:
-        """One chunk of 2 to ``max_tokens`` tokens (one token is a decode step's, which
-        the decode graphs hold) whose table fits the buffer, its tokens all known."""
-        if len(scheduled) != 1:
+        """A step of 1 to ``max_seqs`` chunks and 2 to ``max_tokens`` tokens, one chunk at
+        least longer than a token (decode-only steps keep the decode kernel), its tokens
+        all known and its tables within the buffer."""
+        if not 1 <= len(scheduled) <= self.max_seqs:
             return False
-        s = scheduled[0]
+        tokens = sum(s.num_new_tokens for s in scheduled)
         return (
-            2 <= s.num_new_tokens <= self.max_tokens
-            and not s.pending_token
-            and len(s.seq.block_table) <= self.max_blocks
+            2 <= tokens <= self.max_tokens
+            and any(s.num_new_tokens > 1 for s in scheduled)
+            and not any(s.pending_token for s in scheduled)
+            and all(len(s.seq.block_table) <= self.max_blocks for s in scheduled)
         )
 
-    def fill(self, s: ScheduledSequence, tokens: int) -> None:
-        """Write chunk ``s`` (``fits``) into the first ``tokens`` rows, padding after it."""
-        t, n, bs = self.max_tokens, s.num_new_tokens, self.block_size
-        start, end = s.start, s.start + s.num_new_tokens
-        table = s.seq.block_table
+    def fill(
+        self, scheduled: Sequence[ScheduledSequence], tokens: int, block_q: int, tile_rows: int
+    ) -> list[int]:
+        """Write the step (``fits``) into the first ``tokens`` rows, padding after them,
+        and its tile table at ``block_q`` queries a tile into ``tile_rows`` rows; returns
+        query_start_loc of its chunks ([len(scheduled) + 1])."""
+        t, bs, s_max = self.max_tokens, self.block_size, self.max_seqs
         i64, i32 = self._i64, self._i32
-        i64[:n] = s.known_token_ids()
+        query_start, lens = [0], []
+        for k, s in enumerate(scheduled):
+            at, n = query_start[-1], s.num_new_tokens
+            start, end = s.start, s.start + n
+            table = s.seq.block_table
+            i64[at : at + n] = s.known_token_ids()
+            i64[t + at : t + at + n] = range(start, end)
+            i64[2 * t + at : 2 * t + at + n] = kv_slots(table, start, end, bs)
+            i32[s_max + 1 + k] = end  # seq_lens
+            row = self._tables_at + k * self.max_blocks
+            i32[row : row + len(table)] = table
+            query_start.append(at + n)
+            lens.append(n)
+        n = query_start[-1]
         i64[n:tokens] = 0
-        i64[t : t + n] = range(start, end)
         i64[t + n : t + tokens] = 0
-        i64[2 * t : 2 * t + n] = kv_slots(table, start, end, bs)
         i64[2 * t + n : 2 * t + tokens] = -1
-        i32[:3] = (0, n, end)
-        i32[3 : 3 + len(table)] = table
+        i32[: len(query_start)] = query_start
+        i32[len(query_start) : s_max + 1] = n  # empty sequence slots
+        tiles = prefill_tiles(lens, block_q, tile_rows)  # [tile_rows, 2]
+        i32[self._tiles_at : self._tiles_at + 2 * tile_rows] = tiles.reshape(-1)
+        self.step_bytes = self._bytes64 + 4 * (self._tables_at + len(scheduled) * self.max_blocks)
+        return query_start
 
-    def fill_stand_in(self, tokens: int) -> None:
-        """Write a chunk of ``tokens`` tokens that stores nothing (slot -1) and attends
-        ``tokens`` positions, all in block 0 of the pool (which every pool has, however
-        few blocks it holds): what a capture runs."""
-        t = self.max_tokens
+    def fill_stand_in(self, tokens: int, block_q: int, tile_rows: int) -> None:
+        """Write a one-sequence step of ``tokens`` tokens that stores nothing (slot -1)
+        and attends ``tokens`` positions, all in block 0 of the pool (which every pool
+        has, however few blocks it holds): what a capture runs."""
+        t, s_max = self.max_tokens, self.max_seqs
         self._i64[:tokens] = 0
         self._i64[t : t + tokens] = range(tokens)
         self._i64[2 * t : 2 * t + tokens] = -1
-        self._i32[:3] = (0, tokens, tokens)
-        self._i32[3:] = 0
+        self._i32[:] = 0
+        self._i32[1 : s_max + 1] = tokens  # query_start_loc: (0, tokens, tokens, ...)
+        self._i32[s_max + 1] = tokens  # seq_lens[0]
+        tiles = prefill_tiles([tokens], block_q, tile_rows)
+        self._i32[self._tiles_at : self._tiles_at + 2 * tile_rows] = tiles.reshape(-1)
+        self.step_bytes = self.host.numel()
 
 
 class PrefillGraphs:
-    """Captured one-sequence forwards of ``buckets`` tokens (ascending).
+    """Captured forwards of up to ``max_seqs`` sequences over ``buckets`` tokens
+    (ascending).
 
     forward: runs the model on device tensors (KV caches bound by the caller).
     max_blocks: block-table width (``ceil(max_model_len / block_size)``).
     max_model_len: bound on any sequence's KV length (the metadata's ``max_seq_len``).
+    block_m: the prefill attention's query rows per program for a bucket's token count
+        (``kernels.prefill_attention.prefill_block_m`` of one prompt that long);
+        ``group``: query heads per KV head (a tile holds ``block_m // group`` queries).
     """
 
     def __init__(
@@ -125,17 +188,29 @@ class PrefillGraphs:
         forward: ForwardFn,
         *,
         buckets: Sequence[int],
+        max_seqs: int,
         block_size: int,
         max_blocks: int,
         max_model_len: int,
+        block_m: Callable[[int], int],
+        group: int,
         device: torch.device,
     ) -> None:
         self.buckets = sorted(buckets)
+        self.max_seqs = max_seqs
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.device = device
         self._forward = forward
-        self.staging = PrefillStaging(self.buckets[-1], max_blocks, block_size, pin=True)
+        # per bucket: (block_m, queries a tile, tile-table rows)
+        self._tiling: dict[int, tuple[int, int, int]] = {}
+        for tokens in self.buckets:
+            m = block_m(tokens)
+            self._tiling[tokens] = (m, m // group, tile_capacity(tokens, max_seqs, m // group))
+        rows = max(r for _, _, r in self._tiling.values())
+        self.staging = PrefillStaging(
+            self.buckets[-1], max_seqs, max_blocks, block_size, rows, pin=device.type == "cuda"
+        )
         self._dev = self.staging.host.to(device)
         self._dev64, self._dev32 = self.staging.views(self._dev)
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -143,19 +218,26 @@ class PrefillGraphs:
         self._copied: torch.cuda.Event | None = None
         self.capture_seconds = 0.0
         self.replays = 0
+        self.mixed_replays = 0  # replays of steps of several sequences
 
-    def _inputs(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-        t, blocks = self.staging.max_tokens, self.staging.max_blocks
+    def inputs(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+        """What bucket ``tokens``' graph reads, as views of the device buffer: input ids
+        [T], positions [T] and the metadata (``S`` sequence slots)."""
+        t, seqs = self.staging.max_tokens, self.max_seqs
+        block_m, _, rows = self._tiling[tokens]
+        parts = self.staging.parts(self._dev32, rows)
         meta = AttentionMetadata(
-            query_start_loc=self._dev32[:2],  # [2]: 0, n
-            seq_lens=self._dev32[2:3],  # [1]
-            block_tables=self._dev32[3 : 3 + blocks].view(1, blocks),  # [1, max_blocks]
+            query_start_loc=parts["query_start_loc"],  # [S + 1]
+            seq_lens=parts["seq_lens"],  # [S]
+            block_tables=parts["block_tables"],  # [S, max_blocks]
             slot_mapping=self._dev64[2 * t : 2 * t + tokens],  # [T]
-            query_lens_cpu=[tokens],
-            seq_lens_cpu=[self.max_model_len],
+            query_lens_cpu=[tokens] * seqs,
+            seq_lens_cpu=[self.max_model_len] * seqs,
             block_size=self.block_size,
             max_query_len=tokens,
             max_seq_len=self.max_model_len,
+            prefill_tiles=parts["tiles"],  # [rows, 2]
+            prefill_block_m=block_m,
         )
         return self._dev64[:tokens], self._dev64[t : t + tokens], meta
 
@@ -166,9 +248,10 @@ class PrefillGraphs:
         started = time.perf_counter()
         pool = None
         for tokens in reversed(self.buckets):
-            self.staging.fill_stand_in(tokens)
+            _, block_q, rows = self._tiling[tokens]
+            self.staging.fill_stand_in(tokens, block_q, rows)
             self._dev.copy_(self.staging.host)
-            ids, positions, meta = self._inputs(tokens)
+            ids, positions, meta = self.inputs(tokens)
             graph, out = warm_and_capture(
                 lambda: self._forward(ids, positions, meta),  # noqa: B023 (called at once)
                 self.device,
@@ -179,10 +262,11 @@ class PrefillGraphs:
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - started
         log.info(
-            "captured %d prefill CUDA graphs (%d to %d tokens) in %.2f s",
+            "captured %d prefill CUDA graphs (%d to %d tokens, up to %d sequences) in %.2f s",
             len(self._graphs),
             self.buckets[0],
             self.buckets[-1],
+            self.max_seqs,
             self.capture_seconds,
         )
         return self.capture_seconds
@@ -195,18 +279,35 @@ class PrefillGraphs:
         """Whether ``run`` takes this step (``PrefillStaging.fits``)."""
         return bool(self._graphs) and self.staging.fits(scheduled)
 
-    def run(self, s: ScheduledSequence) -> torch.Tensor:  # [n, hidden]
-        """Stage chunk ``s`` and replay the graph of its bucket: the hidden states of its
-        ``n`` tokens, on the device and valid until the next replay."""
-        tokens = self.bucket(s.num_new_tokens)
-        if tokens is None or tokens not in self._graphs:
-            raise ValueError(f"no prefill graph holds {s.num_new_tokens} tokens")
+    def stage(self, scheduled: Sequence[ScheduledSequence]) -> tuple[int, list[int]]:
+        """Write the step into the device buffer: returns its bucket (the graph to replay,
+        whose ``inputs`` now hold the step) and where each chunk's rows start
+        (query_start_loc, [B + 1])."""
+        n = sum(s.num_new_tokens for s in scheduled)
+        tokens = self.bucket(n)
+        if tokens is None:
+            raise ValueError(f"no prefill graph holds {n} tokens")
         if self._copied is not None:  # the staging buffer may still be in flight
             self._copied.synchronize()
-        self.staging.fill(s, tokens)
-        self._dev.copy_(self.staging.host, non_blocking=True)
-        self._copied = torch.cuda.Event()
-        self._copied.record()
+        _, block_q, rows = self._tiling[tokens]
+        query_start = self.staging.fill(scheduled, tokens, block_q, rows)
+        size = self.staging.step_bytes
+        self._dev[:size].copy_(self.staging.host[:size], non_blocking=True)
+        if self.device.type == "cuda":
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+        return tokens, query_start
+
+    def run(
+        self, scheduled: Sequence[ScheduledSequence]
+    ) -> tuple[torch.Tensor, list[int]]:  # ([n, hidden], query_start_loc [B + 1])
+        """Stage the step and replay the graph of its bucket: the hidden states of its
+        ``n`` tokens, on the device and valid until the next replay, and where each
+        chunk's rows start."""
+        tokens, query_start = self.stage(scheduled)
+        if tokens not in self._graphs:
+            raise ValueError(f"the prefill graph of {tokens} tokens was not captured")
         self._graphs[tokens].replay()
         self.replays += 1
-        return self._outputs[tokens][: s.num_new_tokens]
+        self.mixed_replays += len(scheduled) > 1
+        return self._outputs[tokens][: query_start[-1]], query_start

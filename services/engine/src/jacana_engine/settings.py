@@ -175,9 +175,16 @@ class EngineSettings(ServiceSettings):
         2048,
         ge=0,
         le=65536,
-        description="With CUDA graphs, also capture one-sequence prefill graphs up to this "
-        "many tokens: a step of one prompt chunk replays one instead of launching every "
-        "kernel from Python (0: off; 1 is refused).",
+        description="With CUDA graphs, also capture prefill graphs up to this many tokens: "
+        "a step with prompt tokens (alone or beside decodes) replays one instead of "
+        "launching every kernel from Python (0: off; 1 is refused).",
+    )
+    prefill_graph_seqs: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="The most sequences a prefill graph's step holds (0: max_num_seqs; 1: "
+        "one prompt chunk alone, mixed steps run eagerly).",
     )
     eager_row_buckets: bool = Field(
         True,
@@ -334,6 +341,7 @@ class EngineSettings(ServiceSettings):
             overlap_decode=self.overlap_decode,
             cuda_graph_max_batch_size=self.cuda_graph_max_batch_size,
             prefill_graph_tokens=self.prefill_graph_tokens,
+            prefill_graph_seqs=self.prefill_graph_seqs,
             eager_row_buckets=self.eager_row_buckets,
             warm_up=self.warm_up,
             stream_interval=self.stream_interval,

@@ -282,6 +282,26 @@ def test_prefill_leaves_uncovered_rows(device, seed, paged_batch):
     assert not (out[: batch.num_tokens] == 7.0).any(), f"seed={seed}"
 
 
+def test_prefill_takes_a_padded_tile_table_with_empty_sequence_slots(device, seed, paged_batch):
+    """As a captured graph launches it: a table with room to spare (padding entries exit)
+    and sequence slots with no queries give the bits of the step's own table."""
+    from jacana_engine.attention_tiles import prefill_tiles
+
+    batch = paged_batch(
+        [9, 1, 4, 0, 0], [20, 7, 4, 0, 0], block_size=8, n_kv=2, head_dim=32,
+        dtype=torch.float32, device=device,
+    )  # fmt: skip
+    q = torch.randn(batch.num_tokens, 4, 32, device=device)
+    args = (q, batch.kv_cache, batch.query_start_loc, batch.seq_lens_t, batch.block_tables, 0.2)
+    mine = paged_prefill_attention(*args, max_query_len=9, block_m=4)  # 2 queries a tile
+    table = torch.from_numpy(prefill_tiles([9, 1, 4, 0, 0], 2, capacity=14)).to(device)
+    assert (table[8:, 0] == -1).all()  # 5 + 1 + 2 tiles, then padding
+    padded = paged_prefill_attention(*args, max_query_len=64, block_m=4, tiles=table)
+    assert torch.equal(mine, padded), f"seed={seed}"
+    with pytest.raises(ValueError, match="block_m"):
+        paged_prefill_attention(*args, max_query_len=9, tiles=table)
+
+
 QWEN3_8B = dict(n_heads=32, n_kv=8, head_dim=128, block_size=16)
 
 
@@ -357,6 +377,11 @@ def test_attention_no_host_sync_gpu(gpu, device, seed, paged_batch):
     )
     q = torch.randn(4, 32, 128, device=device, dtype=torch.bfloat16)
     qd = torch.randn(2, 32, 128, device=device, dtype=torch.bfloat16)
+    # the engine's way: the tile table from the host's query lengths, on the device
+    # before the step (without one the launcher reads query_start_loc back: a sync)
+    from jacana_engine.attention_tiles import prefill_tiles
+
+    tiles = torch.from_numpy(prefill_tiles([3, 1], 64 // 4)).to(device)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -368,6 +393,8 @@ def test_attention_no_host_sync_gpu(gpu, device, seed, paged_batch):
             batch.block_tables,
             0.1,
             max_query_len=3,
+            block_m=64,
+            tiles=tiles,
         )
         paged_decode_attention(
             qd, batch.kv_cache, batch.seq_lens_t, batch.block_tables, 0.1, max_seq_len=100

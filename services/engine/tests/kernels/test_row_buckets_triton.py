@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_decoder import tiny_qwen3
+from tiny_decoder import random_triton_qwen3, zero_kv_caches
 
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.model_runner import build_batch
@@ -22,22 +22,11 @@ NUM_BLOCKS = 16
 
 
 def _model(seed: int, device: torch.device):
-    from jacana_engine.models.registry import build_model
-
-    model = build_model(
-        tiny_qwen3(), device=device, dtype=torch.float32, attention_backend="triton"
-    )
-    gen = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3, generator=gen)
-    return model
+    return random_triton_qwen3(seed, device)
 
 
 def _caches(model, device: torch.device) -> list[torch.Tensor]:
-    cfg = model.config
-    shape = (2, NUM_BLOCKS, BLOCK, cfg.num_key_value_heads, cfg.head_dim)
-    return [torch.zeros(shape, device=device) for _ in range(cfg.num_hidden_layers)]
+    return zero_kv_caches(model, NUM_BLOCKS, BLOCK, device)
 
 
 def _forward(model, caches, batch, rows: int, device: torch.device) -> torch.Tensor:

@@ -5,16 +5,22 @@ queries whose K/V are already written to the cache (``kv_cache_write``), after a
 prefix of ``seq_lens[i] - n_i`` tokens that the same block table points to. It also
 handles decode rows (n_i = 1), so one launch can cover a mixed batch.
 
-One program per (KV head, sequence, query tile). A tile packs BLOCK_Q query tokens times
-the GROUP query heads that share the KV head into BLOCK_M = BLOCK_Q * GROUP matrix rows,
-so each K/V tile is loaded once for the whole group. Row r is token ``r // GROUP`` of the
-tile and head ``kv_head * GROUP + r % GROUP``. The KV loop stops at the tile's last
-causal key. The grid is sized from the host's ``max_query_len``; tiles past a sequence's
-own length exit at once. Query tiles are the grid's slowest axis, last tile first: the
-GPU starts the programs with the most keys to attend first, and the cheap early tiles
-fill in at the end of the launch instead of a few heavy ones running on alone. In a
-profiled 1024-token prefill of the 8B on an H200 (``bench/prefill_host_gpu.py``) this took
-the kernel's 36 launches from 2,033 to 1,583 µs.
+One program per (KV head, query tile). A tile packs BLOCK_Q query tokens of one sequence
+times the GROUP query heads that share the KV head into BLOCK_M = BLOCK_Q * GROUP matrix
+rows, so each K/V tile is loaded once for the whole group. Row r is token ``r // GROUP``
+of the tile and head ``kv_head * GROUP + r % GROUP``. The KV loop stops at the tile's last
+causal key.
+
+Which (sequence, tile) a program takes comes from a tile table built on the host
+(``attention_tiles.prefill_tiles``), not from a (sequence x tile) grid: a mixed step of
+one long prompt beside 63 decode rows has 64 x cdiv(prompt, BLOCK_Q) grid cells of which all but
+cdiv(prompt, BLOCK_Q) + 63 would exit at once, tens of thousands of empty programs a
+layer. The table lists tiles last tile first: the GPU starts the programs with the most
+keys to attend first, and the cheap early tiles fill in at the end of the launch instead
+of a few heavy ones running on alone. In a profiled 1024-token prefill of the 8B on an
+H200 (``bench/prefill_host_gpu.py``) that order took the kernel's 36 launches from 2,033
+to 1,583 µs. A table may end in padding entries (sequence -1, which exit at once): a
+captured graph's table has room for any step its bucket holds.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from jacana_engine.attention_tiles import prefill_tiles
 from jacana_engine.kernels._common import (
     check_kv_cache,
     check_last_dim_contiguous,
@@ -121,7 +128,7 @@ def _attend_tile(
 # specializing on them (% 16, 16-byte alignment) compiled new binaries mid-serving, each
 # stalling a step for ~1.5 s (bench/compile_stability_gpu.py). They are scalar loads,
 # so the hints buy nothing.
-@triton.jit(do_not_specialize=["seq_lens_ptr", "block_tables_ptr", "stride_bt"])
+@triton.jit(do_not_specialize=["seq_lens_ptr", "block_tables_ptr", "tiles_ptr", "stride_bt"])
 def _prefill_kernel(
     q_ptr,
     k_cache_ptr,
@@ -130,6 +137,7 @@ def _prefill_kernel(
     query_start_loc_ptr,
     seq_lens_ptr,
     block_tables_ptr,
+    tiles_ptr,  # [programs, 2] int32: (sequence, query tile); sequence -1 = padding
     scale_log2,
     stride_qt,
     stride_qh,
@@ -150,8 +158,11 @@ def _prefill_kernel(
     FRAGMENT_SUM: tl.constexpr,  # the row sum in cuDNN's order (_online_softmax)
 ):
     kv_head = tl.program_id(0)
-    seq = tl.program_id(1)
-    q_tile = tl.num_programs(2) - 1 - tl.program_id(2)  # the heaviest tiles first
+    entry = tiles_ptr + tl.program_id(1).to(tl.int64) * 2
+    seq = tl.load(entry)
+    if seq < 0:  # padding of a captured step's table
+        return
+    q_tile = tl.load(entry + 1)
 
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
@@ -218,6 +229,19 @@ def choose_block_m(batch: int, max_query_len: int, group: int, n_kv: int, sms: i
     return block_m
 
 
+def prefill_block_m(
+    batch: int, max_query_len: int, n_heads: int, n_kv: int, head_dim: int, sms: int
+) -> int:
+    """The query rows per program that a launch for ``batch`` sequences of at most
+    ``max_query_len`` queries takes by default (``choose_block_m``, held to
+    ``_MAX_BLOCK_M_WIDE_TILE`` where the KV tile is cuDNN's wide one)."""
+    group = n_heads // n_kv
+    block_m = choose_block_m(batch, max_query_len, group, n_kv, sms)
+    if follows_cudnn_tiles(head_dim):
+        block_m = max(min(block_m, _MAX_BLOCK_M_WIDE_TILE), next_power_of_2(group))
+    return block_m
+
+
 def paged_prefill_attention(
     q: torch.Tensor,  # [T, n_heads, head_dim]
     kv_cache: torch.Tensor,  # [2, num_blocks, block_size, n_kv, head_dim]
@@ -229,13 +253,17 @@ def paged_prefill_attention(
     max_query_len: int,
     out: torch.Tensor | None = None,  # [T, n_heads, head_dim]
     block_m: int | None = None,
+    tiles: torch.Tensor | None = None,  # [programs, 2] int32 on q's device
 ) -> torch.Tensor:  # [T, n_heads, head_dim] in q's dtype (or out's)
     """Causal attention of each sequence's new queries over its cached prefix and
     themselves, all read from the paged cache (so the new K/V must be written first).
     ``max_query_len`` is a host-side upper bound on ``qsl[i+1] - qsl[i]`` (from
-    ``query_lens_cpu``); it sizes the grid. ``block_m``: query rows per program, a power
-    of two at least the query-head group (default: ``choose_block_m``). Rows of ``out``
-    not covered by any sequence are left untouched. No host sync."""
+    ``query_lens_cpu``). ``block_m``: query rows per program, a power of two at least
+    the query-head group (default: ``prefill_block_m``). ``tiles``: the launch's tile
+    table (``prefill_tiles`` at ``block_m // group``; needs ``block_m``); without it the
+    table is built from ``query_start_loc``, which reads it on the host (a sync on a
+    GPU: the engine passes its own). Rows of ``out`` not covered by any sequence are
+    left untouched."""
     num_tokens, n_heads, head_dim = q.shape
     n_kv = kv_cache.shape[3]
     check_kv_cache(kv_cache, n_kv, head_dim)
@@ -251,6 +279,57 @@ def paged_prefill_attention(
     check_last_dim_contiguous("out", out)
     if batch == 0 or num_tokens == 0 or max_query_len <= 0:
         return out
+
+    group = n_heads // n_kv
+    block_n = _BLOCK_N_SMALL_HEADS if follows_cudnn_tiles(head_dim) else _BLOCK_N
+    if block_m is None:
+        if tiles is not None:
+            raise ValueError("a tile table is built for a block_m: pass it too")
+        block_m = prefill_block_m(batch, max_query_len, n_heads, n_kv, head_dim, num_sms(q.device))
+    elif block_m < group or block_m & (block_m - 1):
+        raise ValueError(f"block_m {block_m} is not a power of two >= the group {group}")
+    block_q = block_m // group
+    if tiles is None:
+        lens = query_start_loc.diff().tolist()
+        tiles = torch.from_numpy(prefill_tiles(lens, block_q)).to(q.device)
+    if tiles.dtype != torch.int32 or tiles.dim() != 2 or tiles.shape[1] != 2:
+        shape = tuple(tiles.shape)
+        raise ValueError(f"tiles must be [programs, 2] int32, got {shape} {tiles.dtype}")
+    if tiles.shape[0] == 0:
+        return out
+    k_cache, v_cache = kv_cache[0], kv_cache[1]
+    grid = (n_kv, tiles.shape[0])
+    _prefill_kernel[grid](
+        q,
+        k_cache,
+        v_cache,
+        out,
+        query_start_loc,
+        seq_lens,
+        block_tables,
+        tiles,
+        scale * _LOG2E,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        HEAD_DIM=head_dim,
+        GROUP=group,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_D=next_power_of_2(head_dim),
+        BLOCK_SIZE=kv_cache.shape[2],
+        PRECISION=dot_precision(q.dtype),
+        FRAGMENT_SUM=follows_cudnn_tiles(head_dim),
+        num_warps=_NUM_WARPS,
+        num_stages=_NUM_STAGES,
+    )
+    return out
 
     group = n_heads // n_kv
     block_n = _BLOCK_N_SMALL_HEADS if follows_cudnn_tiles(head_dim) else _BLOCK_N

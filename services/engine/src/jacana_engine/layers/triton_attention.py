@@ -6,7 +6,9 @@ decode-only batch (every query length 1) takes the split-K decode kernel; anythi
 (prefill chunks, prefix-cache hits, mixed batches) takes the variable-length prefill
 kernel, which also serves decode rows. Grids are sized from host bounds carried by the
 metadata, never from device tensors, so nothing syncs and a decode step of a fixed
-padded size launches the same grids every time (CUDA graphs).
+padded size launches the same grids every time (CUDA graphs). The prefill kernel's tile
+table is the step's: built once from the host lists by the first layer and kept on the
+metadata for the rest (``_prefill_tiles``), or a captured graph's own.
 
 Stateless: the cache tensors belong to the model runner, the metadata to the step.
 """
@@ -72,6 +74,7 @@ class TritonAttentionBackend(AttentionBackend):
                 rotation=rotation,
                 min_split_tiles=self._min_split_tiles(q.shape[-1]),
             )
+        tiles, block_m = self._prefill_tiles(meta, q, kv_cache.shape[3])
         return self._prefill(
             q,
             kv_cache,
@@ -81,7 +84,32 @@ class TritonAttentionBackend(AttentionBackend):
             scale,
             max_query_len=max_query_len,
             out=out,
+            block_m=block_m,
+            tiles=tiles,
         )
+
+    @staticmethod
+    def _prefill_tiles(
+        meta: AttentionMetadata, q: torch.Tensor, n_kv: int
+    ) -> tuple[torch.Tensor, int]:  # ([programs, 2] int32 on q's device, block_m)
+        """The step's prefill tile table: the metadata's, else built from its host lists
+        and kept there for the step's other layers (not inside a graph capture: the copy
+        would be captured from a host buffer that does not outlive it)."""
+        if meta.prefill_tiles is None:
+            from jacana_engine.attention_tiles import prefill_tiles
+            from jacana_engine.kernels._common import num_sms
+            from jacana_engine.kernels.prefill_attention import prefill_block_m
+
+            if q.is_cuda and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("a captured step's metadata needs its prefill tile table")
+            _, n_heads, head_dim = q.shape
+            block_m = prefill_block_m(
+                meta.num_seqs, meta.query_len_bound, n_heads, n_kv, head_dim, num_sms(q.device)
+            )
+            table = prefill_tiles(meta.query_lens_cpu, block_m // (n_heads // n_kv))
+            meta.prefill_tiles = torch.from_numpy(table).to(q.device, non_blocking=True)
+            meta.prefill_block_m = block_m
+        return meta.prefill_tiles, meta.prefill_block_m
 
     def rotates_decode(self, meta: AttentionMetadata, num_tokens: int) -> bool:
         return self.fold_rope and self._is_decode(meta, num_tokens)
