@@ -344,6 +344,12 @@ def profile_first_use(first: dict[str, float], replay: dict[str, float], top: in
     return [[k, round(a, 2), round(b, 2)] for k, a, b in rows[:top]]
 
 
+def top_seconds(table: dict[str, float], top: int = 25) -> list:
+    """The ``top`` names of a {name: seconds} profile that took the most: [name, ms]."""
+    rows = sorted(table.items(), key=lambda kv: -kv[1])[:top]
+    return [[k, round(v * 1e3, 2)] for k, v in rows]
+
+
 def speculative_config(args: argparse.Namespace):
     """In-process speculation as ``--speculative`` / ``--draft-model`` ask, drafting always."""
     from jacana_engine.spec.config import SpeculativeConfig
@@ -381,7 +387,8 @@ def main() -> None:
         "--profile-host",
         action="store_true",
         help="profile passes 0 and 1 on the host (cProfile) and list the functions whose own "
-        "time pass 0 exceeded pass 1's by most (with --replay: where a first use spends)",
+        "time pass 0 exceeded pass 1's by most (with --replay: where a first use spends), "
+        "and those pass 1 spent most in",
     )
     parser.add_argument(
         "--tuning-cache",
@@ -477,6 +484,8 @@ def main() -> None:
         for name, first in profiles[0].items():
             if rows := profile_first_use(first, profiles[1][name]):
                 profile_extra[name] = rows
+    # where a warm pass spends at all (pass 1 where two were profiled)
+    profile_top = {name: top_seconds(table) for name, table in (profiles or [{}])[-1].items()}
 
     lines = [
         "# Kernels compiled while serving varied traffic",
@@ -550,6 +559,15 @@ def main() -> None:
             "|---|---|---|",
         ]
         lines += [f"| `{name[:120]}` | {a:.1f} | {b:.1f} |" for name, a, b in rows]
+    for table, rows in profile_top.items():
+        lines += [
+            "",
+            f"{PROFILE_TABLES[table]}: the most time in pass {len(profiles) - 1}",
+            "",
+            "| name | ms |",
+            "|---|---|",
+        ]
+        lines += [f"| `{name[:120]}` | {ms:.1f} |" for name, ms in rows]
     compiled = [c for p in passes for c in p["compiled"]]
     if compiled:
         lines += ["", "Signatures of what compiled after start-up:", ""]
@@ -576,6 +594,7 @@ def main() -> None:
         "prefill_graph_seqs": args.prefill_graph_seqs,
         "first_use_steps": first_use,
         "profile_first_use": profile_extra,  # {table: [[name, pass 0 ms, pass 1 ms], ...]}
+        "profile_top": profile_top,  # {table: [[name, ms], ...]} of the last profiled pass
         "first_use_extra_ms": first_use_ms,
         "passes": passes,
     }

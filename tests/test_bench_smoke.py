@@ -78,6 +78,10 @@ def test_compile_stability_smoke(tmp_path):
     assert any(name.startswith("aten::") for name, _, _ in tables["torch host"])
     report = (tmp_path / "cs.md").read_text()
     assert "Host functions" in report and "Operators and CUDA API calls" in report
+    # and where the warm pass spent most, largest first
+    top = doc["profile_top"]["python"]
+    assert len(top) == 25 and all(a[1] >= b[1] for a, b in zip(top, top[1:], strict=False))
+    assert "the most time in pass 1" in report
 
 
 def test_compile_stability_smoke_with_a_draft_model(tmp_path):
