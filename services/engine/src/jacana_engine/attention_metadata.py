@@ -45,7 +45,7 @@ class AttentionMetadata:
         the same sums; None lets the kernel choose.
     prefill_tiles / prefill_block_m: the prefill kernel's tile table [programs, 2] int32
         on the device and the query rows per program it was built for
-        (``kernels.prefill_attention.prefill_tiles``): set by a captured graph from its
+        (``attention_tiles.prefill_tiles``): set by a captured graph from its
         static buffers, else filled by the first attention layer that needs them from the
         host lists (one small copy a step, read by every layer).
     """

@@ -20,8 +20,9 @@ the prefill kernel never reads their lengths or tables and never touches padding
 A bucket's tile table is built at the query rows per program a one-prompt step of ``T``
 tokens takes, for every step it runs (the sums do not depend on it).
 
-A one-sequence step of exactly ``T`` tokens runs the kernels, grids and GEMM shapes of
-the eager step, so it gives the same bits; any other runs its GEMMs over ``T`` rows,
+A one-sequence step of exactly ``T`` tokens runs the kernels and GEMM shapes of the
+eager step and the same attention programs (the table's extra rows exit at once), so it
+gives the same bits; any other runs its GEMMs over ``T`` rows,
 which may pick other cuBLAS kernels and round differently (the attention is the same
 either way).
 
@@ -84,10 +85,9 @@ class PrefillStaging:
         self.max_tokens, self.max_seqs = max_tokens, max_seqs
         self.max_blocks, self.block_size = max_blocks, block_size
         self._bytes64 = 3 * max_tokens * 8
-        seqs = max_seqs
-        self._tiles_at = 2 * seqs + 1  # int32 offsets in host32
+        self._tiles_at = 2 * max_seqs + 1  # int32 offsets in host32
         self._tables_at = self._tiles_at + 2 * tile_rows
-        size = self._bytes64 + (self._tables_at + seqs * max_blocks) * 4
+        size = self._bytes64 + (self._tables_at + max_seqs * max_blocks) * 4
         self.host = torch.zeros(size, dtype=torch.uint8, pin_memory=pin)
         self.host64, self.host32 = self.views(self.host)
         self._i64, self._i32 = self.host64.numpy(), self.host32.numpy()
