@@ -344,6 +344,18 @@ def profile_first_use(first: dict[str, float], replay: dict[str, float], top: in
     return [[k, round(a, 2), round(b, 2)] for k, a, b in rows[:top]]
 
 
+def profile_lines(title: str, columns: list[str], rows: list) -> list[str]:
+    """A profile table in Markdown: ``title``, then a row per [name, ms, ...] of ``rows``
+    under the name and ``columns``."""
+    lines = ["", title, "", "| name | " + " | ".join(columns) + " |"]
+    lines.append("|---|" + "---|" * len(columns))
+    lines += [
+        f"| `{name[:120]}` | " + " | ".join(f"{ms:.1f}" for ms in values) + " |"
+        for name, *values in rows
+    ]
+    return lines
+
+
 def top_seconds(table: dict[str, float], top: int = 25) -> list:
     """The ``top`` names of a {name: seconds} profile that took the most: [name, ms]."""
     rows = sorted(table.items(), key=lambda kv: -kv[1])[:top]
@@ -551,23 +563,11 @@ def main() -> None:
     elif args.replay:
         lines += ["", "Pass 0's and pass 1's steps did not line up: no first-use comparison."]
     for table, rows in profile_extra.items():
-        lines += [
-            "",
-            f"{PROFILE_TABLES[table]}: where pass 0 spent most beyond pass 1",
-            "",
-            "| name | pass 0 ms | pass 1 ms |",
-            "|---|---|---|",
-        ]
-        lines += [f"| `{name[:120]}` | {a:.1f} | {b:.1f} |" for name, a, b in rows]
+        title = f"{PROFILE_TABLES[table]}: where pass 0 spent most beyond pass 1"
+        lines += profile_lines(title, ["pass 0 ms", "pass 1 ms"], rows)
     for table, rows in profile_top.items():
-        lines += [
-            "",
-            f"{PROFILE_TABLES[table]}: the most time in pass {len(profiles) - 1}",
-            "",
-            "| name | ms |",
-            "|---|---|",
-        ]
-        lines += [f"| `{name[:120]}` | {ms:.1f} |" for name, ms in rows]
+        title = f"{PROFILE_TABLES[table]}: the most time in pass {len(profiles) - 1}"
+        lines += profile_lines(title, ["ms"], rows)
     compiled = [c for p in passes for c in p["compiled"]]
     if compiled:
         lines += ["", "Signatures of what compiled after start-up:", ""]
