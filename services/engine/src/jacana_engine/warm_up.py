@@ -2,11 +2,12 @@
 
 Triton compiles a kernel once per specialization (its constexprs, the dtypes of its
 tensors, and the 1 / multiple-of-16 / 16-byte-alignment of its other arguments). Graph
-capture compiles the decode step's and the one-sequence prefill's kernels, but several
+capture compiles the decode steps' and the prefill graphs' kernels, but several
 variants only run on traffic: the sampling kernel with and without its top-k/top-p/min-p
 threshold, torch's sort and top-k over several rows (CUDA loads their kernels on first use,
-46 ms in one served step), the argmax over float32 logits (a prefill's first token), and prefill
-attention of several sequences at each query-block size ``choose_block_m`` picks. The first
+46 ms in one served step), the argmax over float32 logits (a prefill's first token), and
+eager prefill attention (steps no prefill graph holds, or graphs off) at each query-block
+size ``choose_block_m`` picks. The first
 step that meets one stalls for the compile (0.5-1.5 s on an H200's host, measured by
 ``bench/compile_stability_gpu.py``) with its whole batch behind it.
 
