@@ -161,6 +161,34 @@ def test_registry_order_and_names():
 
 
 @pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {"temperature": 0.0},
+        {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.1, "seed": 3},
+        {"max_tokens": 4, "stop": ("x",), "stop_token_ids": (2,), "ignore_eos": True},
+        {"logprobs": 3, "prompt_logprobs": 1},
+        {"logit_bias": {3: 1.0}},
+        {"repetition_penalty": 1.1},
+        {"frequency_penalty": 0.5},
+        {"presence_penalty": -0.5},
+        {"min_tokens": 2},
+        {"min_tokens": 1, "logprobs": 0, "temperature": 0.5},
+    ],
+)
+def test_edits_logits_is_what_the_processors_say_and_steers_the_fast_path(change):
+    from jacana_engine import device_sampling
+
+    params = SamplingParams(**change)
+    assert params.edits_logits == LogitsProcessors(V, EOS).needed([params])
+    assert params.reads_logprobs == ("logprobs" in change or "prompt_logprobs" in change)
+    plain = not params.edits_logits and not params.reads_logprobs
+    assert device_sampling.supported([params]) == plain
+    # one row outside the fast path keeps the whole batch off it
+    assert not device_sampling.supported([SamplingParams(), params, SamplingParams(min_tokens=1)])
+
+
+@pytest.mark.parametrize(
     ("change", "param"),
     [
         ({"presence_penalty": 2.5}, "presence_penalty"),

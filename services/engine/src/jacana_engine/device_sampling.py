@@ -2,16 +2,16 @@
 in one Triton kernel, with no host work beyond six small parameter copies.
 
 The model runner uses it only on CUDA and only when every sampling row asks for nothing
-else (no penalties, bias, min_tokens or logprobs: ``supported`` compares every other
-``SamplingParams`` field with its default, so fields added later fall back to the full
-``Sampler`` automatically). Randomness is Philox keyed by (request seed, output position):
-a request's draws do not depend on its batch neighbours, but they differ from the
-``Sampler``'s generator stream, so a seeded request is reproducible per path.
+else (no penalties, bias, min_tokens or logprobs: ``supported``, through
+``SamplingParams.edits_logits``, which counts every field outside the draw, the stopping
+rules and the logprobs, so fields added later fall back to the full ``Sampler``).
+Randomness is Philox keyed by (request seed, output position): a request's draws do not
+depend on its batch neighbours, but they differ from the ``Sampler``'s generator stream,
+so a seeded request is reproducible per path.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -19,29 +19,12 @@ import torch
 from jacana_engine.host_to_device import to_device
 from jacana_engine.sampling_params import SamplingParams
 
-# Fields the kernel implements or that do not touch the logits.
-_HANDLED = frozenset(
-    {
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "seed",
-        "max_tokens",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-    }
-)
-_DEFAULTS = SamplingParams()
-_OTHER_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name not in _HANDLED)
-
 
 def supported(params: Sequence[SamplingParams]) -> bool:
-    """Whether every row leaves all fields but the handled ones at their defaults."""
-    return all(
-        getattr(p, name) == getattr(_DEFAULTS, name) for p in params for name in _OTHER_FIELDS
-    )
+    """Whether every row asks for nothing beyond the kernel's draw: no logits edits
+    (``SamplingParams.edits_logits``: bias, penalties, min_tokens, fields added later)
+    and no logprobs."""
+    return not any(p.edits_logits or p.reads_logprobs for p in params)
 
 
 def request_seed(params: SamplingParams, generator: torch.Generator | None) -> int:

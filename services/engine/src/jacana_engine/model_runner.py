@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import torch
 
-from jacana_engine import device_sampling
 from jacana_engine.attention_metadata import AttentionMetadata, kv_slots
 from jacana_engine.config import EngineConfig
 from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, padded_size, query_widths
@@ -557,10 +556,7 @@ class ModelRunner:
     def _on_device(self, params) -> bool:
         """Whether a row with ``params`` samples in the CUDA kernel (logprobs do not count:
         they never change what is sampled)."""
-        if self.device_sampler is None:
-            return False
-        unread = dataclasses.replace(params, logprobs=None, prompt_logprobs=None)
-        return device_sampling.supported([unread])
+        return self.device_sampler is not None and not params.edits_logits
 
     def _sample_on_device(
         self, logits: torch.Tensor, sampling: list, steps: list[int] | None = None

@@ -4,13 +4,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 from jacana_engine.errors import InvalidRequestError
 
 MAX_LOGPROBS = 20  # most alternatives per position (OpenAI's top_logprobs bound)
 MAX_LOGIT_BIAS = 100.0  # |bias| bound, as OpenAI's
 MAX_PENALTY = 2.0  # |presence_penalty|, |frequency_penalty| bound, as OpenAI's
+
+# Fields that never edit the logits before the draw: the draw's own parameters, the
+# stopping rules and what is reported. Every other field (and any added later) does.
+_DRAW_STOP_REPORT = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "max_tokens",
+        "stop",
+        "stop_token_ids",
+        "ignore_eos",
+        "logprobs",
+        "prompt_logprobs",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +92,24 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @cached_property
+    def edits_logits(self) -> bool:
+        """Whether a logits processor edits this request's logits before the draw: some
+        field outside the draw's parameters, the stopping rules and the logprobs (bias,
+        penalties, min_tokens, or any field added later) differs from its default.
+        Computed once a request (read for every row of every step); the parameters are
+        frozen."""
+        return any(
+            getattr(self, f.name) != _DEFAULTS[f.name]
+            for f in fields(self)
+            if f.name not in _DRAW_STOP_REPORT
+        )
+
+    @property
+    def reads_logprobs(self) -> bool:
+        """Whether the request reports logprobs of its output or of its prompt."""
+        return self.logprobs is not None or self.prompt_logprobs is not None
+
     def validate(self, vocab_size: int) -> None:
         """Raise :class:`InvalidRequestError` naming the first bad field."""
         if not math.isfinite(self.temperature) or self.temperature < 0:
@@ -122,3 +159,7 @@ class SamplingParams:
                 f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
                 "min_tokens",
             )
+
+
+# Each field's default, for ``edits_logits`` (a plain dict: built once, read per row).
+_DEFAULTS = {f.name: getattr(SamplingParams(), f.name) for f in fields(SamplingParams)}
