@@ -3,10 +3,11 @@
 # the repository's own files included).
 #
 # Here:      bench/gpu_assets.sh pack NAME FILE_OR_DIR
-#   splits FILE (or a tar of DIR) into .xfer/NAME/part-NN of 28 MiB plus .xfer/NAME/meta
-#   (parts, sha256, kind); each device call then carries two parts and the meta file
-#   (carry: .xfer/NAME/part-00, .xfer/NAME/meta, …). Two parts leave 8 MiB for the tree
-#   (about 4 MiB now); one part of 60 MiB stopped fitting beside it.
+#   splits FILE (or a tar of DIR) into .xfer/NAME/part-NN of $JACANA_XFER_CHUNK_MIB MiB
+#   (default 28) plus .xfer/NAME/meta (parts, sha256, kind); each device call then carries
+#   a part or two and the meta file (carry: .xfer/NAME/part-00, .xfer/NAME/meta, …). What
+#   a call carries and the tree (about 11 MiB with bench/results) share 64 MiB: with .whl/
+#   (10 MiB) beside it, a part of 32 MiB fits (SmolLM2's GGUF in three).
 # There:     bench/gpu_assets.sh receive
 #   appends what this call carried to /tmp/jacana-xfer (it survives between calls while
 #   the machine stays warm), then assembles every asset whose parts are all there into
@@ -18,7 +19,7 @@
 #   assembled file or directory; /tmp/jacana-assets also serves as JACANA_MODEL_CACHE
 #   (jacana_engine.model_assets), so pack cached models under their cache file names.
 set -euo pipefail
-CHUNK=$((28 * 1024 * 1024))
+CHUNK=$((${JACANA_XFER_CHUNK_MIB:-28} * 1024 * 1024))
 cd "$(dirname "$0")/.."
 
 pack() {
