@@ -59,6 +59,7 @@ from jacana_engine.kernels.skinny_gemm import (
     stats_columns,
     stats_config,
 )
+from jacana_engine.layers.norm import fold_norm_weight
 
 H, INTER, QKV = 4096, 12288, 6144
 EPS = 1e-6
@@ -164,6 +165,38 @@ class Chain:
         self._layer_without_norm_launches(
             w, picks, lambda g, stats: NormPrologue(g, EPS, deferred=True)
         )
+
+    def fold_norm_weights(self) -> None:
+        """Give every layer gate_up's and qkv's weights with the norm before each folded
+        into their columns (``fold_norm_weight``), for ``layer_prefolded`` (9 GB more at
+        36 layers; made once, outside any capture)."""
+        for w in self.layers:
+            w.setdefault("wgu_folded", fold_norm_weight(w["wgu"], w["g_post"]))
+            w.setdefault("wqkv_folded", fold_norm_weight(w["wqkv"], w["g_next"]))
+
+    def layer_prefolded(
+        self,
+        w: dict,
+        picks: dict[str, SkinnyConfig] = PICKS,
+        residual: bool = True,
+        deferred: bool = True,
+    ) -> None:
+        """One layer with no norm launches and the norms' weights in gate_up's and qkv's
+        (``fold_norm_weights`` first): o_proj and down add the residual in place in
+        ``res[0]`` (``then_residual``), gate_up and qkv scale their product by 1/rms of
+        x, whose squares they sum as it loads (``NormPrologue(None, eps, deferred=True)``).
+        Two dependencies a layer fewer than ``layer_separate`` and, unlike
+        ``layer_deferred``, nothing read or multiplied beyond x and the weight. With
+        ``residual`` or ``deferred`` off (timing only, wrong results), that half is left
+        out: o and down store their product, or gate_up and qkv take x as it is."""
+        h, attn = self.res[0], self.qkv[:, :H]
+        norm = NormPrologue(None, EPS, deferred=True) if deferred else None
+        tail = h if residual else None
+        wgu, wqkv = (w["wgu_folded"], w["wqkv_folded"]) if deferred else (w["wgu"], w["wqkv"])
+        skinny_linear(attn, w["wo"], h, config=picks["o"], then_residual=tail)
+        skinny_linear(h, wgu, self.gu, config=picks["gate_up"], norm=norm)
+        skinny_linear(self.gu, w["wd"], h, config=picks["down"], gated=True, then_residual=tail)
+        skinny_linear(h, wqkv, self.qkv, config=picks["qkv"], norm=norm)
 
     def layer_split(self, w: dict, picks: dict[str, SkinnyConfig] = PICKS) -> None:
         """One layer with no norm launches and the norm kernel's bits

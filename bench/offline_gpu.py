@@ -90,6 +90,7 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         decode_gemm=args.decode_gemm,
         fuse_norm_gemm=args.fuse_norm_gemm,
         split_norm=args.split_norm,
+        fold_norm_weights=args.fold_norm_weights,
         fuse_rope_attention=args.fuse_rope_attention,
         exact_decode_attention=args.exact_decode_attention,
         l2_prefetch_bytes=args.l2_prefetch_bytes,
@@ -508,6 +509,12 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=EngineConfig.split_norm,
         help="EngineConfig.split_norm (its default, as there)",
+    )
+    parser.add_argument(
+        "--fold-norm-weights",
+        action=argparse.BooleanOptionalAction,
+        default=EngineConfig.fold_norm_weights,
+        help="EngineConfig.fold_norm_weights (its default, as there)",
     )
     parser.add_argument(
         "--fuse-rope-attention",

@@ -58,6 +58,15 @@ class EngineConfig:
         fewer per layer; only onto consumer tiles of 8 weight rows or more). Opt-in: on
         an H200 it broke even on the Qwen3-8B and 0.6B batch-1 graphs (4.074 -> 4.072 ms,
         0.747 -> 0.749). Taken before ``fuse_norm_gemm``'s folds where both apply.
+    fold_norm_weights: each decoder layer's two RMSNorm weights are multiplied into the
+        columns of the projection after them (QKV, gate/up) at load, rounded once, and the
+        norms keep a weight of ones; then at one row, where the projections around a norm
+        both run on the skinny kernel, the norm has no launch: o/down add the residual in
+        their epilogue and QKV/gate-up scale their product by 1/rms of x, summed as x
+        loads (``RMSNorm.weight_in_consumer``). Opt-in: it changes the rounding (the
+        folded weight, the unrounded normalized x) everywhere, so greedy output may part
+        from transformers' at near-ties; on an H200 the 36-layer Qwen3-8B chain of the
+        one-row picks took 3.404 against 3.452 ms.
     tune_in_graph: with ``decode_gemm="auto"`` and a batch-1 decode graph, time each
         weight shape's one-row choices (cuBLAS and the skinny candidates) inside that
         graph, shape after shape (``layers/graph_picks.py``), instead of keeping the picks
@@ -144,6 +153,7 @@ class EngineConfig:
     decode_gemm: str = "auto"
     fuse_norm_gemm: bool = False
     split_norm: bool = False
+    fold_norm_weights: bool = False
     tune_in_graph: bool = True
     pdl: bool = True
     fuse_rope_attention: bool = True

@@ -33,6 +33,7 @@ from jacana_engine.host_to_device import index_on
 from jacana_engine.kv_cache import sizing
 from jacana_engine.layers.decode_gemm import (
     SKINNY_MAX_ROWS,
+    fold_norm_weights,
     prefetch_to_l2,
     split_norms,
     tune_decode_gemms,
@@ -185,6 +186,8 @@ class ModelRunner:
         self.max_model_len = max_model_len
         if config.decode_gemm not in ("auto", "torch"):
             raise ValueError(f"decode_gemm must be 'auto' or 'torch', not {config.decode_gemm!r}")
+        if config.fold_norm_weights:  # before tuning and capture: both see the layers as run
+            fold_norm_weights(self.model)
         self.graphs = self._capture_graphs(config)
         self.prefill_graphs = self._capture_prefill_graphs(config)
         # Eager steps with prompt tokens pad their rows to these (``row_buckets.py``):

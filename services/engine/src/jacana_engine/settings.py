@@ -109,6 +109,13 @@ class EngineSettings(ServiceSettings):
         "and partial sums of squares, the second normalizes as it loads, with the norm "
         "kernel's bits): two launches fewer per layer (opt-in: it broke even on an H200).",
     )
+    fold_norm_weights: bool = Field(
+        False,
+        description="Multiply each decoder layer's RMSNorm weights into the QKV and "
+        "gate/up weights at load, so that at one row the norms need no launch of their own "
+        "(opt-in: it changes the rounding, so greedy output may part from transformers' at "
+        "near-ties).",
+    )
     tune_in_graph: bool = Field(
         True,
         description="With decode_gemm auto: time each weight shape's one-row GEMM choices "
@@ -331,6 +338,7 @@ class EngineSettings(ServiceSettings):
             decode_gemm=self.decode_gemm,
             fuse_norm_gemm=self.fuse_norm_gemm,
             split_norm=self.split_norm,
+            fold_norm_weights=self.fold_norm_weights,
             tune_in_graph=self.tune_in_graph,
             pdl=self.pdl,
             fuse_rope_attention=self.fuse_rope_attention,

@@ -38,6 +38,7 @@ from jacana_engine.kernels.skinny_gemm import (
     pick_config,
     skinny_linear,
 )
+from jacana_engine.layers.norm import fold_norm_weight
 
 # One bf16 ulp of the largest output, relative to it. A bf16 output rounds each element by
 # up to half an ulp, which is up to 2^-8 of the largest when that one sits just below a
@@ -442,6 +443,86 @@ def test_a_deferred_norm_is_the_product_of_the_unrounded_norm(device, seed, chec
             if dtype == torch.bfloat16:  # the roundings it skips: within about an ulp
                 checks.close(got, rounded.float(), rel_l2=2 * rel_l2, max_rel=2 * max_rel,
                              seed=seed, what=f"{what} against the rounded path")  # fmt: skip
+
+
+# One row, both kernels: the tile kernel's sum path and the folded one (k_fold), with
+# tiles that leave N and K ragged.
+ONE_ROW_CASES = [
+    (200, 100, SkinnyConfig(1, 8, 64, False)),
+    (200, 100, SkinnyConfig(1, 4, 64, False, pdl=True, prefetch_tiles=2, k_fold=FOLD)),
+    (96, 77, SkinnyConfig(1, 16, 32, False, k_fold=FOLD)),
+    (96, 77, SkinnyConfig(1, 2, 128, False, pdl=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k,n,cfg", ONE_ROW_CASES)
+def test_a_norm_whose_weight_is_in_the_gemms_is_the_deferred_norm(
+    device, seed, checks, dtype, k, n, cfg
+):
+    """``NormPrologue(None, eps, deferred=True)`` on ``fold_norm_weight``'s weight: x as it
+    loads, its sum of squares gathered on the way, 1/rms applied to the product. Against
+    the float64 product of the exact norm and the unfolded weight (within two of the
+    rounded tolerance: the folded weight is rounded once more), and within about a bf16
+    ulp of the deferred norm that multiplies the norm's weight as x loads."""
+    x = (3 * torch.randn(1, k, device=device)).to(dtype)
+    nw = (1 + 0.1 * torch.randn(k, device=device)).to(dtype)
+    w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+    xd = x.double()
+    exact = (xd * torch.rsqrt(xd.pow(2).mean(dim=1, keepdim=True) + 1e-6) * nw.double()) @ (
+        w.double().t()
+    )
+    out = torch.full((1, n), float("nan"), device=device, dtype=dtype)  # poisoned
+    folded = fold_norm_weight(w, nw)
+    got = skinny_linear(x, folded, out, config=cfg, norm=NormPrologue(None, 1e-6, deferred=True))
+    rel_l2, max_rel = TOL[dtype]
+    if dtype == torch.bfloat16 and device.type == "cpu":
+        rel_l2, max_rel = TOL_BF16_TRUNCATED
+    what = f"{dtype} {(k, n)} {cfg}"
+    checks.close(got, exact, rel_l2=2 * rel_l2, max_rel=2 * max_rel, seed=seed, what=what)
+    tile = dataclasses.replace(cfg, k_fold=1)
+    weighted = skinny_linear(x, w, config=tile, norm=NormPrologue(nw, 1e-6, deferred=True))
+    checks.close(got, weighted.float(), rel_l2=2 * rel_l2, max_rel=2 * max_rel, seed=seed,
+                 what=f"{what} against the weighted deferred norm")  # fmt: skip
+    again = skinny_linear(x, folded, config=cfg, norm=NormPrologue(None, 1e-6, deferred=True))
+    assert torch.equal(got, again), f"{what} seed={seed}"
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("k,n,cfg", ONE_ROW_CASES)
+def test_then_residual_adds_the_residual_to_the_rounded_product(device, seed, k, n, cfg, gated):
+    """``then_residual``: the product (the plain launch's bits) plus the residual, rounded
+    as HF's residual add; in place into the residual too. float32 on the CPU interpreter,
+    whose float32 -> bfloat16 conversions truncate where torch's round."""
+    dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" else [])
+    for dtype in dtypes:
+        x = torch.randn(1, 2 * k if gated else k, device=device).to(dtype)
+        w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+        residual = torch.randn(1, n, device=device).to(dtype)
+        product = skinny_linear(x, w, config=cfg, gated=gated)
+        want = (product.float() + residual.float()).to(dtype)
+        out = torch.full((1, n), float("nan"), device=device, dtype=dtype)
+        got = skinny_linear(x, w, out, config=cfg, gated=gated, then_residual=residual)
+        assert torch.equal(got, want), f"{dtype} {(k, n)} {cfg} seed={seed}"
+        in_place = residual.clone()
+        skinny_linear(x, w, in_place, config=cfg, gated=gated, then_residual=in_place)
+        assert torch.equal(in_place, want), f"in place: {dtype} {(k, n)} {cfg} seed={seed}"
+
+
+def test_a_norm_in_the_gemms_weight_and_then_residual_reject_what_they_cannot_run(device):
+    x, w = torch.randn(1, 32, device=device), torch.randn(8, 32, device=device)
+    nw, r = torch.ones(32, device=device), torch.randn(1, 8, device=device)
+    folded = SkinnyConfig(1, 8, 16, False, k_fold=FOLD)
+    with pytest.raises(ValueError, match="deferred"):
+        skinny_linear(x, w, norm=NormPrologue(None, 1e-6))
+    with pytest.raises(ValueError, match="in the GEMM's"):
+        skinny_linear(x, w, config=folded, norm=NormPrologue(nw, 1e-6, deferred=True))
+    with pytest.raises(ValueError, match="exclude"):
+        skinny_linear(x, w, norm=NormPrologue(None, 1e-6, deferred=True), then_residual=r)
+    with pytest.raises(ValueError, match="residual"):
+        skinny_linear(x, w, then_residual=torch.randn(1, 4, device=device))
+    with pytest.raises(ValueError, match="do not fit"):
+        fold_norm_weight(w, torch.ones(8, device=device))
 
 
 def test_norm_prologue_rejects_what_it_cannot_run(device):
@@ -957,6 +1038,63 @@ def test_a_split_norm_rejects_what_it_cannot_run(device):
         stats = torch.empty(2, 4, device=device)
         both = NormPrologue(torch.ones(32, device=device), 1e-6, x, torch.empty_like(x), stats)
         skinny_linear(x, w, norm=both)
+
+
+@pytest.mark.parametrize("folded_kernel", [False, True])
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_norm_in_its_consumers_weight_runs_inside_the_gemms_at_one_row(
+    device, seed, checks, gated, folded_kernel, monkeypatch
+):
+    """``RMSNorm.between`` after ``fold_norm_weights``' fold: at one row, both sides on the
+    skinny kernel (the tile kernel, or the folded one), the producer adds the residual and
+    the consumer scales by 1/rms, and the result is the unfolded norm and projection's
+    (float32: up to the sums' order); two rows (the consumer on cuBLAS) run the norm
+    kernel with its unit weight and the folded projection; another consumer than the
+    one folded into never takes the path."""
+    from jacana_engine.kernels.activation import silu_and_mul
+    from jacana_engine.layers.decode_gemm import fold_norm_weights
+    from jacana_engine.layers.linear import Linear
+    from jacana_engine.layers.norm import RMSNorm
+    from jacana_engine.layers.triton_ops import TritonOps
+
+    k, n = 64, 40
+    norm = RMSNorm(n, 1e-6, TritonOps()).to(device).requires_grad_(False)
+    norm.weight.copy_(1 + 0.1 * torch.randn(n, device=device))
+    producer = Linear(k, n, bias=False).to(device).requires_grad_(False)
+    consumer = Linear(n, 24, bias=True).to(device).requires_grad_(False)
+    unfolded_weight, norm_weight = consumer.weight.clone(), norm.weight.clone()
+    holder = torch.nn.Module()  # what fold_norm_weights walks: the norm and its consumer
+    holder.norm, holder.consumer = norm, consumer
+    norm.feeds(consumer)
+    assert [name for name, _ in holder.named_modules()] == ["", "norm", "consumer"]
+    assert fold_norm_weights(holder) == 1
+    assert norm.weight_in_consumer and torch.equal(norm.weight, torch.ones_like(norm_weight))
+    one_row = SkinnyConfig(1, 8, 32, False, k_fold=FOLD if folded_kernel else 1)
+    producer.skinny_configs = {1: pick_config(1, n, k), 2: pick_config(2, n, k)}
+    consumer.skinny_configs = {1: one_row}
+    deferred_rows = []
+    real = Linear.deferred_norm_forward
+
+    def spy(self, x, *args, **kwargs):
+        deferred_rows.append(x.shape[0])
+        return real(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(Linear, "deferred_norm_forward", spy)
+    rel_l2, max_rel = TOL[torch.float32]
+    for m in (1, 2):
+        x = torch.randn(m, 2 * k if gated else k, device=device)
+        residual = torch.randn(m, n, device=device)
+        summed = producer.backend_forward(silu_and_mul(x) if gated else x) + residual
+        normed = rms_norm(summed, norm_weight, 1e-6)
+        expected = normed @ unfolded_weight.t() + consumer.bias
+        got, new_residual = norm.between(producer, x, residual, consumer, gated=gated)
+        checks.close(new_residual, summed, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}")
+        checks.close(got, expected, rel_l2=rel_l2, max_rel=max_rel, seed=seed, what=f"{m}")
+    assert deferred_rows == [1]
+    other = Linear(n, 24, bias=False).to(device).requires_grad_(False)
+    other.skinny_configs = {1: one_row}
+    norm.between(producer, x[:1], residual[:1].clone(), other, gated=gated)
+    assert deferred_rows == [1]
 
 
 @pytest.mark.parametrize("gated", [False, True])

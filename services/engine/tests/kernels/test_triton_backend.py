@@ -192,7 +192,7 @@ def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
         tokens = [int(lg[-1].argmax()) for lg in step["torch"]]
 
 
-@pytest.mark.parametrize("fold_into", ["start", "end", "split"])
+@pytest.mark.parametrize("fold_into", ["start", "end", "split", "weights"])
 def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
     device, seed, paged_driver, fold_into, monkeypatch
 ):
@@ -201,10 +201,13 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
     of the QKV and gate/up projections after it, or into the end of the o and down
     projections before it, or split over both (every projection on the skinny kernel;
     ``split_norms``) (all but the first layer's input norm, which follows the
-    embeddings), with SiLU-and-mul folded into the down projection's loads either way.
-    The prefill (10 rows) runs unfolded in both; the decode steps' logits agree."""
+    embeddings), or, with the norms' weights multiplied into the projections after them
+    (``fold_norm_weights``; every projection on the skinny kernel), run inside the two
+    projections at one row, with SiLU-and-mul folded into the down projection's loads
+    either way. The prefill (10 rows) runs unfolded in both (but for the folded weights
+    and unit norms); the decode steps' logits agree."""
     from jacana_engine.kernels.skinny_gemm import pick_config
-    from jacana_engine.layers.decode_gemm import split_norms
+    from jacana_engine.layers.decode_gemm import fold_norm_weights, split_norms
     from jacana_engine.layers.linear import Linear
     from jacana_engine.models.registry import build_model
 
@@ -224,9 +227,9 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
         if isinstance(module, Linear):
             n, k = module.weight.shape
             configs = {m: pick_config(m, n, k) for m in (1, 2)}
-            if k == cfg.intermediate_size or fold_into == "split":  # down: SiLU-and-mul in
+            if k == cfg.intermediate_size or fold_into in ("split", "weights"):  # down: SiLU in
                 module.skinny_configs = configs
-            if fold_into == "split" and module.follows_norm:
+            if fold_into in ("split", "weights") and module.follows_norm:
                 folded += 1
             elif fold_into == "start" and module.follows_norm:
                 module.norm_configs = configs
@@ -247,6 +250,15 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
             return real(self, x, *args, **kwargs)
 
         monkeypatch.setattr(Linear, "forward_with_stats", spy)
+    if fold_into == "weights":
+        assert fold_norm_weights(models[1]) == 2 * cfg.num_hidden_layers
+        real_deferred = Linear.deferred_norm_forward
+
+        def deferred_spy(self, x, *args, **kwargs):
+            splits.append(x.shape[0])
+            return real_deferred(self, x, *args, **kwargs)
+
+        monkeypatch.setattr(Linear, "deferred_norm_forward", deferred_spy)
     prompts = [[1, 5, 9, 13, 2, 7], [3, 4, 40, 2]]
     drivers = [paged_driver(m, block_size=BLOCK, num_blocks=16) for m in models]
     logits = [d.step(list(enumerate(prompts))) for d in drivers]
@@ -258,6 +270,8 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
         tokens = [int(lg[-1].argmax()) for lg in step[0]] + tokens[rows:]
     if fold_into == "split":  # every norm of a step but the first and the last
         assert splits == [r for r in (2, 1, 2) for _ in range(2 * cfg.num_hidden_layers - 1)]
+    if fold_into == "weights":  # the same norms, of the one-row step alone
+        assert splits == [1] * (2 * cfg.num_hidden_layers - 1)
 
 
 def _tiny_llama() -> ModelConfig:

@@ -292,15 +292,18 @@ def _loop_x_tile(
     GATED: tl.constexpr, NORM: tl.constexpr, USE_DOT: tl.constexpr, dtype: tl.constexpr,
 ):  # fmt: skip
     """(x's tile as the loop multiplies it, its rows' sums of squares [BLOCK_M]): as
-    ``_x_tile`` (the sums zero, unused) but for NORM == 4, the deferred norm: x times the
-    norm's weight in float32 (in ``dtype`` for tl.dot), the sums of squares of x alone, so
-    the statistics gather as the loop loads x and 1/rms scales the product at the end."""
-    if NORM == 4:
+    ``_x_tile`` (the sums zero, unused) but for NORM >= 4, the deferred norm: x times the
+    norm's weight in float32 (in ``dtype`` for tl.dot; NORM == 5: x alone, the weight
+    being in the GEMM's), the sums of squares of x alone, so the statistics gather as the
+    loop loads x and 1/rms scales the product at the end."""
+    if NORM >= 4:
         k_mask = k < K
         h = tl.load(x_rows + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         h = h.to(tl.float32)
-        nw = tl.load(norm_w_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
-        x = h * nw[None, :]
+        x = h
+        if NORM == 4:
+            nw = tl.load(norm_w_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+            x = h * nw[None, :]
         if USE_DOT:
             x = x.to(dtype)
         return x, tl.sum(h * h, axis=1)
@@ -429,12 +432,14 @@ def _skinny_gemm_kernel(
     GATED: tl.constexpr,  # x rows hold gate then up, K each: x = silu(gate) * up
     NORM: tl.constexpr,  # 0: x as is; 1: rms_norm(x); 2: rms_norm(x + residual);
     # 3: rms_norm(x), its sum of squares that of stats' row; 4: rms_norm(x) deferred:
-    # x * weight as it loads, the product scaled by each row's 1/rms at the end
+    # x * weight as it loads, the product scaled by each row's 1/rms at the end; 5: as 4,
+    # the norm's weight already in w (``NormPrologue.weight`` None: x alone as it loads)
     PEEL: tl.constexpr,  # load the first PEEL (0-2) weight tiles before anything else
     PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after those tiles
     W_EVICTION: tl.constexpr,  # eviction_policy of the weight loads
     # 1: out = rms_norm(product + residual), by the last program; 2: out = product +
-    # residual (tail_res_out_ptr unused), each program's sum of squares of it into stats
+    # residual (tail_res_out_ptr unused), each program's sum of squares of it into stats;
+    # 3: out = product + residual alone (``then_residual``; may be in place)
     TAIL: tl.constexpr,
     BLOCK_TAIL: tl.constexpr,  # TAIL == 1: next power of 2 of N; NORM == 3: of num_stats
     L2_BYTES: tl.constexpr = 0,  # PDL: bytes of each weight row after the PEEL tiles to L2
@@ -511,7 +516,7 @@ def _skinny_gemm_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
     # the prefetched tiles first, then the rest: the same order of sums either way
     start = 0
-    sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)  # NORM == 4: x's, as the loop loads it
+    sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)  # NORM >= 4: x's, as the loop loads it
     if PEEL >= 1:
         if NORM == 3:  # loaded above: only normalized here, as _x_tile would
             x = rms_scale(
@@ -521,7 +526,7 @@ def _skinny_gemm_kernel(
             x, sq = _loop_x_tile(
                 x_rows, r_rows, norm_w_ptr, rstd, ks, m_mask, K, GATED, NORM, USE_DOT, dtype
             )
-        if NORM == 4:  # the other modes carry no sums through the loop
+        if NORM >= 4:  # the other modes carry no sums through the loop
             sum_sq += sq
         acc = _accumulate(acc, x, w_first, USE_DOT, PRECISION)
         start = BLOCK_K
@@ -530,7 +535,7 @@ def _skinny_gemm_kernel(
         x, sq = _loop_x_tile(
             x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
         )
-        if NORM == 4:
+        if NORM >= 4:
             sum_sq += sq
         acc = _accumulate(acc, x, w_second, USE_DOT, PRECISION)
         start = 2 * BLOCK_K
@@ -547,12 +552,12 @@ def _skinny_gemm_kernel(
                 x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
             )
             w = _w_tile(w_rows, k, n_mask, K, W_EVICTION)
-        if NORM == 4:
+        if NORM >= 4:
             sum_sq += sq
         acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
     if not USE_DOT:
         acc = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
-    if NORM == 4:
+    if NORM >= 4:
         acc = acc * tl.rsqrt(sum_sq / K + eps)[:, None]
     product = acc.to(out_ptr.dtype.element_ty)  # [BLOCK_M, BLOCK_N], rounded as stored
     stamp(trace_ptr, WORKED, TRACE)
@@ -564,6 +569,10 @@ def _skinny_gemm_kernel(
         hf = tl.where(tile_mask, h.to(tl.float32), 0.0)
         s_out = stats_ptr + rows.to(tl.int64) * stride_sm + tl.program_id(0)
         tl.store(s_out, _thread_sum_of_squares(hf, BLOCK_M, BLOCK_N), mask=m_mask)
+    elif TAIL == 3:  # HF's residual add alone, in place or not
+        h = (product.to(tl.float32) + tail_r).to(dtype)
+        out = out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
+        tl.store(out, h, mask=tile_mask)
     elif TAIL == 1:
         # HF's residual add: the stored product plus the residual, rounded
         h = (product.to(tl.float32) + tail_r).to(dtype)
@@ -609,6 +618,14 @@ def _folded_x_tile(x_ptr, k, K, GATED: tl.constexpr, dtype: tl.constexpr):
 
 
 @triton.jit
+def _folded_squares(x):
+    """x [KK, F]'s squares in float32, each thread's F neighbours added: [KK] (running
+    sums of the accumulator's size, not the tile's: registers are this kernel's pace)."""
+    xf = x.to(tl.float32)
+    return tl.sum(xf * xf, axis=1)
+
+
+@triton.jit
 def _folded_accumulate(acc, x, w):
     """acc [BLOCK_N, KK] += the products of x [KK, F] and w [BLOCK_N, KK, F], each
     thread's F neighbours (one vector load) added first, in registers. (Three
@@ -622,10 +639,12 @@ def _folded_skinny_kernel(
     x_ptr,  # [1, K] ([1, 2K] gated)
     w_ptr,
     out_ptr,
+    res_ptr,  # RESIDUAL: [1, N] added to the product (may be out_ptr)
     trace_ptr,  # TRACE: int64 [programs, FIELDS] per-program timestamps (kernels/_trace.py)
     N,
     K,
     stride_wn,
+    eps,  # DEFERRED: the norm's epsilon
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     FOLD: tl.constexpr,  # F: neighbouring products a thread adds at each K step
@@ -634,11 +653,16 @@ def _folded_skinny_kernel(
     PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after the PEEL tiles
     W_EVICTION: tl.constexpr,
     TRACE: tl.constexpr = False,
+    DEFERRED: tl.constexpr = False,  # the product scaled by 1/rms(x) (norm weight in w)
+    RESIDUAL: tl.constexpr = False,  # out = product + residual, rounded as HF's add
 ):
     """One row of x times the weight (plain or gated x), as ``_skinny_gemm_kernel``
     computes it on the sum path, program by program and tile by tile, but with the K axis
     of a tile split into [BLOCK_K / F, F] (``SkinnyConfig.k_fold``): each thread adds the
-    F products of its vector load at once, so the running sums are [BLOCK_N, BLOCK_K / F]."""
+    F products of its vector load at once, so the running sums are [BLOCK_N, BLOCK_K / F].
+    DEFERRED: x is an RMSNorm's input whose weight the GEMM's weight holds (NORM == 5 of
+    the tile kernel): x's sum of squares gathers as it loads ([KK] running sums, each
+    thread's F squares added first, as the products), 1/rms scales the float32 product."""
     stamp(trace_ptr, START, TRACE)
     KK: tl.constexpr = BLOCK_K // FOLD
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -656,19 +680,34 @@ def _folded_skinny_kernel(
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
     stamp(trace_ptr, WAITED, TRACE)
+    if RESIDUAL:  # asked for now, so that the end does not wait for it
+        residual = tl.load(res_ptr + cols, mask=n_mask, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_N, KK], dtype=tl.float32)
+    squares = tl.zeros([KK], dtype=tl.float32)  # DEFERRED: x's, as it loads
     start = 0  # the prefetched tiles first, then the rest: the same order of sums either way
     if PEEL >= 1:
-        acc = _folded_accumulate(acc, _folded_x_tile(x_ptr, ks, K, GATED, dtype), w_first)
+        x = _folded_x_tile(x_ptr, ks, K, GATED, dtype)
+        if DEFERRED:
+            squares += _folded_squares(x)
+        acc = _folded_accumulate(acc, x, w_first)
         start = BLOCK_K
     if PEEL >= 2:
         x = _folded_x_tile(x_ptr, BLOCK_K + ks, K, GATED, dtype)
+        if DEFERRED:
+            squares += _folded_squares(x)
         acc = _folded_accumulate(acc, x, w_second)
         start = 2 * BLOCK_K
     for k0 in range(start, K, BLOCK_K):
         x = _folded_x_tile(x_ptr, k0 + ks, K, GATED, dtype)
+        if DEFERRED:
+            squares += _folded_squares(x)
         acc = _folded_accumulate(acc, x, _folded_w_tile(w_rows, k0 + ks, n_mask, K, W_EVICTION))
-    product = tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty)  # [BLOCK_N]
+    total = tl.sum(acc, axis=1)  # [BLOCK_N] float32
+    if DEFERRED:
+        total = total * tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+    product = total.to(out_ptr.dtype.element_ty)  # rounded as stored
+    if RESIDUAL:
+        product = (product.to(tl.float32) + residual).to(out_ptr.dtype.element_ty)
     stamp(trace_ptr, WORKED, TRACE)
     tl.store(out_ptr + cols, product, mask=n_mask)
     stamp(trace_ptr, END, TRACE)
@@ -755,9 +794,11 @@ class NormPrologue:
     stats), the norm moves past the product: x times the weight as it loads, the product
     scaled by each row's 1/rms, whose sum of squares gathers in the same loads, so
     nothing is read before the loop; the normalized x is never rounded (HF rounds it
-    twice), so an output may differ from the rounded path's by about a bf16 ulp of it."""
+    twice), so an output may differ from the rounded path's by about a bf16 ulp of it.
+    A deferred norm's ``weight`` may be None: the GEMM's weight already holds it
+    (``layers.norm.fold_norm_weight``), so x loads as it is."""
 
-    weight: torch.Tensor  # [K] the norm's weight
+    weight: torch.Tensor | None  # [K] the norm's weight
     eps: float
     residual: torch.Tensor | None = None  # [M, K]
     residual_out: torch.Tensor | None = None  # [M, K], not residual's storage
@@ -794,6 +835,7 @@ def skinny_linear(
     norm: NormPrologue | None = None,  # multiply by rms_norm(x [+ residual]) instead
     then_norm: NormEpilogue | None = None,  # return rms_norm(product + residual) instead
     then_stats: ResidualStats | None = None,  # return product + residual, and its statistics
+    then_residual: torch.Tensor | None = None,  # [M, N] return product + this (may be out)
 ) -> torch.Tensor:  # [M, N] in x's dtype
     """``x @ weight.T`` accumulated in float32, rounded once to x's dtype; with ``gated``,
     ``silu_and_mul(x) @ weight.T``, the activation computed as the weight streams in and
@@ -804,7 +846,9 @@ def skinny_linear(
     neighbour); with ``then_norm``, the RMSNorm of the product plus a residual
     (:class:`NormEpilogue`); with ``then_stats``, the product plus a residual and its
     statistics (:class:`ResidualStats`, launched on ``stats_config``'s tile, whose
-    partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads). Raises
+    partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads); with
+    ``then_residual``, the product plus it (HF's residual add, rounded; ``out`` may be
+    ``then_residual`` itself: each element is read and written by one program). Raises
     ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
     Never syncs with the host, so it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:
@@ -834,12 +878,16 @@ def skinny_linear(
         if norm.stats is not None:
             stats = norm.stats
     tail_res, tail_w, tail_res_out, counter = out, out, out, out  # placeholders
-    if (then_norm is not None) + (then_stats is not None) + (norm is not None) > 1:
-        raise ValueError("norm, then_norm and then_stats exclude each other")
+    extras = (norm, then_norm, then_stats, then_residual)
+    if sum(extra is not None for extra in extras) > 1:
+        raise ValueError("norm, then_norm, then_stats and then_residual exclude each other")
     if then_norm is not None:
         tail_w, tail_res, tail_res_out = _checked_tail(then_norm, out)
     if then_stats is not None:
         tail_res, stats = then_stats.residual, then_stats.stats
+        _check_like_rows("residual", tail_res, out)
+    if then_residual is not None:
+        tail_res = then_residual
         _check_like_rows("residual", tail_res, out)
     if m == 0 or n == 0:
         return out
@@ -847,9 +895,12 @@ def skinny_linear(
     if cfg.block_m < m:
         raise ValueError(f"config block_m={cfg.block_m} < {m} rows")
     if cfg.k_fold > 1:
-        if norm is not None or then_norm is not None or then_stats is not None:
+        if then_norm is not None or then_stats is not None:
             raise ValueError("a k_fold config takes no folded norm")
-        return _folded_linear(x, weight, out, cfg, gated)
+        if norm is not None and norm.weight is not None:
+            raise ValueError("a k_fold config takes only a norm whose weight is in the GEMM's")
+        eps = norm.eps if norm is not None else None
+        return _folded_linear(x, weight, out, cfg, gated, eps, then_residual)
     grid, row_order = cfg.grid(n), {}
     if then_stats is not None:
         order = torch_row_sum_order(n, m)
@@ -910,7 +961,7 @@ def skinny_linear(
         NORM=_norm_mode(norm),
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0,  # elsewhere than on CUDA only the order
         W_EVICTION=cfg.weight_eviction,
-        TAIL=1 if then_norm is not None else 2 if then_stats is not None else 0,
+        TAIL=_tail_mode(then_norm, then_stats, then_residual),
         BLOCK_TAIL=next_power_of_2(n if then_norm is not None else num_stats),
         L2_BYTES=l2_row_bytes,
         L2_PIECES=l2_pieces,
@@ -926,7 +977,13 @@ def skinny_linear(
 
 
 def _folded_linear(
-    x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, cfg: SkinnyConfig, gated: bool
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    out: torch.Tensor,
+    cfg: SkinnyConfig,
+    gated: bool,
+    deferred_eps: float | None = None,  # a deferred norm's epsilon (its weight in ``weight``)
+    residual: torch.Tensor | None = None,  # [1, N] added to the product (``then_residual``)
 ) -> torch.Tensor:
     """``skinny_linear``'s product by ``_folded_skinny_kernel`` (inputs already checked).
     Raises ``ValueError`` for a config it cannot run: the dot path, a fold that is not a
@@ -944,11 +1001,13 @@ def _folded_linear(
     launch = pdl_launch(cfg.pdl, x.device)
     trace, traced = trace_slot(f"gemv {n}x{k}{' gated' if gated else ''}", grid[0], out)
     _folded_skinny_kernel[grid](
-        x, weight, out, trace, n, k, weight.stride(0),
+        x, weight, out, residual if residual is not None else out, trace, n, k,
+        weight.stride(0), deferred_eps or 0.0,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, FOLD=fold,
         GATED=gated, PEEL=cfg.prefetch_tiles if launch["PDL"] else 0,
         W_EVICTION=cfg.weight_eviction, TRACE=traced, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, **launch,
+        num_stages=cfg.num_stages, DEFERRED=deferred_eps is not None,
+        RESIDUAL=residual is not None, **launch,
     )  # fmt: skip
     return out
 
@@ -983,14 +1042,28 @@ def l2_prefetch_plan(cfg: SkinnyConfig, weight: torch.Tensor) -> tuple[int, int]
 
 def _norm_mode(norm: NormPrologue | None) -> int:
     """The kernel's NORM for a prologue: 0 none, 1 x alone, 2 x + residual, 3 from stats,
-    4 deferred."""
+    4 deferred, 5 deferred with its weight in the GEMM's."""
     if norm is None:
         return 0
     if norm.deferred:
-        return 4
+        return 4 if norm.weight is not None else 5
     if norm.stats is not None:
         return 3
     return 1 if norm.residual is None else 2
+
+
+def _tail_mode(
+    then_norm: NormEpilogue | None,
+    then_stats: ResidualStats | None,
+    then_residual: torch.Tensor | None,
+) -> int:
+    """The tile kernel's TAIL: 0 the product, 1 its norm, 2 plus a residual with
+    statistics, 3 plus a residual alone."""
+    if then_norm is not None:
+        return 1
+    if then_stats is not None:
+        return 2
+    return 3 if then_residual is not None else 0
 
 
 def _check_stats(stats: torch.Tensor, m: int, columns: int) -> None:
@@ -1017,9 +1090,13 @@ def _checked_norm(
     residual pair when there is none (the kernel then never reads or writes it)."""
     if (norm.residual is None) != (norm.residual_out is None):
         raise ValueError("residual and residual_out come together")
-    _check_norm_pair(norm.weight, norm.residual, norm.residual_out, x, "x's K")
     if norm.deferred and (norm.residual is not None or norm.stats is not None):
         raise ValueError("a deferred norm takes x already summed: no residual, no stats")
+    if norm.weight is None:
+        if not norm.deferred:
+            raise ValueError("only a deferred norm may leave its weight to the GEMM's")
+        return x, x, x  # x stands in for the weight too: the kernel never reads it
+    _check_norm_pair(norm.weight, norm.residual, norm.residual_out, x, "x's K")
     if norm.stats is not None:
         if norm.residual is not None:
             raise ValueError("a norm from stats takes x already summed: no residual")

@@ -373,6 +373,30 @@ def split_norms(model: nn.Module) -> int:
     return len(norms)
 
 
+def fold_norm_weights(model: nn.Module) -> int:
+    """Multiply each RMSNorm's weight into the projection that reads it, where the model
+    names one (``RMSNorm.consumer``: a decoder layer's QKV and gate/up), rounded once
+    (``layers.norm.fold_norm_weight``), leave the norm a weight of ones
+    and mark it ``weight_in_consumer``; returns how many were folded. Every path keeps
+    computing the same function (norm(x) with unit weight, then the folded projection);
+    at one row, where the projections around the norm both run on the skinny kernel,
+    ``RMSNorm.between`` then needs no launch for it."""
+    from jacana_engine.layers.norm import RMSNorm, fold_norm_weight
+
+    folded = 0
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, RMSNorm) or module.consumer is None:
+                continue
+            weight = module.consumer.weight
+            weight.copy_(fold_norm_weight(weight, module.weight))
+            module.weight.fill_(1.0)
+            module.weight_in_consumer = True
+            folded += 1
+    log.info("RMSNorm weights folded into the projections after them: %d", folded)
+    return folded
+
+
 def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str]]]:
     """What the tuner chose, per weight shape ("NxK", " gated" for a gated input): the row
     counts that run on the skinny kernel (``skinny``), fold the norm before the layer into

@@ -128,6 +128,32 @@ class Linear(nn.Linear):
         tail = NormEpilogue(norm_weight, eps, residual, residual)
         return self._on_skinny(x, config, gated=gated, then_norm=tail), residual
 
+    def forward_plus(
+        self,
+        x: torch.Tensor,  # [T, in] ([T, 2 * in], gate then up, with ``gated``)
+        residual: torch.Tensor,  # [T, out]
+        config: SkinnyConfig,
+        *,
+        gated: bool = False,
+    ) -> torch.Tensor:  # [T, out]: the new residual
+        """``self(x) + residual`` (rounded as HF's residual add) in one skinny-kernel
+        launch (``skinny_linear(then_residual=...)``), into a new tensor. Layers with a
+        bias have no such launch (the bias would come before the add)."""
+        if self.bias is not None:
+            raise ValueError("a layer with a bias cannot add the residual in its kernel")
+        return self._on_skinny(x, config, gated=gated, then_residual=residual)
+
+    def deferred_norm_forward(
+        self, x: torch.Tensor, eps: float, config: SkinnyConfig
+    ) -> torch.Tensor:  # [T, out]
+        """``self(rms_norm(x))`` for a norm whose weight this layer's weight already holds
+        (``decode_gemm.fold_norm_weights``): the product of x as it loads, scaled by each
+        row's 1/rms, its squares summed in the same loop
+        (``NormPrologue(None, eps, deferred=True)``); one launch, x never normalized."""
+        from jacana_engine.kernels.skinny_gemm import NormPrologue
+
+        return self._on_skinny(x, config, norm=NormPrologue(None, eps, deferred=True))
+
     def gated_forward(
         self,
         gate_up: torch.Tensor,  # [T, 2 * in]: a gated MLP's gate, then up
@@ -145,8 +171,9 @@ class Linear(nn.Linear):
     def _on_skinny(
         self, x: torch.Tensor, config: SkinnyConfig | None, **kernel_args: Any
     ) -> torch.Tensor:  # [T, out]
-        """``skinny_linear`` of x (its ``gated``, ``norm``, ``then_norm``, ``then_stats`` or
-        ``out`` in ``kernel_args``) with this layer's weight, plus its bias."""
+        """``skinny_linear`` of x (its ``gated``, ``norm``, ``then_norm``, ``then_stats``,
+        ``then_residual`` or ``out`` in ``kernel_args``) with this layer's weight, plus its
+        bias."""
         from jacana_engine.kernels.skinny_gemm import skinny_linear
 
         y = skinny_linear(x.contiguous(), self.weight, config=config, **kernel_args)

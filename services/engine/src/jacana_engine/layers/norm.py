@@ -23,6 +23,23 @@ MIN_SPLIT_PROGRAMS = 128
 # the launch it saves (Qwen3-8B b1 on an H200, twenty-fifth run: with 2-row qkv and
 # gate_up tiles the decode graph took 0.36 ms longer, with 8-row tiles it broke even).
 MIN_SPLIT_CONSUMER_ROWS = 8
+# Row counts at which a norm whose weight is in its consumer's runs inside the projections
+# around it (``RMSNorm.between``): one, where it was measured (an H200, Qwen3-8B's chain of
+# one-row picks: 3.404 against 3.452 ms); the tile kernel's several-row path is untimed.
+FOLDED_NORM_ROWS = (1,)
+
+
+def fold_norm_weight(weight: torch.Tensor, norm_weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` [N, K] with an RMSNorm's ``norm_weight`` [K] multiplied into its columns
+    (in float32, rounded once to weight's dtype): the weight a deferred norm with no
+    weight of its own (``kernels.skinny_gemm.NormPrologue(None, eps, deferred=True)``)
+    multiplies by, so
+    ``rms_norm(x, norm_weight) @ weight.T`` is ``(x @ folded.T) / rms(x)`` up to that
+    rounding."""
+    if norm_weight.shape != (weight.shape[1],):
+        shapes = f"{tuple(norm_weight.shape)} and {tuple(weight.shape)}"
+        raise ValueError(f"norm weight and GEMM weight do not fit: {shapes}")
+    return (weight.float() * norm_weight.float()[None, :]).to(weight.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -36,12 +53,24 @@ class RMSNorm(nn.Module):
     # ``between`` splits this norm over the skinny kernels of its producer and consumer
     # where both run a row count there (set on CUDA from ``EngineConfig.split_norm``)
     split_between_gemms = False
+    # the projection that reads this norm's output, where the model names one (a decoder
+    # layer's QKV and gate/up): ``decode_gemm.fold_norm_weights`` multiplies the weight
+    # into its columns and sets ``weight_in_consumer``, and ``between`` then runs no norm
+    # at ``FOLDED_NORM_ROWS`` (the consumer scales its product by 1/rms instead)
+    consumer: Linear | None = None
+    weight_in_consumer = False
 
     def __init__(self, dim: int, eps: float, ops: LayerOps | None = None) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
         self.ops = ops or TorchOps()
+
+    def feeds(self, consumer: Linear) -> None:
+        """Name the projection that reads this norm's output (``consumer``). Kept as a
+        plain attribute, not a submodule: the layer stays where the model put it, under
+        one name."""
+        object.__setattr__(self, "consumer", consumer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, dim] -> [T, dim]
@@ -83,10 +112,17 @@ class RMSNorm(nn.Module):
         rows has at least ``MIN_SPLIT_PROGRAMS`` threads, the producer's programs
         (one a thread) store the residual sum with their partial sums of squares and the
         consumer normalizes as it loads (``Linear.forward_with_stats``): no launch, no
-        whole-row read, no last program, the norm kernel's bits. Else, where the producer
+        whole-row read, no last program, the norm kernel's bits. With
+        ``weight_in_consumer``, at ``FOLDED_NORM_ROWS`` where both run on the skinny
+        kernel, the producer adds the residual in its epilogue and the consumer scales its
+        product by 1/rms of its input (``Linear.deferred_norm_forward``). Else, where the producer
         runs x's row count with the norm folded into the end of its kernel
         (``Linear.norm_tail_configs``), the norm costs no launch of its own; else the
         consumer may fold it in (``then``)."""
+        folded = self._folded_configs(producer, consumer, x.shape[0])
+        if folded is not None:
+            residual = producer.forward_plus(x, residual, folded[0], gated=gated)
+            return consumer.deferred_norm_forward(residual, self.eps, folded[1]), residual
         split = self._split_configs(producer, consumer, x.shape[0])
         if split is not None:
             stats = producer.forward_with_stats(x, residual, split[0], gated=gated)
@@ -104,6 +140,19 @@ class RMSNorm(nn.Module):
         if consumer is None:
             return self.add_forward(y, residual)
         return self.then(consumer, y, residual)
+
+    def _folded_configs(
+        self, producer: Linear, consumer: Linear | None, rows: int
+    ) -> tuple[SkinnyConfig, SkinnyConfig] | None:
+        """(producer's, consumer's) skinny configs for ``rows`` where ``between`` runs
+        this norm, its weight in the consumer's, inside the two projections; else None."""
+        if not self.weight_in_consumer or consumer is not self.consumer:
+            return None
+        if rows not in FOLDED_NORM_ROWS or producer.bias is not None:
+            return None
+        first = producer.skinny_configs.get(rows)
+        second = consumer.skinny_configs.get(rows)
+        return None if first is None or second is None else (first, second)
 
     def _split_configs(
         self, producer: Linear, consumer: Linear | None, rows: int

@@ -63,6 +63,8 @@ class DecoderLayer(nn.Module):
         self.mlp.gate_up_proj.follows_norm = True
         self.self_attn.o_proj.precedes_norm = True
         self.mlp.down_proj.precedes_norm = True  # the next layer's input norm, or the last
+        self.input_layernorm.feeds(self.self_attn.qkv_proj)  # fold_norm_weights' pairs
+        self.post_attention_layernorm.feeds(self.mlp.gate_up_proj)
 
     def forward(
         self,
