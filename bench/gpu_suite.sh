@@ -53,6 +53,9 @@
 # split       the split-norm GPU tests (skinny_gemm, ~1.5-2 min), then Qwen3-8B and 0.6B
 #             b1 without and with split_norm on one tuning cache (~3 min warm; a cold
 #             machine's first 8B start alone took 126 s in the twenty-fourth run)
+# fold        the same for fold_norm_weights (the norm's weight in QKV's and gate/up's, the
+#             norm run inside the one-row GEMVs): its kernel GPU tests, then $FOLD_ROUNDS
+#             (default 2) rounds of b1 without and with it (~5 min cold)
 # prefill     the prefill attention's GPU tests and its launch settings at 8B head shapes
 #             (prefill_attention_gpu.py); then prefill_host_gpu.py: one 1024-token prompt's
 #             TTFT on Qwen3-0.6B and 8B (cuBLAS decode GEMMs, no tuning), its profiled GPU
@@ -185,6 +188,26 @@ end_leftovers() {  # kill what the groups started by in_own_group left running, 
   sleep 2
   echo "[suite] load average $(cut -d' ' -f1-3 /proc/loadavg); GPU processes:" \
     "$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ' ')"
+}
+
+norm_ab() {  # $1: an offline_gpu.py flag (its --no- twin the other side); $2: the skinny
+  # kernel's GPU tests to run first (-k); $3: rounds of b1 without then with the flag, both
+  # models, on one tuning cache (the first start tunes, ~2 min cold; the rest ~20 s each)
+  local flag=$1 tests=$2 rounds=$3 round side
+  stamp "GPU tests: -k \"$tests\""
+  timeout 180 "${PYTEST[@]}" services/engine/tests/kernels/test_skinny_gemm.py -k "$tests" 2>&1 \
+    | tail -4  # on the GPU, the device tests run at their sizes there
+  rm -f "/tmp/jacana-$flag-tuning.json"
+  for round in $(seq "$rounds"); do
+    for side in "no-$flag" "$flag"; do
+      stamp "b1 with --$side (round $round)"
+      timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
+        --workloads b1 "--$side" --reps 3 --tuning-cache "/tmp/jacana-$flag-tuning.json" \
+        --name "offline_b1_${side}_$round" --out "$OUT" 2>&1 \
+        | grep -E "^\| qwen3-[0-9.]+b \| b1 \| (tpot|itl)|split over|graph GPU|^\| qwen3-[0-9.]+b \| [0-9]" \
+        | tail -8
+    done
+  done
 }
 
 PARITY=services/engine/tests/test_gpu_engine.py
@@ -383,17 +406,10 @@ for phase in "$@"; do
         | grep -E "^\| qwen3-[0-9.]+b \| |decode GEMM" | tail -24
       ;;
     split)
-      stamp "split-norm GPU tests"
-      timeout 180 "${PYTEST[@]}" -m gpu services/engine/tests/kernels/test_skinny_gemm.py \
-        -k split 2>&1 | tail -4
-      rm -f /tmp/jacana-split-tuning.json
-      for split in no-split-norm split-norm; do
-        stamp "b1 with --$split"
-        timeout 200 python3 bench/offline_gpu.py --model qwen3-8b --model qwen3-0.6b --no-hf \
-          --workloads b1 --$split --reps 3 --tuning-cache /tmp/jacana-split-tuning.json \
-          --name "offline_b1_$split" --out "$OUT" 2>&1 \
-          | grep -E "^\| qwen3-[0-9.]+b \| b1 \| tpot|split over|graph GPU|^\| qwen3-[0-9.]+b \| [0-9]" | tail -8
-      done
+      norm_ab split-norm split 1
+      ;;
+    fold)
+      norm_ab fold-norm-weights "in_the_gemms or then_residual or consumers_weight" "${FOLD_ROUNDS:-2}"
       ;;
     prefill)
       stamp "prefill attention: its GPU tests, then its launch settings (prefill_attention_gpu.py)"
