@@ -1040,6 +1040,36 @@ def test_a_split_norm_rejects_what_it_cannot_run(device):
         skinny_linear(x, w, norm=both)
 
 
+def _norm_between_linears(device, k: int, n: int):
+    """(an RMSNorm of n on the Triton ops with a random weight, its producer Linear k -> n
+    without bias, its consumer Linear n -> 24 with a bias), frozen, on ``device``."""
+    from jacana_engine.layers.linear import Linear
+    from jacana_engine.layers.norm import RMSNorm
+    from jacana_engine.layers.triton_ops import TritonOps
+
+    norm = RMSNorm(n, 1e-6, TritonOps()).to(device).requires_grad_(False)
+    norm.weight.copy_(1 + 0.1 * torch.randn(n, device=device))
+    producer = Linear(k, n, bias=False).to(device).requires_grad_(False)
+    consumer = Linear(n, 24, bias=True).to(device).requires_grad_(False)
+    return norm, producer, consumer
+
+
+def _rows_through(monkeypatch, method: str) -> list[int]:
+    """The row counts of x that ``Linear.<method>`` is called with from now on (a list
+    that grows as it is called)."""
+    from jacana_engine.layers.linear import Linear
+
+    rows: list[int] = []
+    real = getattr(Linear, method)
+
+    def spy(self, x, *args, **kwargs):
+        rows.append(x.shape[0])
+        return real(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(Linear, method, spy)
+    return rows
+
+
 @pytest.mark.parametrize("folded_kernel", [False, True])
 @pytest.mark.parametrize("gated", [False, True])
 def test_a_norm_in_its_consumers_weight_runs_inside_the_gemms_at_one_row(
@@ -1054,14 +1084,9 @@ def test_a_norm_in_its_consumers_weight_runs_inside_the_gemms_at_one_row(
     from jacana_engine.kernels.activation import silu_and_mul
     from jacana_engine.layers.decode_gemm import fold_norm_weights
     from jacana_engine.layers.linear import Linear
-    from jacana_engine.layers.norm import RMSNorm
-    from jacana_engine.layers.triton_ops import TritonOps
 
     k, n = 64, 40
-    norm = RMSNorm(n, 1e-6, TritonOps()).to(device).requires_grad_(False)
-    norm.weight.copy_(1 + 0.1 * torch.randn(n, device=device))
-    producer = Linear(k, n, bias=False).to(device).requires_grad_(False)
-    consumer = Linear(n, 24, bias=True).to(device).requires_grad_(False)
+    norm, producer, consumer = _norm_between_linears(device, k, n)
     unfolded_weight, norm_weight = consumer.weight.clone(), norm.weight.clone()
     holder = torch.nn.Module()  # what fold_norm_weights walks: the norm and its consumer
     holder.norm, holder.consumer = norm, consumer
@@ -1072,14 +1097,7 @@ def test_a_norm_in_its_consumers_weight_runs_inside_the_gemms_at_one_row(
     one_row = SkinnyConfig(1, 8, 32, False, k_fold=FOLD if folded_kernel else 1)
     producer.skinny_configs = {1: pick_config(1, n, k), 2: pick_config(2, n, k)}
     consumer.skinny_configs = {1: one_row}
-    deferred_rows = []
-    real = Linear.deferred_norm_forward
-
-    def spy(self, x, *args, **kwargs):
-        deferred_rows.append(x.shape[0])
-        return real(self, x, *args, **kwargs)
-
-    monkeypatch.setattr(Linear, "deferred_norm_forward", spy)
+    deferred_rows = _rows_through(monkeypatch, "deferred_norm_forward")
     rel_l2, max_rel = TOL[torch.float32]
     for m in (1, 2):
         x = torch.randn(m, 2 * k if gated else k, device=device)
@@ -1106,28 +1124,15 @@ def test_a_split_norm_runs_only_where_both_gemms_are_skinny(
     consumer on 2-row tiles, through the norm kernel; the same results either way, the
     residual updated in place."""
     from jacana_engine.kernels.activation import silu_and_mul
-    from jacana_engine.layers.linear import Linear
-    from jacana_engine.layers.norm import RMSNorm
-    from jacana_engine.layers.triton_ops import TritonOps
 
     k, n = 64, 40
-    norm = RMSNorm(n, 1e-6, TritonOps()).to(device).requires_grad_(False)
-    norm.weight.copy_(1 + 0.1 * torch.randn(n, device=device))
+    norm, producer, consumer = _norm_between_linears(device, k, n)
     norm.split_between_gemms = True
     # 40 columns a row are 32 torch reduction threads: fewer than a real model's
     monkeypatch.setattr("jacana_engine.layers.norm.MIN_SPLIT_PROGRAMS", 32)
-    producer = Linear(k, n, bias=False).to(device).requires_grad_(False)
-    consumer = Linear(n, 24, bias=True).to(device).requires_grad_(False)
     producer.skinny_configs = {1: pick_config(1, n, k), 2: pick_config(2, n, k)}
     consumer.skinny_configs = {1: pick_config(1, 24, n)}
-    split_rows = []
-    real = Linear.forward_with_stats
-
-    def spy(self, x, *args, **kwargs):
-        split_rows.append(x.shape[0])
-        return real(self, x, *args, **kwargs)
-
-    monkeypatch.setattr(Linear, "forward_with_stats", spy)
+    split_rows = _rows_through(monkeypatch, "forward_with_stats")
     for m in (1, 2):
         x = torch.randn(m, 2 * k if gated else k, device=device)
         residual = torch.randn(m, n, device=device)
@@ -1154,15 +1159,9 @@ def test_a_linear_then_its_norm_folds_only_the_tuned_rows(device, seed, checks, 
     end, another row count runs the GEMM then the norm kernel; same results either way,
     the consumer applied to the normed rows."""
     from jacana_engine.kernels.activation import silu_and_mul
-    from jacana_engine.layers.linear import Linear
-    from jacana_engine.layers.norm import RMSNorm
-    from jacana_engine.layers.triton_ops import TritonOps
 
     k, n = 64, 40
-    norm = RMSNorm(n, 1e-6, TritonOps()).to(device).requires_grad_(False)
-    norm.weight.copy_(1 + 0.1 * torch.randn(n, device=device))
-    producer = Linear(k, n, bias=False).to(device).requires_grad_(False)
-    consumer = Linear(n, 24, bias=True).to(device).requires_grad_(False)
+    norm, producer, consumer = _norm_between_linears(device, k, n)
     producer.norm_tail_configs = {1: pick_config(1, n, k)}
     for m in (1, 2):
         x = torch.randn(m, 2 * k if gated else k, device=device)
