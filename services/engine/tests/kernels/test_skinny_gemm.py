@@ -1094,6 +1094,8 @@ def test_a_norm_in_its_consumers_weight_runs_inside_the_gemms_at_one_row(
     assert [name for name, _ in holder.named_modules()] == ["", "norm", "consumer"]
     assert fold_norm_weights(holder) == 1
     assert norm.weight_in_consumer and torch.equal(norm.weight, torch.ones_like(norm_weight))
+    folded_weight = consumer.weight.clone()
+    assert fold_norm_weights(holder) == 0 and torch.equal(consumer.weight, folded_weight)
     one_row = SkinnyConfig(1, 8, 32, False, k_fold=FOLD if folded_kernel else 1)
     producer.skinny_configs = {1: pick_config(1, n, k), 2: pick_config(2, n, k)}
     consumer.skinny_configs = {1: one_row}

@@ -30,7 +30,9 @@ RMSNorm (with its residual add), normalized as it loads (``norm``: the norm fold
 the QKV or gate/up projection after it), its statistics summed by every program or, with
 ``NormPrologue.stats``, read from the partial sums the GEMM before it stored, or
 (``NormPrologue.deferred``) applied to the product instead, its statistics gathered as
-the loop loads x. What the output is: the product; or, with ``then_norm``, the RMSNorm
+the loop loads x (with no weight of its own where the GEMM's weight holds it: the folded
+kernel too). What the output is: the product; or, with ``then_residual``, the product
+plus a residual (both kernels); or, with ``then_norm``, the RMSNorm
 of the product plus a residual, the last program to finish normalizing the rows (the
 norm folded into the o or down projection before it); or, with ``then_stats``, the
 product plus a residual and each program's sum of squares of its columns of it

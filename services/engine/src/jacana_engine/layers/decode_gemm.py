@@ -376,17 +376,19 @@ def split_norms(model: nn.Module) -> int:
 def fold_norm_weights(model: nn.Module) -> int:
     """Multiply each RMSNorm's weight into the projection that reads it, where the model
     names one (``RMSNorm.consumer``: a decoder layer's QKV and gate/up), rounded once
-    (``layers.norm.fold_norm_weight``), leave the norm a weight of ones
-    and mark it ``weight_in_consumer``; returns how many were folded. Every path keeps
-    computing the same function (norm(x) with unit weight, then the folded projection);
-    at one row, where the projections around the norm both run on the skinny kernel,
-    ``RMSNorm.between`` then needs no launch for it."""
+    (``layers.norm.fold_norm_weight``), leave the norm a weight of ones and mark it
+    ``weight_in_consumer``; returns how many were folded now (a norm folded before is
+    left as it is). Every path keeps computing the same function (norm(x) with unit
+    weight, then the folded projection); at one row, where the projections around the
+    norm both run on the skinny kernel, ``RMSNorm.between`` then needs no launch for it."""
     from jacana_engine.layers.norm import RMSNorm, fold_norm_weight
 
     folded = 0
     with torch.no_grad():
         for module in model.modules():
             if not isinstance(module, RMSNorm) or module.consumer is None:
+                continue
+            if module.weight_in_consumer:  # folding twice would square the weight
                 continue
             weight = module.consumer.weight
             weight.copy_(fold_norm_weight(weight, module.weight))

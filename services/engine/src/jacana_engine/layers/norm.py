@@ -33,9 +33,8 @@ def fold_norm_weight(weight: torch.Tensor, norm_weight: torch.Tensor) -> torch.T
     """``weight`` [N, K] with an RMSNorm's ``norm_weight`` [K] multiplied into its columns
     (in float32, rounded once to weight's dtype): the weight a deferred norm with no
     weight of its own (``kernels.skinny_gemm.NormPrologue(None, eps, deferred=True)``)
-    multiplies by, so
-    ``rms_norm(x, norm_weight) @ weight.T`` is ``(x @ folded.T) / rms(x)`` up to that
-    rounding."""
+    multiplies by, so ``rms_norm(x, norm_weight) @ weight.T`` is ``(x @ folded.T) /
+    rms(x)`` up to that rounding."""
     if norm_weight.shape != (weight.shape[1],):
         shapes = f"{tuple(norm_weight.shape)} and {tuple(weight.shape)}"
         raise ValueError(f"norm weight and GEMM weight do not fit: {shapes}")
@@ -114,9 +113,10 @@ class RMSNorm(nn.Module):
         consumer normalizes as it loads (``Linear.forward_with_stats``): no launch, no
         whole-row read, no last program, the norm kernel's bits. With
         ``weight_in_consumer``, at ``FOLDED_NORM_ROWS`` where both run on the skinny
-        kernel, the producer adds the residual in its epilogue and the consumer scales its
-        product by 1/rms of its input (``Linear.deferred_norm_forward``). Else, where the producer
-        runs x's row count with the norm folded into the end of its kernel
+        kernel, the producer adds the residual in its epilogue and the consumer scales
+        its product by 1/rms of its input (``Linear.deferred_norm_forward``), before any
+        split. Else, where the producer runs x's row count with the norm folded into the
+        end of its kernel
         (``Linear.norm_tail_configs``), the norm costs no launch of its own; else the
         consumer may fold it in (``then``)."""
         folded = self._folded_configs(producer, consumer, x.shape[0])
