@@ -137,11 +137,12 @@
 # plus ~40 s per variant, targets ~4 min, dependent ~2.5 min, sweep ~1.5 min, pdl ~20 s, online ~1 min per stream interval plus ~40 s
 # for its offline run, spec ~5.5 min (the grid alone ~5 min; one concurrency of it still takes over 2.5 min:
 # the models load and warm up once per group), overlap ~2 min, skinny ~3 min, check
-# ~8 min, prefillgraphs ~3 min, picks ~1.5 min, timeline ~2 min. Model files in 28 MiB
-# parts: SmolLM2 4, MiniLM 4, Qwen2.5-Coder-0.5B 8 (~5 s of device time a call); a call
-# carries two parts, or one beside .whl/ (11 MB), so SmolLM2 takes three calls that
-# follow each other within the machine's 30 s idle release (parts 0-1; part 2 and .whl;
-# part 3, .whl and the phase). A cold online phase ~4 min (tuning ~2 min a start).
+# ~8 min, prefillgraphs ~3 min, picks ~1.5 min, timeline ~2 min, fold ~5 min. Model files
+# in parts (bench/gpu_assets.sh; ~5 s of device time a call): the tree (~11 MiB) and .whl/
+# (~10 MiB) leave a call room for one part of 32 MiB (JACANA_XFER_CHUNK_MIB=32), so
+# SmolLM2's GGUF (94 MiB) takes three calls that follow each other within the machine's
+# 30 s idle release, each running a phase of its own (the last the one that needs it).
+# A cold online phase ~4 min (tuning ~2 min a start).
 #
 # Wheels the device lacks travel in .whl/ (installed to /tmp/site), written here by
 # bench/gpu_wheels.sh: online needs them (fastapi, a grpcio as new as the stubs), and so
