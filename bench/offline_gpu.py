@@ -80,11 +80,10 @@ def _gib(fn_name: str) -> float:
     return getattr(torch.cuda, fn_name)() / 2**30 if torch.cuda.is_available() else 0.0
 
 
-def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[str, Any]]:
-    config = dummy_engine_config(
-        model,
-        kv_gib=args.kv_gib,
-        device=args.device,
+def engine_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``EngineConfig`` fields the command line sets, beside the model, its KV pool and
+    device: what ``build_engine`` starts the engine with and the results record."""
+    return dict(
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.eager,
         decode_gemm=args.decode_gemm,
@@ -100,6 +99,12 @@ def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[
         prefill_graph_tokens=args.prefill_graph_tokens,
         prefill_graph_seqs=args.prefill_graph_seqs,
         eager_row_buckets=args.eager_row_buckets,
+    )
+
+
+def build_engine(model: str, args: argparse.Namespace) -> tuple[LLMEngine, dict[str, Any]]:
+    config = dummy_engine_config(
+        model, kv_gib=args.kv_gib, device=args.device, **engine_fields(args)
     )
     _sync()
     t0 = time.perf_counter()
@@ -581,21 +586,7 @@ def main() -> None:
     doc: dict[str, Any] = {
         "environment": environment(),
         "reps": args.reps,
-        "settings": {
-            "eager": args.eager,
-            "decode_gemm": args.decode_gemm,
-            "fuse_norm_gemm": args.fuse_norm_gemm,
-            "split_norm": args.split_norm,
-            "fuse_rope_attention": args.fuse_rope_attention,
-            "exact_decode_attention": args.exact_decode_attention,
-            "l2_prefetch_bytes": args.l2_prefetch_bytes,
-            "pdl": not args.no_pdl,
-            "overlap_decode": not args.serial,
-            "tuning_cache": args.tuning_cache,
-            "prefill_graph_tokens": args.prefill_graph_tokens,
-            "prefill_graph_seqs": args.prefill_graph_seqs,
-            "eager_row_buckets": args.eager_row_buckets,
-        },
+        "settings": engine_fields(args),
         "models": {},
     }
     bench_each_model(doc, args, bench_model, render)
