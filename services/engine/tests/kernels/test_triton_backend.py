@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from tiny_decoder import HEAD_DIM, N_HEADS, N_KV, tiny_config, tiny_qwen3
+from tiny_decoder import HEAD_DIM, N_HEADS, N_KV, random_triton_qwen3, tiny_config, tiny_qwen3
 
 from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import (
@@ -209,19 +209,11 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
     from jacana_engine.kernels.skinny_gemm import pick_config
     from jacana_engine.layers.decode_gemm import fold_norm_weights, split_norms
     from jacana_engine.layers.linear import Linear
-    from jacana_engine.models.registry import build_model
 
     if device.type == "cuda":
         pytest.skip("the paged test driver builds host tensors (GPU parity: test_gpu_engine)")
     cfg = tiny_qwen3()
-    models = []
-    for _ in range(2):
-        model = build_model(cfg, device=device, dtype=torch.float32, attention_backend="triton")
-        gen = torch.Generator(device=device).manual_seed(seed)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.normal_(0.0, 0.3, generator=gen)
-        models.append(model)
+    models = [random_triton_qwen3(seed, device) for _ in range(2)]  # the same weights twice
     folded = 0
     for module in models[1].modules():
         if isinstance(module, Linear):
