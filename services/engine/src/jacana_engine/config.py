@@ -64,9 +64,12 @@ class EngineConfig:
         both run on the skinny kernel, the norm has no launch: o/down add the residual in
         their epilogue and QKV/gate-up scale their product by 1/rms of x, summed as x
         loads (``RMSNorm.weight_in_consumer``). Opt-in: it changes the rounding (the
-        folded weight, the unrounded normalized x) everywhere, so greedy output may part
-        from transformers' at near-ties; on an H200 the 36-layer Qwen3-8B chain of the
-        one-row picks took 3.404 against 3.452 ms.
+        folded weight, the unrounded normalized x) everywhere, and on an H200 one run of
+        two put a SmolLM2 greedy token 4 bf16 ulps behind transformers' top, outside the
+        parity oracle's two (``tests/test_gpu_engine.py``, ``JACANA_PARITY_FOLDED=1``);
+        there the 36-layer Qwen3-8B chain of the one-row picks took 3.404 against 3.452
+        ms, the decode graph 3.906 against 3.948, the served step no faster at the card's
+        power cap (Qwen3-0.6B 0.76 -> 0.73 ms).
     tune_in_graph: with ``decode_gemm="auto"`` and a batch-1 decode graph, time each
         weight shape's one-row choices (cuBLAS and the skinny candidates) inside that
         graph, shape after shape (``layers/graph_picks.py``), instead of keeping the picks

@@ -113,8 +113,8 @@ class EngineSettings(ServiceSettings):
         False,
         description="Multiply each decoder layer's RMSNorm weights into the QKV and "
         "gate/up weights at load, so that at one row the norms need no launch of their own "
-        "(opt-in: it changes the rounding, so greedy output may part from transformers' at "
-        "near-ties).",
+        "(opt-in: it changes the rounding; on an H200 one run of two put a SmolLM2 greedy "
+        "token 4 bf16 ulps behind transformers' top).",
     )
     tune_in_graph: bool = Field(
         True,
