@@ -21,7 +21,8 @@
 # offline     offline_gpu.py grid: Qwen3-8B and Qwen3-0.6B (b1, ttft1024, c64) vs transformers,
 #             with kernel tables and each model's b1 step timeline (GPU busy/idle a step)
 # parity      the two engine-vs-transformers parity tests alone, side by side (~4 min;
-#             $PARITY_TESTS: the ones to run, default "qwen3 smollm2")
+#             $PARITY_TESTS: the ones to run, default "qwen3 smollm2"; JACANA_PARITY_FOLDED=1
+#             adds the opt-in fold_norm_weights mode, ~40 s more)
 # trace       hf_trace_parity_gpu.py on all 8 SmolLM2 prompts (eager: each layer's tensors vs
 #             transformers', the origins' inputs saved), the saved attention origins replayed
 #             against cuDNN (flash_numerics_probe_gpu.py --sites --reference cudnn), the tile
@@ -101,6 +102,9 @@
 # mixed       prefill graphs holding mixed steps: their GPU tests (with spec and parity), the
 #             0.6B's varied traffic with mixed steps replayed and eager ($MIXED_ORDER), the
 #             ttft1024 and c64 targets (~7 min)
+# logprobs    requests asking for logprobs (5 alternatives): the overlap GPU tests, then b1
+#             and c64 of Qwen3-0.6B with decode steps serial and overlapped, on one tuning
+#             cache (~3 min; $LOGPROBS_MODEL, default qwen3-0.6b)
 # firstuse    first_use_gpu.py: host µs of Qwen3-8B's layer GEMMs at new row counts (cuBLAS
 #             and cuBLASLt), after a sweep of row buckets, at buckets; torch's sampler
 #             operators at new batch sizes (~15 s)
@@ -435,6 +439,22 @@ for phase in "$@"; do
           --workloads b1 ttft1024 --prefill-graph-tokens $tokens --reps 5 \
           --tuning-cache /tmp/jacana-prefill-tuning.json --name "offline_prefill_graphs_$tokens" \
           --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| (b1|ttft1024) \|" | tail -24
+      done
+      ;;
+    logprobs)
+      stamp "overlapped decoding with logprobs: its GPU tests"
+      timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/test_decode_overlap.py \
+        services/engine/tests/test_graph_head.py 2>&1 | tail -3
+      rm -f /tmp/jacana-logprobs-tuning.json
+      for side in --serial ""; do
+        stamp "b1 and c64 with logprobs=5 ${side:-(overlapped)}"
+        # shellcheck disable=SC2086  # $side: no word or one
+        timeout 200 python3 bench/offline_gpu.py --model "${LOGPROBS_MODEL:-qwen3-0.6b}" --no-hf \
+          --workloads b1 c64 --logprobs 5 $side --reps 3 \
+          --tuning-cache /tmp/jacana-logprobs-tuning.json \
+          --name "offline_logprobs${side:+_serial}" --out "$OUT" 2>&1 \
+          | grep -E "^\| qwen3-[0-9.]+b \| (b1|c64) \| (tpot|output_tok)|^\| qwen3-[0-9.]+b \| (b1|c64) \| [0-9]" \
+          | tail -8
       done
       ;;
     rows)

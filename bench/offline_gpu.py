@@ -153,7 +153,11 @@ class GcPauses:
 
 
 def run_closed_loop(
-    engine: LLMEngine, prompts: list[list[int]], concurrency: int, new_tokens: int
+    engine: LLMEngine,
+    prompts: list[list[int]],
+    concurrency: int,
+    new_tokens: int,
+    logprobs: int | None = None,
 ) -> dict[str, Any]:
     """Keep ``concurrency`` requests in flight until every prompt has run; per-request
     TTFT/TPOT, total output tokens over wall time, and the inter-token intervals: their
@@ -163,8 +167,9 @@ def run_closed_loop(
     (``gc_ms_a_token``: one cause such a stall could have). With one request at a time,
     also the intervals in order (``itl_series_ms``: whether slow steps come with the
     growing context, or now and then) and the wall-clock time of the first token
-    (``itl_series_t0_unix``, to line them up with ``nvidia-smi``'s samples)."""
-    sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+    (``itl_series_t0_unix``, to line them up with ``nvidia-smi``'s samples). ``logprobs``:
+    every request asks for its tokens' logprobs with that many alternatives."""
+    sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True, logprobs=logprobs)
     pending = list(enumerate(prompts))
     submitted: dict[str, float] = {}
     first: dict[str, float] = {}
@@ -352,7 +357,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
     # warm-up: every workload once (kernel compilation, allocator growth)
     for i, wl in enumerate(WORKLOADS.values()):
         prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=500 + i)
-        run_closed_loop(engine, prompts, wl["concurrency"], min(wl["new"], 8))
+        run_closed_loop(engine, prompts, wl["concurrency"], min(wl["new"], 8), args.logprobs)
     info["gpu_peak_gib_jacana"] = _gib("max_memory_allocated")
     info["decode_graph_gpu_ms"] = {b: graph_replay_ms(engine, b) for b in (1, 64)}
     hf = None
@@ -372,7 +377,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
         for rep in range(args.reps):
             prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=1000 * rep + 7)
             with parts.measure(engine):
-                r = run_closed_loop(engine, prompts, wl["concurrency"], wl["new"])
+                r = run_closed_loop(engine, prompts, wl["concurrency"], wl["new"], args.logprobs)
             for k in METRICS:
                 if r.get(k) is not None:
                     ours.setdefault(k, []).append(r[k])
@@ -567,6 +572,12 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
         default=EngineConfig.eager_row_buckets,
         help="EngineConfig.eager_row_buckets (on by default, as there)",
     )
+    parser.add_argument(
+        "--logprobs",
+        type=int,
+        default=None,
+        help="every request asks for logprobs with this many alternatives (default: none)",
+    )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -587,6 +598,7 @@ def main() -> None:
         "environment": environment(),
         "reps": args.reps,
         "settings": engine_fields(args),
+        "logprobs": args.logprobs,
         "models": {},
     }
     bench_each_model(doc, args, bench_model, render)

@@ -14,12 +14,18 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 PROMPTS = [[5, 9, 13], [1, 2, 3, 4, 5, 6, 7, 8, 9], [40], [11, 12, 13, 14, 15]]
 
 
-def _drive(engine, requests: dict[str, tuple[list[int], SamplingParams]], before_step=None):
-    """Run ``requests`` to completion with ``step()``; output ids per request id.
+def _drive(
+    engine,
+    requests: dict[str, tuple[list[int], SamplingParams]],
+    before_step=None,
+    read=lambda o: o.new_token_ids,
+):
+    """Run ``requests`` to completion with ``step()``; per request id what ``read`` takes
+    from each of its outputs (default: the output ids), concatenated.
     ``before_step(engine, n)`` may add or abort requests before step call ``n``."""
     for rid, (prompt, sp) in requests.items():
         engine.add_request(rid, prompt, sp)
-    out: dict[str, list[int]] = {}
+    out: dict[str, list] = {}
     finished: set[str] = set()
     n = 0
     while engine.has_unfinished_requests():
@@ -27,7 +33,7 @@ def _drive(engine, requests: dict[str, tuple[list[int], SamplingParams]], before
             before_step(engine, n)
         for o in engine.step():
             assert o.request_id not in finished, "output after the final one"
-            out.setdefault(o.request_id, []).extend(o.new_token_ids)
+            out.setdefault(o.request_id, []).extend(read(o))
             if o.finished:
                 finished.add(o.request_id)
         n += 1
@@ -106,11 +112,39 @@ def test_abort_and_arrival_while_a_step_is_in_flight(toy):
     _assert_no_blocks_held(engine)
 
 
-def test_steps_that_need_the_logits_do_not_overlap(toy):
+def _tokens_and_logprobs(o) -> list:
+    """An output's (token, its logprob entry) pairs; None entries where none was asked."""
+    return list(zip(o.new_token_ids, o.logprobs or [None] * len(o.new_token_ids), strict=True))
+
+
+def test_logprobs_travel_with_overlapped_tokens(toy):
+    """Rows asking for logprobs run ahead beside rows that do not: every token and every
+    logprob entry (the token's, its top alternatives) is what serial steps give."""
+    greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=3)
+    seeded = SamplingParams(temperature=0.9, seed=5, max_tokens=16, ignore_eos=True, logprobs=0)
+    plain = SamplingParams(temperature=0.0, max_tokens=14, ignore_eos=True)
+    requests = {"greedy": (PROMPTS[0], greedy), "seeded": (PROMPTS[1], seeded)}
+    requests["plain"] = (PROMPTS[2], plain)
+    off = toy.engine(overlap_decode=False)
+    on = toy.engine(overlap_decode=True)
+    expected = _drive(off, requests, read=_tokens_and_logprobs)
+    assert _drive(on, requests, read=_tokens_and_logprobs) == expected
+    assert on.overlapped_steps_total > 5
+    assert [len(e.top) for _, e in expected["greedy"]] == [3] * 12
+    assert all(e.top == () and e.logprob <= 0 for _, e in expected["seeded"])
+    assert all(e is None for _, e in expected["plain"])
+    _assert_no_blocks_held(on)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"prompt_logprobs": 1}, {"presence_penalty": 0.5}, {"logit_bias": {3: 2.0}}],
+    ids=["prompt-logprobs", "penalty", "bias"],
+)
+def test_steps_whose_logits_are_edited_or_read_for_the_prompt_do_not_overlap(toy, extra):
     engine = toy.engine(overlap_decode=True)
-    sp = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=2)
-    out = _drive(engine, {"a": ([1, 2, 3], sp)})
-    assert out["a"] == toy.greedy([1, 2, 3], 8)
+    sp = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, **extra)
+    _drive(engine, {"a": ([1, 2, 3], sp)})
     assert engine.overlapped_steps_total == 0
 
 
@@ -225,3 +259,29 @@ def test_inputs_stay_in_place_only_for_the_leading_rows_of_a_graph_step():
     unpending = [dataclasses.replace(f, pending_token=False) for f in follow(0, 1)]
     assert not graph.inputs_in_place(unpending)
     assert graph.token_ids() == [7, 8, 9]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_overlapped_logprobs_match_serial_steps_on_the_gpu(peaked_qwen3, tmp_path):
+    """With CUDA graphs and the device sampler: requests asking for logprobs (greedy and
+    seeded, with and without alternatives) beside requests that do not get the same tokens
+    and logprob entries, bit for bit, whether decode steps overlap or not."""
+    from gpu_engines import engines_differing_in
+
+    serial, overlapped = engines_differing_in(
+        "overlap_decode", (False, True), str(peaked_qwen3), tmp_path, tokenizer=None
+    )
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in (5, 40, 17, 90)]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=3),
+        SamplingParams(temperature=0.8, seed=4, max_tokens=20, ignore_eos=True, logprobs=1),
+        SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True),
+        SamplingParams(temperature=0.8, top_k=40, seed=9, max_tokens=24, ignore_eos=True),
+    ]
+    requests = {f"r{i}": pair for i, pair in enumerate(zip(prompts, params, strict=True))}
+    expected = _drive(serial, requests, read=_tokens_and_logprobs)
+    assert _drive(overlapped, requests, read=_tokens_and_logprobs) == expected
+    assert overlapped.overlapped_steps_total > 5
+    assert [len(e.top) for _, e in expected["r0"]] == [3] * 12

@@ -8,11 +8,13 @@ inputs, read by the device from step n's own output tensor; only then does it wa
 step n's tokens and process them, hidden behind step n + 1.
 
 Which steps: a decode step of one token per sequence whose rows all sample on the fast
-path (no logprobs, penalties, bias, processors; ``overlappable``), without speculative
-decoding (its proposers read the tokens). The follow-up step holds the same sequences,
-minus those whose pending token is their last (``max_tokens``), and only while nothing
-waits for admission (new prompts go through the normal, synchronous step) and the KV
-pool has a slot for each (no preemption while a step is in flight).
+path (no penalties, bias, processors; ``overlappable``), without speculative decoding
+(its proposers read the tokens). Rows that ask for logprobs may run ahead too: theirs are
+computed on the device from the raw logits and travel home with the tokens. The
+follow-up step holds the same sequences, minus those whose pending token is their last
+(``max_tokens``), and only while nothing waits for admission (new prompts go through
+the normal, synchronous step) and the KV pool has a slot for each (no preemption while
+a step is in flight).
 
 What a sequence that stops at step n (EOS, a stop string) costs: its row in step n + 1
 is computed and dropped. Its KV write there lands in its own unfilled tail block, which
@@ -27,8 +29,9 @@ steps the device runs only the inputs' copy. Any other step's tokens come home b
 on a side stream, and its follow-up's inputs are patched on the device.
 
 Ownership: the engine holds at most one :class:`LaunchedStep` (device tensors of the
-tokens in flight and their pinned host copy); sequences do not know about it, except
-that the chunk of a follow-up step is marked ``pending_token``.
+tokens in flight and their pinned host copy, with the logprobs of the rows that ask);
+sequences do not know about it, except that the chunk of a follow-up step is marked
+``pending_token``.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from dataclasses import dataclass
 
 import torch
 
-from jacana_engine import device_sampling
 from jacana_engine.host_to_device import index_on
 from jacana_engine.kv_cache.block_manager import BlockManager
+from jacana_engine.outputs import TokenLogprob
+from jacana_engine.sampler import RowLogprobs
 from jacana_engine.scheduler import ScheduledSequence, Scheduler
 from jacana_engine.sequence import SequenceStatus
 
@@ -60,24 +64,33 @@ class LaunchedStep:
     _ready: torch.cuda.Event | None
     # the graph's argmax also wrote the tokens into the next step's staged input ids
     wrote_next_inputs: bool = False
+    # the rows that ask for logprobs: theirs, copied home with the tokens
+    _logprobs: RowLogprobs | None = None
 
     @classmethod
-    def start(cls, scheduled: list[ScheduledSequence], device_ids: torch.Tensor) -> LaunchedStep:
-        """Queue the copy of ``device_ids`` to the host behind the step's kernels, on a
-        stream of its own: the next step's input copies then follow the kernels at once
-        instead of queueing behind it (two copies' fixed costs, ~7 µs at batch 1).
-        ``device_ids`` must not be written again before ``copied`` (a tensor of the
-        caching allocator stays held by the step until ``token_ids`` has waited)."""
+    def start(
+        cls,
+        scheduled: list[ScheduledSequence],
+        device_ids: torch.Tensor,
+        logprobs: RowLogprobs | None = None,
+    ) -> LaunchedStep:
+        """Queue the copy of ``device_ids`` (and ``logprobs``) to the host behind the
+        step's kernels, on a stream of its own: the next step's input copies then follow
+        the kernels at once instead of queueing behind it (two copies' fixed costs, ~7 µs
+        at batch 1). ``device_ids`` must not be written again before ``copied`` (a tensor
+        of the caching allocator stays held by the step until ``token_ids`` has waited)."""
         if device_ids.device.type != "cuda":
-            return cls(scheduled, device_ids, device_ids, None)
+            return cls(scheduled, device_ids, device_ids, None, _logprobs=logprobs)
         host = torch.empty(device_ids.shape, dtype=device_ids.dtype, pin_memory=True)
         copier = _copy_stream(device_ids.device)
         copier.wait_stream(torch.cuda.current_stream(device_ids.device))
         with torch.cuda.stream(copier):
             host.copy_(device_ids, non_blocking=True)
+            if logprobs is not None:
+                logprobs = logprobs.to_host()
             ready = torch.cuda.Event()
             ready.record(copier)
-        return cls(scheduled, device_ids, host, ready)
+        return cls(scheduled, device_ids, host, ready, _logprobs=logprobs)
 
     @classmethod
     def from_graph(
@@ -102,6 +115,15 @@ class LaunchedStep:
         if self._ready is not None:
             self._ready.synchronize()
         return self._host.tolist()
+
+    def logprobs(self) -> list[TokenLogprob | None]:
+        """Per row its logprobs where its request asks for them, else None (blocks as
+        ``token_ids``)."""
+        if self._logprobs is None:
+            return [None] * len(self.scheduled)
+        if self._ready is not None:
+            self._ready.synchronize()
+        return self._logprobs.by_row(len(self.scheduled))
 
     def _pending_rows(self, follow: Seq[ScheduledSequence]) -> tuple[list[int], list[int]]:
         """(the rows of ``follow`` pending a token, the row of this step sampling each)."""
@@ -142,7 +164,8 @@ def _copy_stream(device: torch.device) -> torch.cuda.Stream:
 
 def overlappable(scheduled: Seq[ScheduledSequence]) -> bool:
     """Whether a planned step may run overlapped: one sampled token per sequence, every
-    row on the sampling fast path, nothing read from the logits but the token."""
+    row on the sampling fast path (its logprobs, if asked, read off the raw logits on the
+    device), no prompt logprobs."""
     if not scheduled:
         return False
     for s in scheduled:
@@ -152,11 +175,11 @@ def overlappable(scheduled: Seq[ScheduledSequence]) -> bool:
             or not s.samples
             or s.num_draft_tokens
             or s.seq.is_embedding
-            or sp.logprobs is not None
             or sp.prompt_logprobs is not None
+            or sp.edits_logits
         ):
             return False
-    return device_sampling.supported([s.seq.sampling_params for s in scheduled])
+    return True
 
 
 def plan_followup(

@@ -359,8 +359,8 @@ class LLMEngine:
         self.overlapped_steps_total += bool(follow)
         launched_at = time.perf_counter()
         outputs = [
-            self._append_token(s.seq, tok)
-            for s, tok in zip(done.scheduled, done.token_ids(), strict=True)
+            self._append_token(s.seq, tok, lp)
+            for s, tok, lp in zip(done.scheduled, done.token_ids(), done.logprobs(), strict=True)
             if s.seq.status is SequenceStatus.RUNNING  # not aborted, not stopped a step ago
         ]
         self._record_throughput(done.scheduled, len(outputs))

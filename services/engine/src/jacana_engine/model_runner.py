@@ -46,7 +46,7 @@ from jacana_engine.outputs import TokenLogprob
 from jacana_engine.pooling import pool_step
 from jacana_engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from jacana_engine.row_buckets import pad_rows, padded_rows, row_buckets, warm_row_buckets
-from jacana_engine.sampler import Sampler, token_logprobs
+from jacana_engine.sampler import RowLogprobs, Sampler, token_logprobs, wanted_logprobs
 from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
@@ -260,18 +260,20 @@ class ModelRunner:
         else:
             hidden = self._forward(build_batch(scheduled, self.block_size), token_patch=patch)
         sampling = [s.seq for s in scheduled]
-        if head is not None and all(seq.sampling_params.greedy for seq in sampling):
+        params = [seq.sampling_params for seq in sampling]
+        if head is not None and all(p.greedy and p.logprobs is None for p in params):
             # the graph's own argmax: no launch after the replay, no copy of the tokens
             host, ready = self.graphs.tokens_on_host(len(scheduled))
             return LaunchedStep.from_graph(scheduled, head[1], host, ready)
         logits = self._logits(head, hidden)  # [N, vocab] float32
         if self.device_sampler is not None:
             steps = [s.seq.num_output_tokens + s.pending_token for s in scheduled]
-            ids = self._sample_on_device(logits, sampling, steps)
+            ids, found = self._sample_fast(logits, sampling, steps)
         else:
             generators = [seq.generator for seq in sampling]
-            ids = self.sampler.forward(logits, sampling, generators).token_ids
-        return LaunchedStep.start(scheduled, ids)
+            out = self.sampler.forward(logits, sampling, generators)
+            ids, found = out.token_ids, out.found
+        return LaunchedStep.start(scheduled, ids, found)
 
     def _logits(self, head, hidden: torch.Tensor) -> torch.Tensor:
         """[N, vocab] float32: the float32 copy of the logits the graph's head wrote (its
@@ -529,18 +531,10 @@ class ModelRunner:
             out = self.sampler.forward(logits, sampling, generators)
             return StepOutput(out.token_ids.tolist(), out.logprobs)
         n = len(sampling)
-        logprobs: list[TokenLogprob | None] = [None] * n
         fast_rows = index_on(fast, logits.device) if len(fast) < n else None
         fast_logits = logits if fast_rows is None else logits[fast_rows]  # [F, V]
-        wanted = [j for j, i in enumerate(fast) if sampling[i].sampling_params.logprobs is not None]
-        wanted_rows = index_on(wanted, logits.device) if wanted else None
-        raw = fast_logits[wanted_rows] if wanted_rows is not None else None  # copy, pre-kernel
-        fast_ids = self._sample_on_device(fast_logits, [sampling[i] for i in fast])  # [F]
-        if raw is not None:
-            num_top = [sampling[fast[j]].sampling_params.logprobs for j in wanted]
-            found = token_logprobs(raw, fast_ids[wanted_rows], num_top)
-            for j, entry in zip(wanted, found, strict=True):
-                logprobs[fast[j]] = entry
+        fast_ids, found = self._sample_fast(fast_logits, [sampling[i] for i in fast])  # [F]
+        logprobs = found.by_row(len(fast)) if found is not None else [None] * len(fast)
         if len(fast) == n:
             return StepOutput(fast_ids.tolist(), logprobs)
         fast_set = set(fast)
@@ -552,9 +546,25 @@ class ModelRunner:
         token_ids = torch.empty(n, dtype=torch.int64, device=logits.device)
         token_ids[fast_rows] = fast_ids
         token_ids[slow_rows] = out.token_ids
-        for i, entry in zip(slow, out.logprobs, strict=True):
-            logprobs[i] = entry
-        return StepOutput(token_ids.tolist(), logprobs)
+        every: list[TokenLogprob | None] = [None] * n
+        for rows, entries in ((fast, logprobs), (slow, out.logprobs)):
+            for i, entry in zip(rows, entries, strict=True):
+                every[i] = entry
+        return StepOutput(token_ids.tolist(), every)
+
+    def _sample_fast(
+        self, logits: torch.Tensor, sampling: list, steps: list[int] | None = None
+    ) -> tuple[torch.Tensor, RowLogprobs | None]:
+        """Rows that all sample on the CUDA fast path (``_sample_on_device``): their token
+        ids [N] on the device, and the logprobs of those that ask for them, computed on the
+        device from the raw logits (a copy taken before the kernel), not yet read."""
+        params = [seq.sampling_params for seq in sampling]
+        wanted, raw = wanted_logprobs(logits, params)  # raw [W, V]
+        ids = self._sample_on_device(logits, sampling, steps)
+        if raw is None:
+            return ids, None
+        chosen = ids[index_on(wanted, ids.device)]
+        return ids, RowLogprobs.compute(raw, chosen, wanted, [params[i].logprobs for i in wanted])
 
     def _on_device(self, params) -> bool:
         """Whether a row with ``params`` samples in the CUDA kernel (logprobs do not count:

@@ -126,10 +126,16 @@ class SamplingBatch:
 @dataclass
 class SamplerOutput:
     """What :meth:`Sampler.forward` picked: token_ids [N] int64 on the logits' device, and
-    per row its :class:`TokenLogprob` (host) when the row asked for logprobs, else None."""
+    the logprobs of the rows that asked for them (on that device; None for no row)."""
 
     token_ids: torch.Tensor
-    logprobs: list[TokenLogprob | None]
+    found: RowLogprobs | None = None
+
+    @property
+    def logprobs(self) -> list[TokenLogprob | None]:
+        """Per row its :class:`TokenLogprob` (host) when the row asked, else None."""
+        n = self.token_ids.shape[0]
+        return self.found.by_row(n) if self.found is not None else [None] * n
 
 
 class Sampler:
@@ -153,19 +159,15 @@ class Sampler:
         """Sample one token per row of ``logits`` [N, V] (edited in place by the processors);
         row i belongs to ``history[i]``."""
         params = [h.sampling_params for h in history]
-        wanted = [i for i, p in enumerate(params) if p.logprobs is not None]
-        rows = index_on(wanted, logits.device) if wanted else None
-        raw = logits[rows] if rows is not None else None  # [M, V], a copy taken before edits
+        wanted, raw = wanted_logprobs(logits, params)  # raw [W, V]: taken before the edits
         if self.processors is not None and self.processors.needed(params):
             self.processors(logits, history)
         token_ids = self(logits, params, generators)  # [N]
-        out: list[TokenLogprob | None] = [None] * len(params)
-        if rows is not None:
-            num_top = [params[i].logprobs or 0 for i in wanted]
-            found = token_logprobs(raw, token_ids[rows], num_top)
-            for i, entry in zip(wanted, found, strict=True):
-                out[i] = entry
-        return SamplerOutput(token_ids, out)
+        if raw is None:
+            return SamplerOutput(token_ids)
+        chosen = token_ids[index_on(wanted, logits.device)]
+        found = RowLogprobs.compute(raw, chosen, wanted, [params[i].logprobs for i in wanted])
+        return SamplerOutput(token_ids, found)
 
     @staticmethod
     def generator_device(device: torch.device | str) -> torch.device:
@@ -287,11 +289,62 @@ def token_logprobs(
 
     logits: [M, V] raw; token_ids: [M]; num_top: M counts (one ``topk`` of the largest).
     """
-    chosen, top_ids, top_lp = logprobs(logits, token_ids, max(num_top, default=0))
-    ids, values = top_ids.tolist(), top_lp.tolist()
-    return [
-        TokenLogprob(token, lp, tuple(zip(ids[i][:k], values[i][:k], strict=True)))
-        for i, (token, lp, k) in enumerate(
-            zip(token_ids.tolist(), chosen.tolist(), num_top, strict=True)
-        )
-    ]
+    return RowLogprobs.compute(logits, token_ids, list(range(len(num_top))), num_top).entries()
+
+
+def wanted_logprobs(
+    logits: torch.Tensor, params: Sequence[SamplingParams]
+) -> tuple[list[int], torch.Tensor | None]:
+    """(the rows of ``logits`` [N, V] whose requests ask for logprobs, a copy of their
+    logits [W, V] taken now, before anything edits them in place; None for no row)."""
+    rows = [i for i, p in enumerate(params) if p.logprobs is not None]
+    return rows, logits[index_on(rows, logits.device)] if rows else None
+
+
+@dataclass
+class RowLogprobs:
+    """The logprobs of some rows of a step, computed where the logits are and read on the
+    host later: an overlapped step's travel home with its tokens (``decode_overlap``).
+
+    rows: the step's rows they belong to; num_top: each one's count of alternatives;
+    values: (token ids [W] int64, their logprobs [W] float32, top ids [W, K] int64, top
+    logprobs [W, K] float32), K the largest count.
+    """
+
+    rows: list[int]
+    num_top: list[int]
+    values: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+    @classmethod
+    def compute(
+        cls, raw: torch.Tensor, token_ids: torch.Tensor, rows: list[int], num_top: Sequence[int]
+    ) -> RowLogprobs:
+        """From those rows' raw logits [W, V] and sampled tokens [W] (no host sync)."""
+        counts = [k or 0 for k in num_top]
+        chosen, top_ids, top_lp = logprobs(raw, token_ids, max(counts, default=0))
+        return cls(rows, counts, (token_ids.long(), chosen, top_ids, top_lp))
+
+    def to_host(self) -> RowLogprobs:
+        """The same in pinned host memory, copied behind the work queued on the current
+        stream without waiting for it (read them after an event recorded next)."""
+        if self.values[0].device.type != "cuda":
+            return self
+        host = tuple(torch.empty_like(t, device="cpu", pin_memory=True) for t in self.values)
+        for h, t in zip(host, self.values, strict=True):
+            h.copy_(t, non_blocking=True)
+        return RowLogprobs(self.rows, self.num_top, host)
+
+    def entries(self) -> list[TokenLogprob]:
+        """One ``TokenLogprob`` per row, in ``rows``' order (waits for the values)."""
+        tokens, chosen, top_ids, top_lp = (t.tolist() for t in self.values)
+        return [
+            TokenLogprob(token, lp, tuple(zip(top_ids[i][:k], top_lp[i][:k], strict=True)))
+            for i, (token, lp, k) in enumerate(zip(tokens, chosen, self.num_top, strict=True))
+        ]
+
+    def by_row(self, n: int) -> list[TokenLogprob | None]:
+        """The entries placed at their rows of a step of ``n`` rows, None elsewhere."""
+        out: list[TokenLogprob | None] = [None] * n
+        for row, entry in zip(self.rows, self.entries(), strict=True):
+            out[row] = entry
+        return out
