@@ -102,9 +102,10 @@
 # mixed       prefill graphs holding mixed steps: their GPU tests (with spec and parity), the
 #             0.6B's varied traffic with mixed steps replayed and eager ($MIXED_ORDER), the
 #             ttft1024 and c64 targets (~7 min)
-# logprobs    requests asking for logprobs (5 alternatives): the overlap GPU tests, then b1
-#             and c64 of Qwen3-0.6B with decode steps serial and overlapped, on one tuning
-#             cache (~3 min; $LOGPROBS_MODEL, default qwen3-0.6b)
+# sampling    requests that set more sampling fields ($SAMPLING, offline_gpu.py --sampling
+#             pairs; default "logprobs=5", e.g. "presence_penalty=0.5 frequency_penalty=0.5"):
+#             the overlap GPU tests, then b1 and c64 of $SAMPLING_MODEL (default qwen3-0.6b)
+#             with decode steps serial and overlapped, on one tuning cache (~3 min)
 # firstuse    first_use_gpu.py: host µs of Qwen3-8B's layer GEMMs at new row counts (cuBLAS
 #             and cuBLASLt), after a sweep of row buckets, at buckets; torch's sampler
 #             operators at new batch sizes (~15 s)
@@ -441,18 +442,20 @@ for phase in "$@"; do
           --out "$OUT" 2>&1 | grep -E "^\| qwen3-[0-9.]+b \| (b1|ttft1024) \|" | tail -24
       done
       ;;
-    logprobs)
-      stamp "overlapped decoding with logprobs: its GPU tests"
+    sampling)
+      stamp "overlapped decoding with sampling fields: its GPU tests"
       timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/test_decode_overlap.py \
         services/engine/tests/test_graph_head.py 2>&1 | tail -3
-      rm -f /tmp/jacana-logprobs-tuning.json
+      rm -f /tmp/jacana-sampling-tuning.json
+      fields=()
+      for pair in ${SAMPLING:-logprobs=5}; do fields+=(--sampling "$pair"); done
       for side in --serial ""; do
-        stamp "b1 and c64 with logprobs=5 ${side:-(overlapped)}"
+        stamp "b1 and c64 with ${SAMPLING:-logprobs=5} ${side:-(overlapped)}"
         # shellcheck disable=SC2086  # $side: no word or one
-        timeout 200 python3 bench/offline_gpu.py --model "${LOGPROBS_MODEL:-qwen3-0.6b}" --no-hf \
-          --workloads b1 c64 --logprobs 5 $side --reps 3 \
-          --tuning-cache /tmp/jacana-logprobs-tuning.json \
-          --name "offline_logprobs${side:+_serial}" --out "$OUT" 2>&1 \
+        timeout 200 python3 bench/offline_gpu.py --model "${SAMPLING_MODEL:-qwen3-0.6b}" --no-hf \
+          --workloads b1 c64 "${fields[@]}" $side --reps 3 \
+          --tuning-cache /tmp/jacana-sampling-tuning.json \
+          --name "offline_sampling${side:+_serial}" --out "$OUT" 2>&1 \
           | grep -E "^\| qwen3-[0-9.]+b \| (b1|c64) \| (tpot|output_tok)|^\| qwen3-[0-9.]+b \| (b1|c64) \| [0-9]" \
           | tail -8
       done

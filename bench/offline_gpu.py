@@ -152,12 +152,20 @@ class GcPauses:
         gc.callbacks.remove(self._callback)
 
 
+def sampling_field(text: str) -> tuple[str, Any]:
+    """``FIELD=VALUE`` of ``--sampling``: a ``SamplingParams`` field, its value in JSON."""
+    field_name, _, value = text.partition("=")
+    if field_name not in SamplingParams.__dataclass_fields__ or not value:
+        raise argparse.ArgumentTypeError(f"not FIELD=VALUE of a SamplingParams field: {text!r}")
+    return field_name, json.loads(value)
+
+
 def run_closed_loop(
     engine: LLMEngine,
     prompts: list[list[int]],
     concurrency: int,
     new_tokens: int,
-    logprobs: int | None = None,
+    sampling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Keep ``concurrency`` requests in flight until every prompt has run; per-request
     TTFT/TPOT, total output tokens over wall time, and the inter-token intervals: their
@@ -167,9 +175,9 @@ def run_closed_loop(
     (``gc_ms_a_token``: one cause such a stall could have). With one request at a time,
     also the intervals in order (``itl_series_ms``: whether slow steps come with the
     growing context, or now and then) and the wall-clock time of the first token
-    (``itl_series_t0_unix``, to line them up with ``nvidia-smi``'s samples). ``logprobs``:
-    every request asks for its tokens' logprobs with that many alternatives."""
-    sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True, logprobs=logprobs)
+    (``itl_series_t0_unix``, to line them up with ``nvidia-smi``'s samples). ``sampling``:
+    more ``SamplingParams`` fields every request sets (logprobs, penalties, ...)."""
+    sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True, **(sampling or {}))
     pending = list(enumerate(prompts))
     submitted: dict[str, float] = {}
     first: dict[str, float] = {}
@@ -357,7 +365,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
     # warm-up: every workload once (kernel compilation, allocator growth)
     for i, wl in enumerate(WORKLOADS.values()):
         prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=500 + i)
-        run_closed_loop(engine, prompts, wl["concurrency"], min(wl["new"], 8), args.logprobs)
+        run_closed_loop(engine, prompts, wl["concurrency"], min(wl["new"], 8), args.sampling)
     info["gpu_peak_gib_jacana"] = _gib("max_memory_allocated")
     info["decode_graph_gpu_ms"] = {b: graph_replay_ms(engine, b) for b in (1, 64)}
     hf = None
@@ -377,7 +385,7 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
         for rep in range(args.reps):
             prompts = random_prompts(wl["requests"], wl["prompt"], vocab, seed=1000 * rep + 7)
             with parts.measure(engine):
-                r = run_closed_loop(engine, prompts, wl["concurrency"], wl["new"], args.logprobs)
+                r = run_closed_loop(engine, prompts, wl["concurrency"], wl["new"], args.sampling)
             for k in METRICS:
                 if r.get(k) is not None:
                     ours.setdefault(k, []).append(r[k])
@@ -573,10 +581,13 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
         help="EngineConfig.eager_row_buckets (on by default, as there)",
     )
     parser.add_argument(
-        "--logprobs",
-        type=int,
-        default=None,
-        help="every request asks for logprobs with this many alternatives (default: none)",
+        "--sampling",
+        type=sampling_field,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a SamplingParams field every request sets, the value in JSON (repeatable; "
+        "e.g. logprobs=5, presence_penalty=0.5); default: greedy, nothing else",
     )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
@@ -590,6 +601,7 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--name", default="offline_gpu")
     args = parser.parse_args()
+    args.sampling = dict(args.sampling)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name in list(WORKLOADS):
         if name not in args.workloads:
@@ -598,7 +610,7 @@ def main() -> None:
         "environment": environment(),
         "reps": args.reps,
         "settings": engine_fields(args),
-        "logprobs": args.logprobs,
+        "sampling": args.sampling,
         "models": {},
     }
     bench_each_model(doc, args, bench_model, render)

@@ -4,6 +4,8 @@ arrivals mid-run."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -138,12 +140,57 @@ def test_logprobs_travel_with_overlapped_tokens(toy):
 
 @pytest.mark.parametrize(
     "extra",
-    [{"prompt_logprobs": 1}, {"presence_penalty": 0.5}, {"logit_bias": {3: 2.0}}],
-    ids=["prompt-logprobs", "penalty", "bias"],
+    [
+        # strong enough to move the argmax off the toy's one-hot logits, so whether the
+        # token in flight counts as seen shows in the next token: repeats lifted, or
+        # (logits lifted off zero by the bias) seen tokens pushed under unseen ones
+        {"presence_penalty": -2.0, "frequency_penalty": -2.0},
+        {"repetition_penalty": 4.0, "logit_bias": tuple((t, 2.0) for t in range(97))},
+        {"logit_bias": ((3, 5.0), (50, -5.0))},
+    ],
+    ids=["frequency-presence", "repetition", "bias"],
 )
-def test_steps_whose_logits_are_edited_or_read_for_the_prompt_do_not_overlap(toy, extra):
+def test_edited_logits_overlap_and_count_the_token_in_flight(toy, extra):
+    """Rows whose logits the processors edit run ahead beside plain rows, and give what
+    serial steps give: the penalties count each row's token still in flight."""
+    greedy = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True, **extra)
+    seeded = SamplingParams(temperature=0.9, seed=11, max_tokens=24, ignore_eos=True, **extra)
+    plain = SamplingParams(temperature=0.0, max_tokens=22, ignore_eos=True)
+    requests = {"greedy": (PROMPTS[0], greedy), "seeded": (PROMPTS[1], seeded)}
+    requests["plain"] = (PROMPTS[3], plain)
+    off = toy.engine(overlap_decode=False)
+    on = toy.engine(overlap_decode=True)
+    expected = _drive(off, requests)
+    assert _drive(on, requests) == expected
+    assert on.overlapped_steps_total > 10
+    defaults = {k: getattr(SamplingParams(), k) for k in extra}
+    # the same requests without the edits: these changed something
+    unedited = {
+        name: (p, dataclasses.replace(sp, **defaults)) for name, (p, sp) in requests.items()
+    }
+    assert _drive(toy.engine(overlap_decode=False), unedited) != expected
+    _assert_no_blocks_held(on)
+
+
+def test_min_tokens_counts_the_token_in_flight(toy):
+    """EOS is masked until ``min_tokens`` tokens are out, the one in flight included: a
+    request whose greedy EOS falls exactly at ``min_tokens`` stops there, overlapped too."""
+    prompt, at = next(
+        (p, toy.greedy(p, 16).index(toy.LM.EOS))
+        for p in ([a, b] for a in range(90) for b in range(90))
+        if toy.LM.EOS in toy.greedy(p, 16)[4:] and toy.LM.EOS not in toy.greedy(p, 16)[:4]
+    )
+    sp = SamplingParams(temperature=0.0, max_tokens=16, min_tokens=at)
     engine = toy.engine(overlap_decode=True)
-    sp = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, **extra)
+    out = _drive(engine, {"a": (prompt, sp), "b": ([7, 7, 7], sp)})
+    assert out["a"] == toy.greedy(prompt, 16)[:at]
+    assert engine.overlapped_steps_total > 0
+    _assert_no_blocks_held(engine)
+
+
+def test_steps_with_prompt_logprobs_do_not_overlap(toy):
+    engine = toy.engine(overlap_decode=True)
+    sp = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, prompt_logprobs=1)
     _drive(engine, {"a": ([1, 2, 3], sp)})
     assert engine.overlapped_steps_total == 0
 
@@ -263,22 +310,27 @@ def test_inputs_stay_in_place_only_for_the_leading_rows_of_a_graph_step():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_overlapped_logprobs_match_serial_steps_on_the_gpu(peaked_qwen3, tmp_path):
+def test_overlapped_logprobs_and_penalties_match_serial_steps_on_the_gpu(peaked_qwen3, tmp_path):
     """With CUDA graphs and the device sampler: requests asking for logprobs (greedy and
-    seeded, with and without alternatives) beside requests that do not get the same tokens
-    and logprob entries, bit for bit, whether decode steps overlap or not."""
+    seeded, with and without alternatives) and requests with penalties (the full
+    sampler's rows, counting the token in flight on the device) beside plain ones get the
+    same tokens and logprob entries, bit for bit, whether decode steps overlap or not."""
     from gpu_engines import engines_differing_in
 
     serial, overlapped = engines_differing_in(
         "overlap_decode", (False, True), str(peaked_qwen3), tmp_path, tokenizer=None
     )
     gen = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in (5, 40, 17, 90)]
+    lengths = (5, 40, 17, 90, 33, 8)
+    prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in lengths]
+    penalties = {"presence_penalty": -1.5, "frequency_penalty": -1.0}  # repeats lifted
     params = [
         SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=3),
         SamplingParams(temperature=0.8, seed=4, max_tokens=20, ignore_eos=True, logprobs=1),
         SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True),
         SamplingParams(temperature=0.8, top_k=40, seed=9, max_tokens=24, ignore_eos=True),
+        SamplingParams(temperature=0.0, max_tokens=18, ignore_eos=True, **penalties),
+        SamplingParams(temperature=0.7, seed=2, max_tokens=22, repetition_penalty=1.3),
     ]
     requests = {f"r{i}": pair for i, pair in enumerate(zip(prompts, params, strict=True))}
     expected = _drive(serial, requests, read=_tokens_and_logprobs)

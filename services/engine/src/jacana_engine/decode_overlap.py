@@ -7,10 +7,12 @@ device the engine plans step n + 1 and launches it with step n's sampled tokens 
 inputs, read by the device from step n's own output tensor; only then does it wait for
 step n's tokens and process them, hidden behind step n + 1.
 
-Which steps: a decode step of one token per sequence whose rows all sample on the fast
-path (no penalties, bias, processors; ``overlappable``), without speculative decoding
-(its proposers read the tokens). Rows that ask for logprobs may run ahead too: theirs are
-computed on the device from the raw logits and travel home with the tokens. The
+Which steps: a decode step of one token per sequence, without prompt logprobs, without
+speculative decoding (its proposers read the tokens; ``overlappable``). Rows that ask for
+logprobs run ahead too: theirs are computed on the device from the raw logits and travel
+home with the tokens. So do rows whose logits are edited (penalties, bias, min_tokens):
+the logits processors count each row's token still in flight on the device
+(``logits_processors.PendingTokens``, from :meth:`LaunchedStep.pending_tokens`). The
 follow-up step holds the same sequences, minus those whose pending token is their last
 (``max_tokens``), and only while nothing waits for admission (new prompts go through
 the normal, synchronous step) and the KV pool has a slot for each (no preemption while
@@ -44,8 +46,9 @@ import torch
 
 from jacana_engine.host_to_device import index_on
 from jacana_engine.kv_cache.block_manager import BlockManager
+from jacana_engine.logits_processors import PendingTokens
 from jacana_engine.outputs import TokenLogprob
-from jacana_engine.sampler import RowLogprobs
+from jacana_engine.sampler import RowLogprobs, logprobs_by_row
 from jacana_engine.scheduler import ScheduledSequence, Scheduler
 from jacana_engine.sequence import SequenceStatus
 
@@ -65,14 +68,14 @@ class LaunchedStep:
     # the graph's argmax also wrote the tokens into the next step's staged input ids
     wrote_next_inputs: bool = False
     # the rows that ask for logprobs: theirs, copied home with the tokens
-    _logprobs: RowLogprobs | None = None
+    _logprobs: tuple[RowLogprobs, ...] = ()
 
     @classmethod
     def start(
         cls,
         scheduled: list[ScheduledSequence],
         device_ids: torch.Tensor,
-        logprobs: RowLogprobs | None = None,
+        logprobs: Seq[RowLogprobs] = (),
     ) -> LaunchedStep:
         """Queue the copy of ``device_ids`` (and ``logprobs``) to the host behind the
         step's kernels, on a stream of its own: the next step's input copies then follow
@@ -80,14 +83,13 @@ class LaunchedStep:
         at batch 1). ``device_ids`` must not be written again before ``copied`` (a tensor
         of the caching allocator stays held by the step until ``token_ids`` has waited)."""
         if device_ids.device.type != "cuda":
-            return cls(scheduled, device_ids, device_ids, None, _logprobs=logprobs)
+            return cls(scheduled, device_ids, device_ids, None, _logprobs=tuple(logprobs))
         host = torch.empty(device_ids.shape, dtype=device_ids.dtype, pin_memory=True)
         copier = _copy_stream(device_ids.device)
         copier.wait_stream(torch.cuda.current_stream(device_ids.device))
         with torch.cuda.stream(copier):
             host.copy_(device_ids, non_blocking=True)
-            if logprobs is not None:
-                logprobs = logprobs.to_host()
+            logprobs = tuple(part.to_host() for part in logprobs)
             ready = torch.cuda.Event()
             ready.record(copier)
         return cls(scheduled, device_ids, host, ready, _logprobs=logprobs)
@@ -119,11 +121,9 @@ class LaunchedStep:
     def logprobs(self) -> list[TokenLogprob | None]:
         """Per row its logprobs where its request asks for them, else None (blocks as
         ``token_ids``)."""
-        if self._logprobs is None:
-            return [None] * len(self.scheduled)
-        if self._ready is not None:
+        if self._ready is not None and self._logprobs:
             self._ready.synchronize()
-        return self._logprobs.by_row(len(self.scheduled))
+        return logprobs_by_row(self._logprobs, len(self.scheduled))
 
     def _pending_rows(self, follow: Seq[ScheduledSequence]) -> tuple[list[int], list[int]]:
         """(the rows of ``follow`` pending a token, the row of this step sampling each)."""
@@ -139,6 +139,23 @@ class LaunchedStep:
             return False
         rows, sources = self._pending_rows(follow)
         return rows == sources == list(range(len(follow)))
+
+    def pending_tokens(self, follow: Seq[ScheduledSequence]) -> PendingTokens | None:
+        """The tokens this step samples for the rows of ``follow`` pending one, in a
+        tensor of their own on the device (-1 elsewhere; queued now, so later writes to
+        this step's token buffer do not reach it), for the logits processors; None when
+        no row is pending."""
+        rows, sources = self._pending_rows(follow)
+        if not rows:
+            return None
+        flags = tuple(s.pending_token for s in follow)
+        ids = self.device_ids
+        if rows == sources == list(range(len(follow))):  # every row, in place
+            return PendingTokens(ids[: len(follow)].clone(), flags)
+        tokens = torch.full((len(follow),), -1, dtype=ids.dtype, device=ids.device)
+        rows_t, sources_t = index_on(rows, ids.device), index_on(sources, ids.device)
+        tokens.index_copy_(0, rows_t, ids.index_select(0, sources_t))
+        return PendingTokens(tokens, flags)
 
     def patch_inputs(self, follow: Seq[ScheduledSequence]):
         """A ``token_patch`` for the step ``follow`` (rows in order, one token each):
@@ -163,9 +180,9 @@ def _copy_stream(device: torch.device) -> torch.cuda.Stream:
 
 
 def overlappable(scheduled: Seq[ScheduledSequence]) -> bool:
-    """Whether a planned step may run overlapped: one sampled token per sequence, every
-    row on the sampling fast path (its logprobs, if asked, read off the raw logits on the
-    device), no prompt logprobs."""
+    """Whether a planned step may run overlapped: one sampled token per sequence (its
+    logprobs, if asked, read off the raw logits on the device; its logits edits counting
+    the token in flight), no prompt logprobs, no drafts, no embeddings."""
     if not scheduled:
         return False
     for s in scheduled:
@@ -176,7 +193,6 @@ def overlappable(scheduled: Seq[ScheduledSequence]) -> bool:
             or s.num_draft_tokens
             or s.seq.is_embedding
             or sp.prompt_logprobs is not None
-            or sp.edits_logits
         ):
             return False
     return True

@@ -41,12 +41,19 @@ from jacana_engine.layers.decode_gemm import (
 from jacana_engine.layers.graph_picks import tune_one_row_in_graph
 from jacana_engine.layers.tuning_cache import TuningCache
 from jacana_engine.loader import torch_dtype
+from jacana_engine.logits_processors import PendingTokens
 from jacana_engine.models.base import CausalLM, ModelConfig
 from jacana_engine.outputs import TokenLogprob
 from jacana_engine.pooling import pool_step
 from jacana_engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from jacana_engine.row_buckets import pad_rows, padded_rows, row_buckets, warm_row_buckets
-from jacana_engine.sampler import RowLogprobs, Sampler, token_logprobs, wanted_logprobs
+from jacana_engine.sampler import (
+    RowLogprobs,
+    Sampler,
+    logprobs_by_row,
+    token_logprobs,
+    wanted_logprobs,
+)
 from jacana_engine.scheduler import ScheduledSequence
 
 log = logging.getLogger(__name__)
@@ -250,6 +257,12 @@ class ModelRunner:
         for it: forward, logits and sampling are queued on the device, the tokens come
         back through the returned handle. Chunks marked ``pending_token`` take their
         input from ``pending`` (the step still in flight) on the device."""
+        sampling = [s.seq for s in scheduled]
+        params = [seq.sampling_params for seq in sampling]
+        # the tokens in flight, for rows whose logits are edited: copied out now, before
+        # this step's forward (a graph head's replay rewrites the buffer they are in)
+        edited = pending is not None and any(p.edits_logits for p in params)
+        in_flight = pending.pending_tokens(scheduled) if edited else None
         width = self.graphs.query_width(scheduled) if self.graphs is not None else None
         in_place = width == 1 and pending is not None and pending.inputs_in_place(scheduled)
         patch = pending.patch_inputs(scheduled) if pending is not None and not in_place else None
@@ -259,20 +272,14 @@ class ModelRunner:
             head = self.graphs.head_outputs(len(scheduled))
         else:
             hidden = self._forward(build_batch(scheduled, self.block_size), token_patch=patch)
-        sampling = [s.seq for s in scheduled]
-        params = [seq.sampling_params for seq in sampling]
-        if head is not None and all(p.greedy and p.logprobs is None for p in params):
+        plain = (p.greedy and p.logprobs is None and not p.edits_logits for p in params)
+        if head is not None and all(plain):
             # the graph's own argmax: no launch after the replay, no copy of the tokens
             host, ready = self.graphs.tokens_on_host(len(scheduled))
             return LaunchedStep.from_graph(scheduled, head[1], host, ready)
         logits = self._logits(head, hidden)  # [N, vocab] float32
-        if self.device_sampler is not None:
-            steps = [s.seq.num_output_tokens + s.pending_token for s in scheduled]
-            ids, found = self._sample_fast(logits, sampling, steps)
-        else:
-            generators = [seq.generator for seq in sampling]
-            out = self.sampler.forward(logits, sampling, generators)
-            ids, found = out.token_ids, out.found
+        steps = [s.seq.num_output_tokens + s.pending_token for s in scheduled]
+        ids, found = self._sample_rows(logits, sampling, steps, in_flight)
         return LaunchedStep.start(scheduled, ids, found)
 
     def _logits(self, head, hidden: torch.Tensor) -> torch.Tensor:
@@ -518,8 +525,23 @@ class ModelRunner:
         return warm_row_buckets(self.model, self.row_buckets, self._logits_rows)
 
     def _sample(self, logits: torch.Tensor, sampling: list) -> StepOutput:
+        """``_sample_rows``, its tokens and logprobs read on the host."""
+        ids, found = self._sample_rows(logits, sampling)
+        return StepOutput(ids.tolist(), logprobs_by_row(found, len(sampling)))
+
+    def _sample_rows(
+        self,
+        logits: torch.Tensor,
+        sampling: list,
+        steps: list[int] | None = None,
+        pending: PendingTokens | None = None,
+    ) -> tuple[torch.Tensor, list[RowLogprobs]]:
         """Sample each row on the CUDA fast path (``device_sampling``) when its own
-        parameters are plain, else with the full sampler (processors, logprobs).
+        parameters are plain, else with the full sampler (processors, seeded generators):
+        the token ids [N] on the device and the logprobs of the rows that ask for them, not
+        yet read (nothing here waits for the device). ``steps``: each row's output position
+        (``_sample_on_device``); ``pending``: the rows' tokens still in flight, which the
+        processors count (an overlapped step).
 
         The path is chosen per row, from that row's parameters alone, so what a seeded
         request samples never depends on what else shares the batch. Logprobs play no
@@ -528,29 +550,31 @@ class ModelRunner:
         generators = [seq.generator for seq in sampling]
         fast = [i for i, seq in enumerate(sampling) if self._on_device(seq.sampling_params)]
         if not fast:
-            out = self.sampler.forward(logits, sampling, generators)
-            return StepOutput(out.token_ids.tolist(), out.logprobs)
+            out = self.sampler.forward(logits, sampling, generators, pending)
+            return out.token_ids, [out.found] if out.found is not None else []
         n = len(sampling)
         fast_rows = index_on(fast, logits.device) if len(fast) < n else None
         fast_logits = logits if fast_rows is None else logits[fast_rows]  # [F, V]
-        fast_ids, found = self._sample_fast(fast_logits, [sampling[i] for i in fast])  # [F]
-        logprobs = found.by_row(len(fast)) if found is not None else [None] * len(fast)
+        fast_steps = [steps[i] for i in fast] if steps is not None else None
+        fast_ids, found = self._sample_fast(fast_logits, [sampling[i] for i in fast], fast_steps)
+        parts = [found.moved_to(fast)] if found is not None else []
         if len(fast) == n:
-            return StepOutput(fast_ids.tolist(), logprobs)
+            return fast_ids, parts
         fast_set = set(fast)
         slow = [i for i in range(n) if i not in fast_set]
         slow_rows = index_on(slow, logits.device)
         out = self.sampler.forward(
-            logits[slow_rows], [sampling[i] for i in slow], [generators[i] for i in slow]
+            logits[slow_rows],
+            [sampling[i] for i in slow],
+            [generators[i] for i in slow],
+            pending.select(slow) if pending is not None else None,
         )
         token_ids = torch.empty(n, dtype=torch.int64, device=logits.device)
         token_ids[fast_rows] = fast_ids
         token_ids[slow_rows] = out.token_ids
-        every: list[TokenLogprob | None] = [None] * n
-        for rows, entries in ((fast, logprobs), (slow, out.logprobs)):
-            for i, entry in zip(rows, entries, strict=True):
-                every[i] = entry
-        return StepOutput(token_ids.tolist(), every)
+        if out.found is not None:
+            parts.append(out.found.moved_to(slow))
+        return token_ids, parts
 
     def _sample_fast(
         self, logits: torch.Tensor, sampling: list, steps: list[int] | None = None

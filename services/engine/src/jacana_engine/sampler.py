@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from jacana_engine.host_to_device import index_on, to_device
-from jacana_engine.logits_processors import LogitsProcessors, TokenHistory
+from jacana_engine.logits_processors import LogitsProcessors, PendingTokens, TokenHistory
 from jacana_engine.outputs import TokenLogprob
 from jacana_engine.sampling_params import SamplingParams
 
@@ -155,13 +155,15 @@ class Sampler:
         logits: torch.Tensor,
         history: Sequence[TokenHistory],
         generators: Sequence[torch.Generator | None] | None = None,
+        pending: PendingTokens | None = None,
     ) -> SamplerOutput:
         """Sample one token per row of ``logits`` [N, V] (edited in place by the processors);
-        row i belongs to ``history[i]``."""
+        row i belongs to ``history[i]``, one output token behind where ``pending`` says so
+        (an overlapped step's). Queues device work only: nothing waits for the device."""
         params = [h.sampling_params for h in history]
         wanted, raw = wanted_logprobs(logits, params)  # raw [W, V]: taken before the edits
         if self.processors is not None and self.processors.needed(params):
-            self.processors(logits, history)
+            self.processors(logits, history, pending)
         token_ids = self(logits, params, generators)  # [N]
         if raw is None:
             return SamplerOutput(token_ids)
@@ -342,9 +344,20 @@ class RowLogprobs:
             for i, (token, lp, k) in enumerate(zip(tokens, chosen, self.num_top, strict=True))
         ]
 
+    def moved_to(self, rows: Sequence[int]) -> RowLogprobs:
+        """The same for a step whose row ``rows[r]`` this one's row ``r`` is."""
+        return RowLogprobs([rows[r] for r in self.rows], self.num_top, self.values)
+
     def by_row(self, n: int) -> list[TokenLogprob | None]:
         """The entries placed at their rows of a step of ``n`` rows, None elsewhere."""
-        out: list[TokenLogprob | None] = [None] * n
-        for row, entry in zip(self.rows, self.entries(), strict=True):
+        return logprobs_by_row([self], n)
+
+
+def logprobs_by_row(parts: Sequence[RowLogprobs], n: int) -> list[TokenLogprob | None]:
+    """The entries of ``parts`` (rows of one step of ``n`` rows, none in two parts) placed
+    at their rows, None elsewhere (waits for the values)."""
+    out: list[TokenLogprob | None] = [None] * n
+    for part in parts:
+        for row, entry in zip(part.rows, part.entries(), strict=True):
             out[row] = entry
-        return out
+    return out
