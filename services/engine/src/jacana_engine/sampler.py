@@ -328,12 +328,17 @@ class RowLogprobs:
 
     def to_host(self) -> RowLogprobs:
         """The same in pinned host memory, copied behind the work queued on the current
-        stream without waiting for it (read them after an event recorded next)."""
+        stream without waiting for it (read them after an event recorded next). The
+        device tensors may be dropped at once: each is marked in use by the current
+        stream (``record_stream``), so the caching allocator hands its memory to no
+        other tensor before the copy has run."""
         if self.values[0].device.type != "cuda":
             return self
+        stream = torch.cuda.current_stream(self.values[0].device)
         host = tuple(torch.empty_like(t, device="cpu", pin_memory=True) for t in self.values)
         for h, t in zip(host, self.values, strict=True):
             h.copy_(t, non_blocking=True)
+            t.record_stream(stream)
         return RowLogprobs(self.rows, self.num_top, host)
 
     def entries(self) -> list[TokenLogprob]:
