@@ -48,11 +48,11 @@ from jacana_engine.pooling import pool_step
 from jacana_engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from jacana_engine.row_buckets import pad_rows, padded_rows, row_buckets, warm_row_buckets
 from jacana_engine.sampler import (
+    RawLogprobs,
     RowLogprobs,
     Sampler,
     logprobs_by_row,
     token_logprobs,
-    wanted_logprobs,
 )
 from jacana_engine.scheduler import ScheduledSequence
 
@@ -582,13 +582,9 @@ class ModelRunner:
         """Rows that all sample on the CUDA fast path (``_sample_on_device``): their token
         ids [N] on the device, and the logprobs of those that ask for them, computed on the
         device from the raw logits (a copy taken before the kernel), not yet read."""
-        params = [seq.sampling_params for seq in sampling]
-        wanted, raw = wanted_logprobs(logits, params)  # raw [W, V]
-        ids = self._sample_on_device(logits, sampling, steps)
-        if raw is None:
-            return ids, None
-        chosen = ids[index_on(wanted, ids.device)]
-        return ids, RowLogprobs.compute(raw, chosen, wanted, [params[i].logprobs for i in wanted])
+        taken = RawLogprobs.take(logits, [seq.sampling_params for seq in sampling])
+        ids = self._sample_on_device(logits, sampling, steps)  # may edit logits in place
+        return ids, taken.read(ids) if taken is not None else None
 
     def _on_device(self, params) -> bool:
         """Whether a row with ``params`` samples in the CUDA kernel (logprobs do not count:

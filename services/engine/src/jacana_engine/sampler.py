@@ -161,15 +161,11 @@ class Sampler:
         row i belongs to ``history[i]``, one output token behind where ``pending`` says so
         (an overlapped step's). Queues device work only: nothing waits for the device."""
         params = [h.sampling_params for h in history]
-        wanted, raw = wanted_logprobs(logits, params)  # raw [W, V]: taken before the edits
+        taken = RawLogprobs.take(logits, params)  # before the edits
         if self.processors is not None and self.processors.needed(params):
             self.processors(logits, history, pending)
         token_ids = self(logits, params, generators)  # [N]
-        if raw is None:
-            return SamplerOutput(token_ids)
-        chosen = token_ids[index_on(wanted, logits.device)]
-        found = RowLogprobs.compute(raw, chosen, wanted, [params[i].logprobs for i in wanted])
-        return SamplerOutput(token_ids, found)
+        return SamplerOutput(token_ids, taken.read(token_ids) if taken is not None else None)
 
     @staticmethod
     def generator_device(device: torch.device | str) -> torch.device:
@@ -294,13 +290,34 @@ def token_logprobs(
     return RowLogprobs.compute(logits, token_ids, list(range(len(num_top))), num_top).entries()
 
 
-def wanted_logprobs(
-    logits: torch.Tensor, params: Sequence[SamplingParams]
-) -> tuple[list[int], torch.Tensor | None]:
-    """(the rows of ``logits`` [N, V] whose requests ask for logprobs, a copy of their
-    logits [W, V] taken now, before anything edits them in place; None for no row)."""
-    rows = [i for i, p in enumerate(params) if p.logprobs is not None]
-    return rows, logits[index_on(rows, logits.device)] if rows else None
+@dataclass
+class RawLogprobs:
+    """The rows of a step whose requests ask for logprobs, with a copy of their raw logits
+    taken before anything edits them in place; ``read`` turns them into those rows'
+    logprobs once the step's tokens are sampled.
+
+    rows: those rows; index: the same rows as a device tensor [W]; raw: their logits
+    [W, V]; num_top: each one's count of alternatives.
+    """
+
+    rows: list[int]
+    index: torch.Tensor
+    raw: torch.Tensor
+    num_top: list[int]
+
+    @classmethod
+    def take(cls, logits: torch.Tensor, params: Sequence[SamplingParams]) -> RawLogprobs | None:
+        """From ``logits`` [N, V], row i's request asking with ``params[i]``; None when no
+        row asks."""
+        rows = [i for i, p in enumerate(params) if p.logprobs is not None]
+        if not rows:
+            return None
+        index = index_on(rows, logits.device)
+        return cls(rows, index, logits[index], [params[i].logprobs for i in rows])
+
+    def read(self, token_ids: torch.Tensor) -> RowLogprobs:
+        """Those rows' logprobs, from the step's sampled tokens [N] (no host sync)."""
+        return RowLogprobs.compute(self.raw, token_ids[self.index], self.rows, self.num_top)
 
 
 @dataclass
