@@ -134,7 +134,8 @@
 #             candidate configs or the cache's format), each side on a Triton compile
 #             cache of its own (first starts comparable); a side's first process tunes
 #             (~2 min), the others take ~20 s each; each prints its TPOT and its decode
-#             graph's GPU time
+#             graph's GPU time; $AB_ARGS: more offline_gpu.py arguments for every side
+#             (e.g. "--sampling logprobs=5")
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #
@@ -656,8 +657,9 @@ for phase in "$@"; do
           TRITON_CACHE_DIR=/tmp/jacana-ab-triton-$side \
             PYTHONPATH=$src:${PYTHONPATH#services/engine/src:} timeout 240 python3 bench/offline_gpu.py \
             --model "$model" --no-hf --workloads ${AB_WORKLOADS:-b1} --reps "${AB_REPS:-3}" \
-            --tuning-cache "$cache" --name "ab_${side}_$round" --out "$OUT" 2>&1 \
-            | grep -E "^\| $model \| [a-z0-9]+ \| (tpot|ttft)_ms|^\| $model \| [0-9]" | tail -4
+            --tuning-cache "$cache" --name "ab_${side}_$round" --out "$OUT" ${AB_ARGS:-} 2>&1 \
+            | grep -E "^\| $model \| [a-z0-9]+ \| (tpot_ms|ttft_ms|output_tok)|^\| $model \| [0-9]" \
+            | tail -6
         done
       done
       ;;

@@ -337,3 +337,31 @@ def test_overlapped_logprobs_and_penalties_match_serial_steps_on_the_gpu(peaked_
     assert _drive(overlapped, requests, read=_tokens_and_logprobs) == expected
     assert overlapped.overlapped_steps_total > 5
     assert [len(e.top) for _, e in expected["r0"]] == [3] * 12
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_greedy_logprobs_ride_the_graph_head_on_the_gpu(peaked_qwen3, tmp_path):
+    """Greedy batches where some rows ask for logprobs keep the decode graphs' own argmax
+    and its token hand-off (the inputs of the next step stay in place): the logprobs come
+    from the head's logits. Tokens and entries equal serial steps', bit for bit, as rows
+    end one by one."""
+    from gpu_engines import engines_differing_in
+
+    serial, overlapped = engines_differing_in(
+        "overlap_decode", (False, True), str(peaked_qwen3), tmp_path, tokenizer=None
+    )
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 2048, (n,), generator=gen).tolist() for n in (7, 30, 12, 51)]
+    asks = (5, None, 0, 2)
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=10 + 6 * i, ignore_eos=True, logprobs=k)
+        for i, k in enumerate(asks)
+    ]
+    requests = {f"r{i}": pair for i, pair in enumerate(zip(prompts, params, strict=True))}
+    expected = _drive(serial, requests, read=_tokens_and_logprobs)
+    assert _drive(overlapped, requests, read=_tokens_and_logprobs) == expected
+    assert overlapped.runner.graphs.tokens_in_place_runs > 10
+    assert [len(e.top) for _, e in expected["r0"]] == [5] * 10
+    assert all(e is None for _, e in expected["r1"])
+    assert all(e.top == () and e.logprob <= 0 for _, e in expected["r2"])

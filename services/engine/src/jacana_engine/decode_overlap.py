@@ -27,8 +27,10 @@ Where the tokens travel. A greedy step of the decode graphs with a head
 (``cuda_graphs.py``) has its argmax write each token where the next step reads it (the
 staged input ids: a follow-up of the same leading rows copies everything but them) and
 into pinned host memory (read once the step's event has passed), so between two such
-steps the device runs only the inputs' copy. Any other step's tokens come home by a copy
-on a side stream, and its follow-up's inputs are patched on the device.
+steps the device runs only the inputs' copy (and, for rows asking for logprobs, their
+computation from the head's logits, copied home on a side stream). Any other step's
+tokens come home by a copy on a side stream, and its follow-up's inputs are patched on
+the device.
 
 Ownership: the engine holds at most one :class:`LaunchedStep` (device tensors of the
 tokens in flight and their pinned host copy, with the logprobs of the rows that ask);
@@ -69,6 +71,8 @@ class LaunchedStep:
     wrote_next_inputs: bool = False
     # the rows that ask for logprobs: theirs, copied home with the tokens
     _logprobs: tuple[RowLogprobs, ...] = ()
+    # recorded once the logprobs are home, where that is not ``_ready`` (a graph's step)
+    _logprobs_ready: torch.cuda.Event | None = None
 
     @classmethod
     def start(
@@ -85,13 +89,7 @@ class LaunchedStep:
         if device_ids.device.type != "cuda":
             return cls(scheduled, device_ids, device_ids, None, _logprobs=tuple(logprobs))
         host = torch.empty(device_ids.shape, dtype=device_ids.dtype, pin_memory=True)
-        copier = _copy_stream(device_ids.device)
-        copier.wait_stream(torch.cuda.current_stream(device_ids.device))
-        with torch.cuda.stream(copier):
-            host.copy_(device_ids, non_blocking=True)
-            logprobs = tuple(part.to_host() for part in logprobs)
-            ready = torch.cuda.Event()
-            ready.record(copier)
+        ready, logprobs = _copy_home(device_ids, logprobs, host)
         return cls(scheduled, device_ids, host, ready, _logprobs=logprobs)
 
     @classmethod
@@ -101,11 +99,24 @@ class LaunchedStep:
         device_ids: torch.Tensor,
         host_ids: torch.Tensor,
         ready: torch.cuda.Event,
+        logprobs: Seq[RowLogprobs] = (),
     ) -> LaunchedStep:
         """A step of the decode graphs' head (``DecodeGraphs.tokens_on_host``): its tokens
         are ``device_ids`` on the device, ``host_ids`` (pinned) once ``ready`` has passed,
-        and the next step's staged input ids."""
-        return cls(scheduled, device_ids, host_ids, ready, wrote_next_inputs=True)
+        and the next step's staged input ids. ``logprobs`` (queued after the replay)
+        travel home on the side stream, as ``start``'s do."""
+        lp_ready = None
+        if logprobs and device_ids.device.type == "cuda":
+            lp_ready, logprobs = _copy_home(device_ids, logprobs)
+        return cls(
+            scheduled,
+            device_ids,
+            host_ids,
+            ready,
+            wrote_next_inputs=True,
+            _logprobs=tuple(logprobs),
+            _logprobs_ready=lp_ready,
+        )
 
     @property
     def copied(self) -> torch.cuda.Event | None:
@@ -121,8 +132,9 @@ class LaunchedStep:
     def logprobs(self) -> list[TokenLogprob | None]:
         """Per row its logprobs where its request asks for them, else None (blocks as
         ``token_ids``)."""
-        if self._ready is not None and self._logprobs:
-            self._ready.synchronize()
+        ready = self._logprobs_ready or self._ready
+        if ready is not None and self._logprobs:
+            ready.synchronize()
         return logprobs_by_row(self._logprobs, len(self.scheduled))
 
     def _pending_rows(self, follow: Seq[ScheduledSequence]) -> tuple[list[int], list[int]]:
@@ -167,6 +179,23 @@ class LaunchedStep:
             return lambda inputs: inputs[:n].copy_(ids[:n])
         rows_t, sources_t = index_on(rows, ids.device), index_on(sources, ids.device)
         return lambda inputs: inputs.index_copy_(0, rows_t, ids.index_select(0, sources_t))
+
+
+def _copy_home(
+    device_ids: torch.Tensor, logprobs: Seq[RowLogprobs], host_ids: torch.Tensor | None = None
+) -> tuple[torch.cuda.Event, tuple[RowLogprobs, ...]]:
+    """Queue the copies of ``logprobs`` (and of ``device_ids`` into ``host_ids``) to
+    pinned host memory on the side stream, behind the work queued so far on the current
+    stream: (the event recorded after them, the logprobs' host copies)."""
+    copier = _copy_stream(device_ids.device)
+    copier.wait_stream(torch.cuda.current_stream(device_ids.device))
+    with torch.cuda.stream(copier):
+        if host_ids is not None:
+            host_ids.copy_(device_ids, non_blocking=True)
+        copies = tuple(part.to_host() for part in logprobs)
+        ready = torch.cuda.Event()
+        ready.record(copier)
+    return ready, copies
 
 
 _copy_streams: dict[torch.device, torch.cuda.Stream] = {}

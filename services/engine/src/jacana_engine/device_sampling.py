@@ -1,10 +1,11 @@
 """The CUDA fast path of sampling: greedy and plain temperature/top-k/top-p/min-p draws
 in one Triton kernel, with no host work beyond six small parameter copies.
 
-The model runner uses it only on CUDA and only when every sampling row asks for nothing
-else (no penalties, bias, min_tokens or logprobs: ``supported``, through
-``SamplingParams.edits_logits``, which counts every field outside the draw, the stopping
-rules and the logprobs, so fields added later fall back to the full ``Sampler``).
+The model runner uses it only on CUDA, for the rows whose logits nothing edits (no
+penalties, bias or min_tokens: ``SamplingParams.edits_logits``, which counts every field
+outside the draw, the stopping rules and the logprobs, so fields added later fall back to
+the full ``Sampler``); the logprobs of its rows are read off the raw logits beside it
+(``sampler.RawLogprobs``). ``supported`` (no logprobs either) is the speculator's test.
 Randomness is Philox keyed by (request seed, output position): a request's draws do not
 depend on its batch neighbours, but they differ from the ``Sampler``'s generator stream,
 so a seeded request is reproducible per path.

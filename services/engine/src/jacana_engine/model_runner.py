@@ -272,11 +272,13 @@ class ModelRunner:
             head = self.graphs.head_outputs(len(scheduled))
         else:
             hidden = self._forward(build_batch(scheduled, self.block_size), token_patch=patch)
-        plain = (p.greedy and p.logprobs is None and not p.edits_logits for p in params)
-        if head is not None and all(plain):
-            # the graph's own argmax: no launch after the replay, no copy of the tokens
+        if head is not None and all(p.greedy and not p.edits_logits for p in params):
+            # the graph's own argmax: no sampling launch, no copy of the tokens; the rows
+            # asking for logprobs read the head's logits, which nothing edits
             host, ready = self.graphs.tokens_on_host(len(scheduled))
-            return LaunchedStep.from_graph(scheduled, head[1], host, ready)
+            taken = RawLogprobs.take(head[0], params, copy=False)
+            found = (taken.read(head[1]),) if taken is not None else ()
+            return LaunchedStep.from_graph(scheduled, head[1], host, ready, found)
         logits = self._logits(head, hidden)  # [N, vocab] float32
         steps = [s.seq.num_output_tokens + s.pending_token for s in scheduled]
         ids, found = self._sample_rows(logits, sampling, steps, in_flight)
@@ -582,8 +584,10 @@ class ModelRunner:
         """Rows that all sample on the CUDA fast path (``_sample_on_device``): their token
         ids [N] on the device, and the logprobs of those that ask for them, computed on the
         device from the raw logits (a copy taken before the kernel), not yet read."""
-        taken = RawLogprobs.take(logits, [seq.sampling_params for seq in sampling])
-        ids = self._sample_on_device(logits, sampling, steps)  # may edit logits in place
+        params = [seq.sampling_params for seq in sampling]
+        # the kernel edits the logits in place unless every row is greedy (an argmax)
+        taken = RawLogprobs.take(logits, params, copy=not all(p.greedy for p in params))
+        ids = self._sample_on_device(logits, sampling, steps)
         return ids, taken.read(ids) if taken is not None else None
 
     def _on_device(self, params) -> bool:

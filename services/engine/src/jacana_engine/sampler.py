@@ -271,7 +271,8 @@ def logprobs(
 
     Returns (chosen [N], top_ids [N, num_top], top_logprobs [N, num_top]).
     """
-    log_probs = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
+    # float32 whatever the logits' dtype; the cast happens in the softmax's own kernel
+    log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # [N, V]
     chosen = log_probs.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
     top = log_probs.topk(num_top, dim=-1) if num_top > 0 else None
     if top is None:
@@ -292,32 +293,40 @@ def token_logprobs(
 
 @dataclass
 class RawLogprobs:
-    """The rows of a step whose requests ask for logprobs, with a copy of their raw logits
-    taken before anything edits them in place; ``read`` turns them into those rows'
-    logprobs once the step's tokens are sampled.
+    """The rows of a step whose requests ask for logprobs, with their raw logits (a copy
+    taken before anything edits them in place, where something may); ``read`` turns them
+    into those rows' logprobs once the step's tokens are sampled.
 
-    rows: those rows; index: the same rows as a device tensor [W]; raw: their logits
-    [W, V]; num_top: each one's count of alternatives.
+    rows: those rows; index: the same rows as a device tensor [W], None when they are
+    every row in order; raw: their logits [W, V]; num_top: each one's count of
+    alternatives.
     """
 
     rows: list[int]
-    index: torch.Tensor
+    index: torch.Tensor | None
     raw: torch.Tensor
     num_top: list[int]
 
     @classmethod
-    def take(cls, logits: torch.Tensor, params: Sequence[SamplingParams]) -> RawLogprobs | None:
+    def take(
+        cls, logits: torch.Tensor, params: Sequence[SamplingParams], *, copy: bool = True
+    ) -> RawLogprobs | None:
         """From ``logits`` [N, V], row i's request asking with ``params[i]``; None when no
-        row asks."""
+        row asks. ``copy=False``: nothing edits ``logits`` before ``read`` has been
+        queued, so rows that are every row read them as they are (no index, no copy)."""
         rows = [i for i, p in enumerate(params) if p.logprobs is not None]
         if not rows:
             return None
+        num_top = [params[i].logprobs for i in rows]
+        if len(rows) == logits.shape[0]:
+            return cls(rows, None, logits.clone() if copy else logits, num_top)
         index = index_on(rows, logits.device)
-        return cls(rows, index, logits[index], [params[i].logprobs for i in rows])
+        return cls(rows, index, logits[index], num_top)
 
     def read(self, token_ids: torch.Tensor) -> RowLogprobs:
         """Those rows' logprobs, from the step's sampled tokens [N] (no host sync)."""
-        return RowLogprobs.compute(self.raw, token_ids[self.index], self.rows, self.num_top)
+        ids = token_ids if self.index is None else token_ids[self.index]
+        return RowLogprobs.compute(self.raw, ids, self.rows, self.num_top)
 
 
 @dataclass
@@ -338,10 +347,13 @@ class RowLogprobs:
     def compute(
         cls, raw: torch.Tensor, token_ids: torch.Tensor, rows: list[int], num_top: Sequence[int]
     ) -> RowLogprobs:
-        """From those rows' raw logits [W, V] and sampled tokens [W] (no host sync)."""
+        """From those rows' raw logits [W, V] and sampled tokens [W] (no host sync). The
+        values are tensors of their own: ``token_ids`` may be a buffer the next step
+        rewrites (a decode graph's head) before their copy home has run."""
         counts = [k or 0 for k in num_top]
         chosen, top_ids, top_lp = logprobs(raw, token_ids, max(counts, default=0))
-        return cls(rows, counts, (token_ids.long(), chosen, top_ids, top_lp))
+        ids = token_ids.to(torch.int64, copy=True)
+        return cls(rows, counts, (ids, chosen, top_ids, top_lp))
 
     def to_host(self) -> RowLogprobs:
         """The same in pinned host memory, copied behind the work queued on the current
