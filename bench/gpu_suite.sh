@@ -104,8 +104,10 @@
 #             ttft1024 and c64 targets (~7 min)
 # sampling    requests that set more sampling fields ($SAMPLING, offline_gpu.py --sampling
 #             pairs; default "logprobs=5", e.g. "presence_penalty=0.5 frequency_penalty=0.5"):
-#             the overlap GPU tests, then b1 and c64 of $SAMPLING_MODEL (default qwen3-0.6b)
-#             with decode steps serial and overlapped, on one tuning cache (~3 min)
+#             the overlap GPU tests (SAMPLING_TESTS=0: none), then $SAMPLING_WORKLOADS
+#             (default "b1 c64") of $SAMPLING_MODEL (default qwen3-0.6b) with decode steps
+#             serial and overlapped, on one tuning cache (~3 min); SAMPLING_PROFILE=1 adds a
+#             b1 request under cProfile and b1's step timeline to each side
 # firstuse    first_use_gpu.py: host µs of Qwen3-8B's layer GEMMs at new row counts (cuBLAS
 #             and cuBLASLt), after a sweep of row buckets, at buckets; torch's sampler
 #             operators at new batch sizes (~15 s)
@@ -444,21 +446,25 @@ for phase in "$@"; do
       done
       ;;
     sampling)
-      stamp "overlapped decoding with sampling fields: its GPU tests"
-      timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/test_decode_overlap.py \
-        services/engine/tests/test_graph_head.py 2>&1 | tail -3
+      if [ "${SAMPLING_TESTS:-1}" = 1 ]; then
+        stamp "overlapped decoding with sampling fields: its GPU tests"
+        timeout 150 "${PYTEST[@]}" -m gpu services/engine/tests/test_decode_overlap.py \
+          services/engine/tests/test_graph_head.py 2>&1 | tail -3
+      fi
       rm -f /tmp/jacana-sampling-tuning.json
       fields=()
       for pair in ${SAMPLING:-logprobs=5}; do fields+=(--sampling "$pair"); done
+      profile=()
+      [ "${SAMPLING_PROFILE:-0}" = 1 ] && profile=(--host-profile --timeline)
       for side in --serial ""; do
-        stamp "b1 and c64 with ${SAMPLING:-logprobs=5} ${side:-(overlapped)}"
-        # shellcheck disable=SC2086  # $side: no word or one
+        stamp "${SAMPLING_WORKLOADS:-b1 c64} with ${SAMPLING:-logprobs=5} ${side:-(overlapped)}"
+        # shellcheck disable=SC2086  # $side: no word or one; the workloads: several
         timeout 200 python3 bench/offline_gpu.py --model "${SAMPLING_MODEL:-qwen3-0.6b}" --no-hf \
-          --workloads b1 c64 "${fields[@]}" $side --reps 3 \
-          --tuning-cache /tmp/jacana-sampling-tuning.json \
+          --workloads ${SAMPLING_WORKLOADS:-b1 c64} "${fields[@]}" $side --reps 3 \
+          --tuning-cache /tmp/jacana-sampling-tuning.json "${profile[@]}" \
           --name "offline_sampling${side:+_serial}" --out "$OUT" 2>&1 \
-          | grep -E "^\| qwen3-[0-9.]+b \| (b1|c64) \| (tpot|output_tok)|^\| qwen3-[0-9.]+b \| (b1|c64) \| [0-9]" \
-          | tail -8
+          | grep -E "^\| qwen3-[0-9.]+b \| (b1|c64) \| (tpot|output_tok)|^\| qwen3-[0-9.]+b \| (b1|c64) \| [0-9]|^ +[0-9]+ +[0-9.]+ +[0-9.]+|busy|under cProfile" \
+          | head -${SAMPLING_LINES:-40}
       done
       ;;
     rows)

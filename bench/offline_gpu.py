@@ -287,7 +287,9 @@ def profile_table(engine: LLMEngine, prompts, wl: dict[str, Any], rows: int = 25
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows)
 
 
-def b1_step_timeline(engine: LLMEngine, prompts, new_tokens: int = 64) -> dict[str, Any]:
+def b1_step_timeline(
+    engine: LLMEngine, prompts, new_tokens: int = 64, sampling: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``step_timeline.summarize`` of one profiled run of ``new_tokens`` steps at batch 1:
     per decode step, GPU busy and idle time, the largest idle gaps and what runs outside
     the graphs."""
@@ -296,12 +298,37 @@ def b1_step_timeline(engine: LLMEngine, prompts, new_tokens: int = 64) -> dict[s
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run_closed_loop(engine, prompts[:1], 1, new_tokens)
+        run_closed_loop(engine, prompts[:1], 1, new_tokens, sampling)
         _sync()
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
         return timeline.summarize(timeline.load_events(trace))
+
+
+def host_profile(
+    engine: LLMEngine,
+    prompts: list[list[int]],
+    new_tokens: int,
+    sampling: dict[str, Any] | None = None,
+    rows: int = 30,
+) -> tuple[float, str]:
+    """Wall seconds of one closed-loop run of ``prompts``, one at a time, under cProfile,
+    and its functions with the most time of their own: where a host-bound step's time
+    goes (a wait for the device shows as time in the call that waits)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    _sync()
+    profiler.enable()
+    result = run_closed_loop(engine, prompts, 1, new_tokens, sampling)
+    _sync()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(rows)
+    return result["wall_s"], text.getvalue()
 
 
 # ---- transformers -------------------------------------------------------------------------
@@ -415,9 +442,16 @@ def bench_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
             profiles[name] = profile_table(engine, prompts, wl)
     if args.timeline:
         prompts = random_prompts(1, WORKLOADS.get("b1", {}).get("prompt", 128), vocab, seed=98)
-        info["b1_step_timeline"] = b1_step_timeline(engine, prompts)
+        info["b1_step_timeline"] = b1_step_timeline(engine, prompts, sampling=args.sampling)
         print(f"{model} b1 step timeline (profiled)")
         print(timeline.render(info["b1_step_timeline"]), flush=True)
+    if args.host_profile:
+        b1 = WORKLOADS["b1"]
+        prompts = random_prompts(1, b1["prompt"], vocab, seed=97)
+        wall, text = host_profile(engine, prompts, b1["new"], args.sampling)
+        info["b1_host_profile"] = {"wall_ms": 1e3 * wall, "tottime": text}
+        print(f"{model} b1 under cProfile: {1e3 * wall:.1f} ms for {b1['new']} tokens")
+        print(text, flush=True)
     del engine
     gc.collect()
     if torch.cuda.is_available():
@@ -517,6 +551,9 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
         "--timeline", action="store_true", help="per-step GPU busy/idle of b1 (step_timeline.py)"
+    )
+    parser.add_argument(
+        "--host-profile", action="store_true", help="one b1 request under cProfile (host time)"
     )
     parser.add_argument(
         "--decode-gemm", choices=["auto", "torch"], default="auto", help="EngineConfig.decode_gemm"

@@ -16,9 +16,6 @@ Usage: python bench/prefill_host_gpu.py --model qwen3-0.6b --model qwen3-8b --no
 
 from __future__ import annotations
 
-import cProfile
-import io
-import pstats
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from offline_gpu import (
     bench_each_model,
     build_engine,
     engine_parser,
+    host_profile,
     run_closed_loop,
 )
 
@@ -51,20 +49,6 @@ def profiled_timeline(engine, prompt: list[int]) -> dict[str, Any]:
     return summary
 
 
-def host_profile(engine, prompt: list[int], rows: int = 30) -> tuple[float, str]:
-    """Wall seconds of one one-token run of ``prompt`` under cProfile, and its functions
-    with the most time of their own."""
-    profiler = cProfile.Profile()
-    _sync()
-    profiler.enable()
-    result = run_closed_loop(engine, [prompt], 1, 1)
-    _sync()
-    profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(rows)
-    return result["wall_s"], text.getvalue()
-
-
 def bench_model(model: str, args) -> dict[str, Any]:
     engine, info = build_engine(model, args)
     vocab = engine.vocab_size
@@ -76,7 +60,7 @@ def bench_model(model: str, args) -> dict[str, Any]:
         with parts.measure(engine):
             ttft.append(run_closed_loop(engine, prompts, 1, 1)["ttft_ms"])
     summary = profiled_timeline(engine, random_prompts(1, args.prompt, vocab, seed=7)[0])
-    wall, host = host_profile(engine, random_prompts(1, args.prompt, vocab, seed=8)[0])
+    wall, host = host_profile(engine, random_prompts(1, args.prompt, vocab, seed=8), 1)
     del engine
     return {
         "info": info,
