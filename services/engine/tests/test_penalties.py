@@ -83,8 +83,18 @@ def mixed_params(i: int) -> SamplingParams:
     )
 
 
-def test_batched_pipeline_equals_the_per_row_reference():
-    rows = random_rows(24, seed=0, make_params=mixed_params)
+def every_row_params(i: int) -> SamplingParams:
+    """Every row edited by both penalties (the processors edit all rows in place)."""
+    return SamplingParams(
+        repetition_penalty=[0.7, 1.3, 2.0][i % 3],
+        frequency_penalty=[0.5, -1.25][i % 2],
+        presence_penalty=[-0.5, 1.5, 0.25][i % 3],
+    )
+
+
+@pytest.mark.parametrize("make_params", [mixed_params, every_row_params])
+def test_batched_pipeline_equals_the_per_row_reference(make_params):
+    rows = random_rows(24, seed=0, make_params=make_params)
     logits = torch.randn(24, V, generator=torch.Generator().manual_seed(1)) * 4
     want = reference(logits, rows)
     got = LogitsProcessors(V, EOS)(logits.clone(), rows)

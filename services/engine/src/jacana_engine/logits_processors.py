@@ -183,12 +183,26 @@ def token_counts(
     return counts[:, :vocab_size]  # [M, V]
 
 
-def _column(
-    history: list[TokenHistory], get: Callable[[SamplingParams], float], device
-) -> torch.Tensor:
-    """One parameter of every active row as a [M, 1] float32 column on ``device``."""
-    values = [get(h.sampling_params) for h in history]
-    return to_device(torch.tensor(values, dtype=torch.float32), device).unsqueeze(1)
+def _columns(
+    history: list[TokenHistory], *gets: Callable[[SamplingParams], float], device
+) -> list[torch.Tensor]:
+    """Parameters of every active row, each a [M, 1] float32 column on ``device`` (one
+    copy for all of them)."""
+    values = [[get(h.sampling_params) for get in gets] for h in history]  # [M, P]
+    table = to_device(torch.tensor(values, dtype=torch.float32), device)
+    return list(table.unsqueeze(2).unbind(1))
+
+
+def _edit_rows(
+    logits: torch.Tensor, rows: list[int], edit: Callable[[torch.Tensor], torch.Tensor]
+) -> None:
+    """``logits[rows] = edit(logits[rows])`` ([M, V] in and out); where ``rows`` are every
+    row in order, without the index's copy, the gather and the scatter back."""
+    if rows == list(range(logits.shape[0])):
+        logits.copy_(edit(logits))
+        return
+    index = index_on(rows, logits.device)
+    logits[index] = edit(logits[index])
 
 
 def _scatter(
@@ -234,13 +248,14 @@ class RepetitionPenalty(LogitsProcessor):
         return params.repetition_penalty != 1.0
 
     def apply(self, logits, rows, history, pending) -> None:
-        index = index_on(rows, logits.device)
         seen_lists = [[*h.prompt_token_ids, *h.output_token_ids] for h in history]
         seen = token_counts(seen_lists, self.vocab_size, logits.device, pending) > 0  # [M, V]
-        penalty = _column(history, lambda p: p.repetition_penalty, logits.device)  # [M, 1]
-        sub = logits[index]  # [M, V]
-        penalized = torch.where(sub > 0, sub / penalty, sub * penalty)
-        logits[index] = torch.where(seen, penalized, sub)
+        (penalty,) = _columns(history, lambda p: p.repetition_penalty, device=logits.device)
+
+        def penalize(sub: torch.Tensor) -> torch.Tensor:  # [M, V]
+            return torch.where(seen, torch.where(sub > 0, sub / penalty, sub * penalty), sub)
+
+        _edit_rows(logits, rows, penalize)
 
 
 @register
@@ -255,13 +270,13 @@ class FrequencyPresencePenalty(LogitsProcessor):
 
     def apply(self, logits, rows, history, pending) -> None:
         device = logits.device
-        index = index_on(rows, device)
         outputs = [h.output_token_ids for h in history]
         counts = token_counts(outputs, self.vocab_size, device, pending)  # [M, V]
-        frequency = _column(history, lambda p: p.frequency_penalty, device)  # [M, 1]
-        presence = _column(history, lambda p: p.presence_penalty, device)  # [M, 1]
-        delta = counts * frequency + (counts > 0).float() * presence  # [M, V]
-        logits[index] = logits[index] - delta.to(logits.dtype)
+        frequency, presence = _columns(  # [M, 1] each
+            history, lambda p: p.frequency_penalty, lambda p: p.presence_penalty, device=device
+        )
+        delta = (counts * frequency + (counts > 0).float() * presence).to(logits.dtype)  # [M, V]
+        _edit_rows(logits, rows, lambda sub: sub - delta)
 
 
 @register

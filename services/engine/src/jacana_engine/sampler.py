@@ -178,6 +178,8 @@ class Sampler:
         params: Sequence[SamplingParams],
         generators: Sequence[torch.Generator | None] | None = None,
     ) -> torch.Tensor:
+        if all(p.greedy for p in params):  # an argmax: no parameter goes to the device
+            return logits.argmax(dim=-1)
         generators = generators if generators is not None else [None] * len(params)
         batch = SamplingBatch.build(params, generators, logits.shape[-1], logits.device)
         return self.sample(logits, batch)
