@@ -369,3 +369,53 @@ def test_cuda_rows_keep_their_tokens_whatever_path_their_neighbours_take(tmp_pat
     observed = dataclasses.replace(plain, logprobs=3, prompt_logprobs=1)
     assert engine.generate([prompts[0]], observed) == [alone[0]]
     assert engine.generate(prompts, [observed, processed, greedy]) == alone
+
+
+@dataclasses.dataclass(eq=False)  # hashed by identity, as engine sequences are
+class GrowingRow:
+    sampling_params: SamplingParams
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+
+
+def test_growing_histories_keep_each_row_and_follow_its_appends():
+    """The kept arrays equal prompt + output after every append, past the buffer's first
+    capacity, for rows of different lengths; a history shorter than what was kept (a row
+    rewritten) is rebuilt; unhashable rows are built anew each time."""
+    from jacana_engine.logits_processors import GrowingHistories
+    from jacana_engine.sequence import Sequence
+
+    seen = GrowingHistories(lambda h: (h.prompt_token_ids, h.output_token_ids))
+    rows = [GrowingRow(SamplingParams(), list(range(n)), []) for n in (0, 3, 40)]
+    gen = torch.Generator().manual_seed(11)
+    for step in range(70):
+        for i, row in enumerate(rows):
+            new = torch.randint(0, V, (i + step % 3,), generator=gen).tolist()
+            row.output_token_ids.extend(new)
+            got = seen(row)
+            assert got.tolist() == row.prompt_token_ids + row.output_token_ids
+    assert len(seen._kept) == 3  # kept, not rebuilt
+    rows[1].output_token_ids[:] = [5, 6]
+    assert seen(rows[1]).tolist() == [0, 1, 2, 5, 6]
+    plain = Row(SamplingParams(), [1, 2], [3])
+    assert seen(plain).tolist() == [1, 2, 3]
+    engine_row = Sequence("r", [4, 5], SamplingParams(), max_tokens=4, output_token_ids=[6])
+    assert seen(engine_row).tolist() == [4, 5, 6] and engine_row in seen._kept
+
+
+def test_penalties_over_steps_equal_the_reference_with_histories_kept():
+    """Rows kept between steps (by identity) get the edits the per-row reference gives
+    at every step as their outputs grow."""
+    processors = LogitsProcessors(V, EOS)
+    rows = [
+        GrowingRow(every_row_params(i), r.prompt_token_ids, list(r.output_token_ids))
+        for i, r in enumerate(random_rows(6, seed=4, make_params=every_row_params))
+    ]
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(12):
+        logits = torch.randn(len(rows), V, generator=gen) * 4
+        want = reference(logits, rows)
+        got = processors(logits.clone(), rows)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+        for row in rows:
+            row.output_token_ids.extend(torch.randint(0, V, (3,), generator=gen).tolist())
