@@ -104,20 +104,32 @@ class SamplingBatch:
             if not p.greedy and p.top_p >= 1.0 and top_k[i] < vocab_size
         ]
 
-        def tensor(values: list, dtype: torch.dtype) -> torch.Tensor:
-            return to_device(torch.tensor(values, dtype=dtype), device)
-
+        # Two copies to the device in all, the tensors below views of them: floats [3, N]
+        # (greedy rows are never scaled; 1.0 keeps the batched division finite); ints
+        # [2N + len(nucleus) + len(only_k)]: top_k, greedy flags, then the two row lists.
+        floats = torch.tensor(
+            [
+                [1.0 if p.greedy else p.temperature for p in params],
+                [p.top_p for p in params],
+                [p.min_p for p in params],
+            ],
+            dtype=torch.float32,
+        )
+        floats = to_device(floats, device)
+        n = len(params)
+        greedy = [int(p.greedy) for p in params]
+        ints = to_device(torch.tensor(top_k + greedy + nucleus + only_k, dtype=torch.int64), device)
+        lists = ints[2 * n :].split([len(nucleus), len(only_k)])
         return cls(
-            # Greedy rows are never scaled; 1.0 keeps the batched division finite.
-            temperature=tensor([1.0 if p.greedy else p.temperature for p in params], torch.float32),
-            top_k=tensor(top_k, torch.int64),
-            top_p=tensor([p.top_p for p in params], torch.float32),
-            min_p=tensor([p.min_p for p in params], torch.float32),
-            greedy=tensor([p.greedy for p in params], torch.bool),
+            temperature=floats[0],
+            top_k=ints[:n],
+            top_p=floats[1],
+            min_p=floats[2],
+            greedy=ints[n : 2 * n] != 0,
             greedy_rows=tuple(p.greedy for p in params),
             generators=tuple(generators),
-            nucleus_rows=tensor(nucleus, torch.int64) if nucleus else None,
-            top_k_rows=tensor(only_k, torch.int64) if only_k else None,
+            nucleus_rows=lists[0] if nucleus else None,
+            top_k_rows=lists[1] if only_k else None,
             max_top_k=max((top_k[i] for i in only_k), default=0),
             needs_min_p=any(p.min_p > 0.0 and not p.greedy for p in params),
         )
