@@ -251,11 +251,12 @@ def _edit_rows(
 def _scatter(
     logits: torch.Tensor, rows: list[int], tokens: list[int], values: list[float], add: bool
 ) -> None:
-    """``logits[rows[j], tokens[j]] (+)= values[j]`` for all j, in one ``index_put_``."""
+    """``logits[rows[j], tokens[j]] (+)= values[j]`` for all j, in one ``index_put_``
+    (the rows and tokens go to the device in one copy, the values in another)."""
     device = logits.device
-    index = (index_on(rows, device), index_on(tokens, device))
+    pairs = to_device(torch.tensor([rows, tokens], dtype=torch.int64), device)  # [2, J]
     source = to_device(torch.tensor(values, dtype=logits.dtype), device)
-    logits.index_put_(index, source, accumulate=add)
+    logits.index_put_((pairs[0], pairs[1]), source, accumulate=add)
 
 
 # ---- the variants -----------------------------------------------------------------------
