@@ -288,12 +288,12 @@ class RepetitionPenalty(LogitsProcessor):
 
     name = "repetition_penalty"
 
-    def is_active(self, params: SamplingParams) -> bool:
-        return params.repetition_penalty != 1.0
-
     def __init__(self, vocab_size: int, eos_token_ids: Iterable[int]) -> None:
         super().__init__(vocab_size, eos_token_ids)
         self._seen = GrowingHistories(lambda h: (h.prompt_token_ids, h.output_token_ids))
+
+    def is_active(self, params: SamplingParams) -> bool:
+        return params.repetition_penalty != 1.0
 
     def apply(self, logits, rows, history, pending) -> None:
         seen_lists = [self._seen(h) for h in history]
@@ -313,12 +313,12 @@ class FrequencyPresencePenalty(LogitsProcessor):
 
     name = "frequency_presence_penalty"
 
-    def is_active(self, params: SamplingParams) -> bool:
-        return params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
-
     def __init__(self, vocab_size: int, eos_token_ids: Iterable[int]) -> None:
         super().__init__(vocab_size, eos_token_ids)
         self._outputs = GrowingHistories(lambda h: (h.output_token_ids,))
+
+    def is_active(self, params: SamplingParams) -> bool:
+        return params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
 
     def apply(self, logits, rows, history, pending) -> None:
         device = logits.device

@@ -285,8 +285,9 @@ def logprobs(
 
     Returns (chosen [N], top_ids [N, num_top], top_logprobs [N, num_top]).
     """
-    # float32 whatever the logits' dtype; the cast happens in the softmax's own kernel
-    log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # [N, V]
+    # float32 whatever the logits' dtype: a graph head's model-dtype logits give the
+    # values their float32 copy gives (the serial step's)
+    log_probs = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
     chosen = log_probs.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
     top = log_probs.topk(num_top, dim=-1) if num_top > 0 else None
     if top is None:
