@@ -165,8 +165,7 @@ class LaunchedStep:
         if rows == sources == list(range(len(follow))):  # every row, in place
             return PendingTokens(ids[: len(follow)].clone(), flags)
         tokens = torch.full((len(follow),), -1, dtype=ids.dtype, device=ids.device)
-        rows_t, sources_t = index_on(rows, ids.device), index_on(sources, ids.device)
-        tokens.index_copy_(0, rows_t, ids.index_select(0, sources_t))
+        tokens.index_copy_(0, *self._moved_tokens(rows, sources))
         return PendingTokens(tokens, flags)
 
     def patch_inputs(self, follow: Seq[ScheduledSequence]):
@@ -177,8 +176,16 @@ class LaunchedStep:
         if rows == sources:  # same sequences in the same rows: one device copy
             n = len(rows)
             return lambda inputs: inputs[:n].copy_(ids[:n])
-        rows_t, sources_t = index_on(rows, ids.device), index_on(sources, ids.device)
-        return lambda inputs: inputs.index_copy_(0, rows_t, ids.index_select(0, sources_t))
+        rows_t, tokens = self._moved_tokens(rows, sources)
+        return lambda inputs: inputs.index_copy_(0, rows_t, tokens)
+
+    def _moved_tokens(
+        self, rows: list[int], sources: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(``rows`` [P] on the device, this step's tokens of ``sources`` [P] gathered now):
+        an ``index_copy_``'s index and values, for a follow-up whose rows moved."""
+        ids = self.device_ids
+        return index_on(rows, ids.device), ids.index_select(0, index_on(sources, ids.device))
 
 
 def _copy_home(
