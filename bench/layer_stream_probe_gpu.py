@@ -105,7 +105,10 @@ def skinny_gemv(picks: dict[str, SkinnyConfig]) -> Gemv:
     """The engine's skinny kernel with one launch config per shape name."""
 
     def gemv(name: str, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, gated=False):
-        return skinny_linear(x, weight, out, config=picks[name], gated=gated)
+        config = picks[name]
+        if config.activates:  # gate_up's launch stores silu(gate) * up: half of ``out``
+            out = out[:, : out.shape[1] // 2]
+        return skinny_linear(x, weight, out, config=config, gated=gated)
 
     return gemv
 
@@ -150,8 +153,8 @@ class Chain:
         normed, h1 = fused_add_rms_norm(
             o, res_in, w["g_post"], EPS, out=self.normed, residual_out=res_out, pdl=pdl
         )
-        gemv("gate_up", normed, w["wgu"], self.gu)
-        gemv("down", self.gu, w["wd"], self.d, gated=True)
+        up = gemv("gate_up", normed, w["wgu"], self.gu)  # [1, 2 * INTER], or activated
+        gemv("down", up, w["wd"], self.d, gated=up.shape[1] == 2 * INTER)
         normed2, _ = fused_add_rms_norm(
             self.d, h1, w["g_next"], EPS, out=self.normed, residual_out=res_out, pdl=pdl
         )

@@ -118,6 +118,15 @@ NORMLESS_VARIANTS |= {
     "folded narrow, residual epilogues alone (timing only)": ("residual-only", FOLDED_NARROW),
     "folded narrow, 1/rms in gate_up and qkv alone (timing only)": ("rms-only", FOLDED_NARROW),
 }
+# gate_up's launch activating its pairs (``SkinnyConfig.activates``): the down projection
+# after it reads I activated columns, plain, instead of computing SiLU-and-mul in every
+# one of its programs; the same tile not activating beside each, for the tile's own share
+_ACTIVATING = {
+    f"folded narrow, gate_up {bn}x{bk}{' activating' if act else ''}": FOLDED_NARROW
+    | {"gate_up": dataclasses.replace(_one_row(bn, bk, FOLD), activates=act)}
+    for bn, bk in ((2, 4096), (2, 2048), (4, 2048), (4, 1024))
+    for act in (False, True)
+}
 SKINNY_VARIANTS = {
     "picks": PICKS,
     "lean": LEAN,
@@ -133,6 +142,10 @@ SKINNY_VARIANTS = {
     "folded 8x1024": _everywhere(8, 1024, FOLD),
     "folded 16x1024": _everywhere(16, 1024, FOLD),
     "folded 8x2048": _everywhere(8, 2048, FOLD),
+    **_ACTIVATING,
+    "folded narrow, gate_up 2x4096 activating, down folded 4x2048": FOLDED_NARROW
+    | {"gate_up": dataclasses.replace(_one_row(2, 4096, FOLD), activates=True)}
+    | {"down": _one_row(4, 2048, FOLD)},
     "dot 16-row pad": {
         name: dataclasses.replace(pick_config(1, n, k, use_dot=True), pdl=True)
         for name, (n, k) in SHAPES.items()

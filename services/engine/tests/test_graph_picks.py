@@ -24,6 +24,23 @@ def test_layers_group_by_shape_in_forward_order_without_the_excluded():
     assert len(groups["64x32"]) == 2 and groups["64x48 gated"] == [down]
 
 
+def test_only_groups_of_gate_ups_are_offered_activating_launches():
+    """``one_row_choices``: a group whose every layer is a gated MLP's gate_up
+    (``Linear.gated_output``) also gets the activating candidates; a mixed or plain group
+    does not."""
+    gate_ups = [Linear(64, 96), Linear(64, 96)]
+    for layer in gate_ups:
+        layer.gated_output = True
+    choices = picks.one_row_choices(
+        {"gate_up": gate_ups, "mixed": [gate_ups[0], Linear(64, 96)], "plain": [Linear(64, 96)]},
+        pdl=True,
+    )
+    assert any(c.activates for c in choices["gate_up"][1:])
+    assert choices["gate_up"][: len(choices["plain"])] == choices["plain"]
+    assert not any(c is not picks.CUBLAS and c.activates for c in choices["mixed"])
+    assert choices["mixed"] == choices["plain"]
+
+
 def test_descent_keeps_each_groups_best_given_the_ones_before():
     # cost: a per-group table, plus an interaction: "b" is cheap only once "a" is 2
     table = {"a": {1: 5.0, 2: 3.0, 3: 4.0}, "b": {1: 2.0, 2: 6.0}}

@@ -509,6 +509,78 @@ def test_then_residual_adds_the_residual_to_the_rounded_product(device, seed, k,
         assert torch.equal(in_place, want), f"in place: {dtype} {(k, n)} {cfg} seed={seed}"
 
 
+# Activating launches: gate_up [2I, K] with I not a multiple of the tile's pairs, and
+# K ragged; one with two tiles before a dependent wait.
+ACTIVATING_CASES = [
+    (100, 2 * 37, SkinnyConfig(1, 2, 64, False, k_fold=FOLD, activates=True)),
+    (
+        200,
+        2 * 45,
+        SkinnyConfig(1, 8, 64, False, pdl=True, prefetch_tiles=2, k_fold=FOLD, activates=True),
+    ),
+    (77, 2 * 40, SkinnyConfig(1, 16, 32, False, k_fold=FOLD, activates=True)),
+]
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+@pytest.mark.parametrize("k,n,cfg", ACTIVATING_CASES)
+def test_an_activating_launch_is_its_tile_then_silu_and_mul(device, seed, k, n, cfg, deferred):
+    """``SkinnyConfig.activates``: the same bits as the plain launch of the same tile
+    (gate and up rounded as stored) followed by the ``silu_and_mul`` kernel, [1, N / 2];
+    also with a deferred norm whose weight is in the GEMM's. Poisoned output: every
+    column is written. float32 and, on the GPU, bfloat16 (the interpreter's float32 ->
+    bfloat16 conversions truncate, alike on both sides, but torch's reference would not)."""
+    dtypes = [torch.float32, torch.bfloat16] if device.type == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        x = (3 * torch.randn(1, k, device=device)).to(dtype)
+        w = (torch.randn(n, k, device=device) * k**-0.5).to(dtype)
+        norm = NormPrologue(None, 1e-6, deferred=True) if deferred else None
+        plain = skinny_linear(x, w, config=dataclasses.replace(cfg, activates=False), norm=norm)
+        want = silu_and_mul(plain)
+        out = torch.full((1, n // 2), float("nan"), device=device, dtype=dtype)
+        got = skinny_linear(x, w, out, config=cfg, norm=norm)
+        assert got.shape == (1, n // 2)
+        assert torch.equal(got, want), f"{dtype} {(k, n)} {cfg} deferred={deferred} seed={seed}"
+        gate, up = (x.double() @ w.double().t()).chunk(2, dim=1)
+        if not deferred:  # and near the float64 activation (two roundings of its own)
+            exact = gate * torch.sigmoid(gate) * up
+            tol = 1e-5 if dtype == torch.float32 else 2e-2
+            assert (got.double() - exact).abs().max() <= tol * exact.abs().max(), f"seed={seed}"
+
+
+def test_activating_candidates_are_the_folded_pairs_of_a_gate_up():
+    n, k = 2 * 600, 200
+    every = candidate_configs(1, n, k, pdl=True, folded=True, activating=True)
+    activating = [c for c in every if c.activates]
+    folded = [c for c in every if c.k_fold > 1 and not c.activates]
+    assert activating == [
+        dataclasses.replace(c, activates=True) for c in folded if c.block_n % 2 == 0
+    ]
+    assert activating and all(c.pdl and c.block_m == 1 for c in activating)
+    plain = candidate_configs(1, n, k, pdl=True, folded=True)
+    assert every[: len(every) - len(activating)] == plain
+    for m, width in ((1, n + 1), (2, n)):  # an odd N, and more than one row: none
+        others = candidate_configs(m, width, k, pdl=True, folded=True, activating=True)
+        assert not any(c.activates for c in others)
+
+
+def test_an_activating_launch_rejects_what_it_cannot_run(device):
+    x, w = torch.randn(1, 32, device=device), torch.randn(8, 32, device=device)
+    activating = SkinnyConfig(1, 2, 32, False, k_fold=FOLD, activates=True)
+    with pytest.raises(ValueError, match="pairs"):
+        skinny_linear(x, w, config=dataclasses.replace(activating, k_fold=1))
+    with pytest.raises(ValueError, match="pairs"):
+        skinny_linear(x, w, config=dataclasses.replace(activating, block_n=1))
+    with pytest.raises(ValueError, match="pairs"):
+        skinny_linear(x, w[:7], config=activating)
+    with pytest.raises(ValueError, match="gated"):
+        skinny_linear(torch.randn(1, 64, device=device), w, config=activating, gated=True)
+    with pytest.raises(ValueError, match="residual"):
+        skinny_linear(x, w, config=activating, then_residual=torch.randn(1, 4, device=device))
+    with pytest.raises(ValueError, match=r"\(1, 4\)"):
+        skinny_linear(x, w, torch.empty(1, 8, device=device), config=activating)
+
+
 def test_a_norm_in_the_gemms_weight_and_then_residual_reject_what_they_cannot_run(device):
     x, w = torch.randn(1, 32, device=device), torch.randn(8, 32, device=device)
     nw, r = torch.ones(32, device=device), torch.randn(1, 8, device=device)
@@ -1115,6 +1187,59 @@ def test_a_norm_in_its_consumers_weight_runs_inside_the_gemms_at_one_row(
     other.skinny_configs = {1: one_row}
     norm.between(producer, x[:1], residual[:1].clone(), other, gated=gated)
     assert deferred_rows == [1]
+
+
+@pytest.mark.parametrize("down_runs", ["skinny", "cuBLAS", "norm in its end", "residual added"])
+def test_an_activating_gate_up_feeds_the_down_projection_the_same_bits(device, seed, down_runs):
+    """A gated MLP whose gate_up launch activates (``SkinnyConfig.activates``) at one row:
+    its output is ``silu(gate) * up`` [1, I], and every gated entry point of the down
+    projection (``gated_forward`` on the skinny kernel or cuBLAS; ``RMSNorm.between``
+    with the norm in the down launch's end, or the residual added in it before a
+    deferred norm) takes it as it is and gives the bits of the non-activating launch of
+    the same tile followed by the gated path (float32)."""
+    from jacana_engine.layers.decode_gemm import fold_norm_weights
+    from jacana_engine.layers.linear import Linear
+    from jacana_engine.layers.mlp import GatedMLP
+    from jacana_engine.layers.norm import RMSNorm
+    from jacana_engine.layers.triton_ops import TritonOps
+
+    hidden, inter = 48, 40
+    mlp = GatedMLP(hidden, inter, TritonOps()).to(device).requires_grad_(False)
+    for linear in (mlp.gate_up_proj, mlp.down_proj):
+        linear.weight.normal_(0.0, hidden**-0.5)
+    assert mlp.gate_up_proj.gated_output and not mlp.down_proj.gated_output
+    activating = SkinnyConfig(1, 4, 32, False, k_fold=FOLD, activates=True)
+    down = SkinnyConfig(1, 8, 32, False, k_fold=FOLD)
+    if down_runs != "cuBLAS":
+        mlp.down_proj.skinny_configs = {1: down}
+    norm = RMSNorm(hidden, 1e-6, TritonOps()).to(device).requires_grad_(False)
+    norm.weight.copy_(1 + 0.1 * torch.randn(hidden, device=device))
+    consumer = Linear(hidden, 24, bias=False).to(device).requires_grad_(False)
+    consumer.skinny_configs = {1: SkinnyConfig(1, 8, 16, False, k_fold=FOLD)}
+    if down_runs == "norm in its end":
+        mlp.down_proj.norm_tail_configs = {1: SkinnyConfig(1, 8, 32, False)}
+    if down_runs == "residual added":  # the deferred norm: the residual added in the down
+        norm.feeds(consumer)
+        holder = torch.nn.Module()
+        holder.norm, holder.consumer = norm, consumer
+        assert fold_norm_weights(holder) == 1
+    x = torch.randn(1, hidden, device=device)
+    residual = torch.randn(1, hidden, device=device)
+
+    def run(gate_up_config):
+        mlp.gate_up_proj.skinny_configs = {1: gate_up_config}
+        gate_up = mlp.gate_up_proj(x)
+        if down_runs in ("skinny", "cuBLAS"):
+            return gate_up, mlp.down(gate_up)
+        return gate_up, norm.between(
+            mlp.down_proj, gate_up, residual.clone(), consumer, gated=True
+        )[0]
+
+    act, got = run(activating)
+    gate_up, want = run(dataclasses.replace(activating, activates=False))
+    assert act.shape == (1, inter) and gate_up.shape == (1, 2 * inter)
+    assert torch.equal(act, silu_and_mul(gate_up)), f"seed={seed}"
+    assert torch.equal(got, want), f"{down_runs} seed={seed}"
 
 
 @pytest.mark.parametrize("gated", [False, True])

@@ -152,6 +152,14 @@ class SkinnyConfig:
     # not one each, so a program takes about a third of the registers and an SM holds
     # two to three times the programs, and weight bytes in flight. Another order of sums.
     k_fold: int = 1
+    # folded kernel only: the weight [2I, K] is a gated MLP's gate then up, and the launch
+    # stores ``silu(gate) * up`` [1, I] (``skinny_linear`` with it): a program takes
+    # BLOCK_N / 2 pairs, gate row j beside up row I + j, and activates them as it stores,
+    # so the down projection after it reads I activated columns instead of computing
+    # SiLU-and-mul again in every one of its programs. The sums are this tile's, the
+    # activation is rounded as ``kernels.activation`` rounds it: the same bits as the plain
+    # launch of this tile followed by ``silu_and_mul``.
+    activates: bool = False
 
     def grid(self, n: int) -> tuple[int]:
         return (triton.cdiv(n, self.block_n),)
@@ -178,7 +186,7 @@ def pick_config(m: int, n: int, k: int, *, use_dot: bool | None = None) -> Skinn
 
 
 def candidate_configs(
-    m: int, n: int, k: int, *, pdl: bool = False, folded: bool = False
+    m: int, n: int, k: int, *, pdl: bool = False, folded: bool = False, activating: bool = False
 ) -> list[SkinnyConfig]:
     """Launch configs worth timing for x [m, k] @ weight[n, k].T, ``pick_config``'s first,
     no duplicates, each with BLOCK_K <= max(32, next_power_of_2(k)).
@@ -195,7 +203,10 @@ def candidate_configs(
     than the one tile prefetched). With ``folded`` (one row, plain or gated x: the folded
     kernel folds no norm) and ``pdl``, every dependent one-row tile once more on the
     folded kernel (``k_fold`` ``FOLD``), and the tiles of ``_FOLDED_TILE`` elements too,
-    which its fewer registers make room for."""
+    which its fewer registers make room for; with ``activating`` too (the weight is a
+    gated MLP's gate then up, N even), each of those of whole pairs of rows (BLOCK_N
+    even) once more, activating (``SkinnyConfig.activates``: its output is then
+    [1, N / 2])."""
     picked = pick_config(m, n, k)
     k_cap = max(_MIN_BLOCK_K, next_power_of_2(k))
     n_cap = min(_MAX_BLOCK_N, max(_MIN_CANDIDATE_BLOCK_N, next_power_of_2(n)))
@@ -228,7 +239,14 @@ def candidate_configs(
         ]
         configs += dependent + deeper + ahead
         if folded and m == 1 and not picked.use_dot:
-            configs += _folded_candidates(dependent, n, k)
+            on_folded = _folded_candidates(dependent, n, k)
+            configs += on_folded
+            if activating and n % 2 == 0:
+                configs += [
+                    dataclasses.replace(cfg, activates=True)
+                    for cfg in on_folded
+                    if cfg.block_n % 2 == 0
+                ]
     return configs
 
 
@@ -657,6 +675,7 @@ def _folded_skinny_kernel(
     TRACE: tl.constexpr = False,
     DEFERRED: tl.constexpr = False,  # the product scaled by 1/rms(x) (norm weight in w)
     RESIDUAL: tl.constexpr = False,  # out = product + residual, rounded as HF's add
+    PAIRS: tl.constexpr = False,  # w is gate then up (N = 2I rows): out = silu(gate) * up [I]
 ):
     """One row of x times the weight (plain or gated x), as ``_skinny_gemm_kernel``
     computes it on the sum path, program by program and tile by tile, but with the K axis
@@ -664,13 +683,23 @@ def _folded_skinny_kernel(
     F products of its vector load at once, so the running sums are [BLOCK_N, BLOCK_K / F].
     DEFERRED: x is an RMSNorm's input whose weight the GEMM's weight holds (NORM == 5 of
     the tile kernel): x's sum of squares gathers as it loads ([KK] running sums, each
-    thread's F squares added first, as the products), 1/rms scales the float32 product."""
+    thread's F squares added first, as the products), 1/rms scales the float32 product.
+    PAIRS: the weight's rows are a gated MLP's gate [0, I) then up [I, 2I); the program's
+    BLOCK_N rows are BLOCK_N / 2 pairs (gate row j, up row I + j) and it stores the pairs'
+    ``silu(gate) * up`` (each rounded as stored first) at columns j of out [1, I]."""
     stamp(trace_ptr, START, TRACE)
     KK: tl.constexpr = BLOCK_K // FOLD
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     ks = tl.arange(0, KK)[:, None] * FOLD + tl.arange(0, FOLD)[None, :]  # [KK, F]
-    n_mask = cols < N
-    w_rows = w_ptr + cols.to(tl.int64)[:, None, None] * stride_wn  # [BLOCK_N, 1, 1]
+    if PAIRS:
+        half = N // 2  # I
+        lane = tl.arange(0, BLOCK_N)
+        pair = tl.program_id(0) * (BLOCK_N // 2) + lane // 2  # [BLOCK_N]: j, j, j+1, j+1, ...
+        rows = pair + (lane % 2) * half  # [BLOCK_N]: gate j, up j, gate j+1, up j+1, ...
+        n_mask = pair < half
+    else:
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+        n_mask = rows < N
+    w_rows = w_ptr + rows.to(tl.int64)[:, None, None] * stride_wn  # [BLOCK_N, 1, 1]
     dtype = x_ptr.dtype.element_ty
     if PDL:  # the next kernel may launch now: it waits for all of this one before reading
         tl.extra.cuda.gdc_launch_dependents()
@@ -683,7 +712,7 @@ def _folded_skinny_kernel(
         tl.extra.cuda.gdc_wait()
     stamp(trace_ptr, WAITED, TRACE)
     if RESIDUAL:  # asked for now, so that the end does not wait for it
-        residual = tl.load(res_ptr + cols, mask=n_mask, other=0.0).to(tl.float32)
+        residual = tl.load(res_ptr + rows, mask=n_mask, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_N, KK], dtype=tl.float32)
     squares = tl.zeros([KK], dtype=tl.float32)  # DEFERRED: x's, as it loads
     start = 0  # the prefetched tiles first, then the rest: the same order of sums either way
@@ -711,7 +740,13 @@ def _folded_skinny_kernel(
     if RESIDUAL:
         product = (product.to(tl.float32) + residual).to(out_ptr.dtype.element_ty)
     stamp(trace_ptr, WORKED, TRACE)
-    tl.store(out_ptr + cols, product, mask=n_mask)
+    if PAIRS:  # [BLOCK_N] gate, up, gate, up, ... -> [BLOCK_N / 2] activated
+        gate, up = tl.split(tl.reshape(product, [BLOCK_N // 2, 2]))
+        act = silu_mul_rounded(gate.to(tl.float32), up.to(tl.float32), out_ptr.dtype.element_ty)
+        pairs = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        tl.store(out_ptr + pairs, act, mask=pairs < half)
+    else:
+        tl.store(out_ptr + rows, product, mask=n_mask)
     stamp(trace_ptr, END, TRACE)
 
 
@@ -838,7 +873,7 @@ def skinny_linear(
     then_norm: NormEpilogue | None = None,  # return rms_norm(product + residual) instead
     then_stats: ResidualStats | None = None,  # return product + residual, and its statistics
     then_residual: torch.Tensor | None = None,  # [M, N] return product + this (may be out)
-) -> torch.Tensor:  # [M, N] in x's dtype
+) -> torch.Tensor:  # [M, N] in x's dtype ([M, N / 2] where ``config.activates``)
     """``x @ weight.T`` accumulated in float32, rounded once to x's dtype; with ``gated``,
     ``silu_and_mul(x) @ weight.T``, the activation computed as the weight streams in and
     rounded as ``kernels.activation.silu_and_mul`` rounds it (same bits as that kernel
@@ -850,14 +885,24 @@ def skinny_linear(
     statistics (:class:`ResidualStats`, launched on ``stats_config``'s tile, whose
     partial sums a ``NormPrologue(stats=...)`` of the next GEMM reads); with
     ``then_residual``, the product plus it (HF's residual add, rounded; ``out`` may be
-    ``then_residual`` itself: each element is read and written by one program). Raises
-    ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last stride.
-    Never syncs with the host, so it can be captured in a CUDA graph."""
+    ``then_residual`` itself: each element is read and written by one program); with a
+    ``config`` that ``activates`` (the folded kernel, one row), weight is a gated MLP's
+    gate then up and the output ``silu(gate) * up`` of the product's halves, [M, N / 2].
+    Raises ``ValueError`` for M > MAX_M, mismatched shapes or dtypes, or a non-unit last
+    stride. Never syncs with the host, so it can be captured in a CUDA graph."""
     if x.dim() != 2 or weight.dim() != 2:
         raise ValueError(f"x and weight must be 2-D, got {x.dim()}-D and {weight.dim()}-D")
     m, width = x.shape
     k = width // 2 if gated else width
     n = weight.shape[0]
+    activates = config is not None and config.activates
+    if activates and (n % 2 or config.block_n % 2 or config.k_fold == 1):
+        raise ValueError(
+            f"an activating launch takes a folded config of whole pairs of rows "
+            f"(even BLOCK_N and N), got BLOCK_N={config.block_n}, N={n}, "
+            f"k_fold={config.k_fold}"
+        )
+    n_out = n // 2 if activates else n
     if m > MAX_M:
         raise ValueError(f"skinny_linear takes at most {MAX_M} rows, got {m}")
     if weight.shape[1] != k or (gated and width != 2 * k):
@@ -867,9 +912,9 @@ def skinny_linear(
     check_last_dim_contiguous("x", x)
     check_last_dim_contiguous("weight", weight)
     if out is None:
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    elif out.shape != (m, n) or out.dtype != x.dtype:
-        raise ValueError(f"out {tuple(out.shape)} {out.dtype} != ({m}, {n}) {x.dtype}")
+        out = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
+    elif out.shape != (m, n_out) or out.dtype != x.dtype:
+        raise ValueError(f"out {tuple(out.shape)} {out.dtype} != ({m}, {n_out}) {x.dtype}")
     check_last_dim_contiguous("out", out)
     residual, residual_out, norm_weight = x, x, x  # placeholders when there is no norm
     stats = out  # placeholder without statistics
@@ -901,6 +946,8 @@ def skinny_linear(
             raise ValueError("a k_fold config takes no folded norm")
         if norm is not None and norm.weight is not None:
             raise ValueError("a k_fold config takes only a norm whose weight is in the GEMM's")
+        if activates and (gated or then_residual is not None):
+            raise ValueError("an activating launch takes no gated x and adds no residual")
         eps = norm.eps if norm is not None else None
         return _folded_linear(x, weight, out, cfg, gated, eps, then_residual)
     grid, row_order = cfg.grid(n), {}
@@ -1009,7 +1056,7 @@ def _folded_linear(
         GATED=gated, PEEL=cfg.prefetch_tiles if launch["PDL"] else 0,
         W_EVICTION=cfg.weight_eviction, TRACE=traced, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, DEFERRED=deferred_eps is not None,
-        RESIDUAL=residual is not None, **launch,
+        RESIDUAL=residual is not None, PAIRS=cfg.activates, **launch,
     )  # fmt: skip
     return out
 

@@ -428,9 +428,11 @@ def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str
 
 def config_label(cfg: SkinnyConfig) -> str:
     """A launch config's name in the tuner's log and records, e.g. ``8x512 pdl+2``,
-    ``2x2048 pdl ahead``, ``8x1024 pdl fold8`` (the folded kernel)."""
+    ``2x2048 pdl ahead``, ``8x1024 pdl fold8`` (the folded kernel), ``2x4096 pdl fold8
+    act`` (activating a gate_up's pairs)."""
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
     l2 = f" l2:{cfg.l2_prefetch_bytes}" if cfg.l2_prefetch_bytes else ""
     ahead = " ahead" if cfg.lookahead else ""
     fold = f" fold{cfg.k_fold}" if cfg.k_fold > 1 else ""
-    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}{ahead}{fold}"
+    act = " act" if cfg.activates else ""
+    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}{ahead}{fold}{act}"

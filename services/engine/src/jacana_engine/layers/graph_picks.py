@@ -115,13 +115,16 @@ def apply_one_row(groups: Mapping[str, list[Linear]], assignment: Mapping[str, A
 
 def one_row_choices(groups: Mapping[str, list[Linear]], pdl: bool) -> dict[str, list[Any]]:
     """Per group what the search tries: cuBLAS, then the kernel's one-row candidates
-    (only the dependent launches where ``pdl``: a plain launch breaks the chain)."""
+    (only the dependent launches where ``pdl``: a plain launch breaks the chain), for a
+    group of gated MLPs' gate_up (``Linear.gated_output``) the activating ones too: only
+    the graph can weigh them, since what they save is the down projection's work."""
     from jacana_engine.kernels.skinny_gemm import candidate_configs
 
     choices = {}
     for group, layers in groups.items():
         n, k = layers[0].weight.shape
-        every = candidate_configs(1, n, k, pdl=pdl, folded=True)
+        activating = all(layer.gated_output for layer in layers)
+        every = candidate_configs(1, n, k, pdl=pdl, folded=True, activating=activating)
         choices[group] = [CUBLAS, *([c for c in every if c.pdl] or every)]
     return choices
 

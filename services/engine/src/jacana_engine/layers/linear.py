@@ -46,6 +46,11 @@ class Linear(nn.Linear):
     # its input is a gated MLP's gate then up, [T, 2 * in] (``gated_forward``; set by the
     # model), so the tuner times the skinny kernel with the activation folded in
     gated_input = False
+    # its rows are a gated MLP's gate then up (set by the model), so a one-row launch may
+    # activate them as it stores (``SkinnyConfig.activates``, an in-graph search choice):
+    # its output is then ``silu(gate) * up`` [T, out / 2], which the down projection's
+    # gated entry points take as it is
+    gated_output = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         config = self.skinny_configs.get(x.shape[0])
@@ -162,20 +167,29 @@ class Linear(nn.Linear):
         """The product with ``silu(gate) * up``. Where T rows run on the skinny kernel the
         activation is folded into its loads (one launch fewer, the same bits as the
         Triton ``silu_and_mul`` followed by the kernel); elsewhere ``silu_and_mul`` runs
-        first."""
+        first. A ``gate_up`` of ``in`` columns is activated already (``gated_output``)."""
         config = self.skinny_configs.get(gate_up.shape[0])
         if config is None:
-            return self.backend_forward(silu_and_mul(gate_up))
+            return self.backend_forward(
+                gate_up if self._activated(gate_up) else silu_and_mul(gate_up)
+            )
         return self._on_skinny(gate_up, config, gated=True)
+
+    def _activated(self, x: torch.Tensor) -> bool:
+        """x, given as a gated input, is the activation already: its producer's launch
+        activated gate and up as it stored them (``SkinnyConfig.activates``)."""
+        return x.shape[-1] == self.in_features
 
     def _on_skinny(
         self, x: torch.Tensor, config: SkinnyConfig | None, **kernel_args: Any
     ) -> torch.Tensor:  # [T, out]
         """``skinny_linear`` of x (its ``gated``, ``norm``, ``then_norm``, ``then_stats``,
-        ``then_residual`` or ``out`` in ``kernel_args``) with this layer's weight, plus its
-        bias."""
+        ``then_residual`` or ``out`` in ``kernel_args``; ``gated`` dropped where x is
+        activated already) with this layer's weight, plus its bias."""
         from jacana_engine.kernels.skinny_gemm import skinny_linear
 
+        if kernel_args.get("gated") and self._activated(x):
+            kernel_args["gated"] = False
         y = skinny_linear(x.contiguous(), self.weight, config=config, **kernel_args)
         return y if self.bias is None else y.add_(self.bias)
 

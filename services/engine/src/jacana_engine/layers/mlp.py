@@ -21,12 +21,15 @@ class GatedMLP(nn.Module):
         )
         self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
         self.down_proj.gated_input = True  # it runs through ``gated_forward`` (``down``)
+        self.gate_up_proj.gated_output = True  # a one-row launch may activate as it stores
         self.ops = ops or TorchOps()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, hidden] -> gate_up: [T, 2 * intermediate] -> [T, intermediate] -> [T, hidden]
+        # (gate_up_proj's output is [T, intermediate] where its launch activates)
         return self.down(self.gate_up_proj(x))
 
     def down(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """gate_up [T, 2 * intermediate] (gate_up_proj's output) -> [T, hidden]."""
+        """gate_up [T, 2 * intermediate] (gate_up_proj's output; [T, intermediate] where its
+        launch activated it already) -> [T, hidden]."""
         return self.down_proj.gated_forward(gate_up, self.ops.silu_and_mul)

@@ -77,7 +77,8 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:  # (gate_up [T, 2 * inter], residual [T, hidden])
         """The block up to its down projection, whose input it returns: the next layer (or
         the final norm) runs that projection with its own input norm after it, so that the
-        norm may fold into the projection's kernel (``RMSNorm.between``)."""
+        norm may fold into the projection's kernel (``RMSNorm.between``). Where gate_up's
+        launch activates (``SkinnyConfig.activates``) that input is [T, inter], activated."""
         if producer is None:
             qkv, residual = self.input_layernorm.then(self.self_attn.qkv_proj, x, residual)
         else:
