@@ -127,6 +127,28 @@ _ACTIVATING = {
     for bn, bk in ((2, 4096), (2, 2048), (4, 2048), (4, 1024))
     for act in (False, True)
 }
+
+
+def _past_l1(picks: dict[str, SkinnyConfig]) -> dict[str, SkinnyConfig]:
+    """``picks`` with every weight load cached in L2 only (``weight_cache=".cg"``): the
+    weight streams past L1, and x, which each program of an SM reads again, stays there."""
+    return {name: dataclasses.replace(cfg, weight_cache=".cg") for name, cfg in picks.items()}
+
+
+_ACTIVATING |= {
+    f"{name}, weights past L1": _past_l1(picks)
+    for name, picks in [
+        ("folded narrow", FOLDED_NARROW),
+        (
+            "folded narrow, gate_up 2x4096 activating",
+            _ACTIVATING["folded narrow, gate_up 2x4096 activating"],
+        ),
+        (
+            "folded narrow, gate_up 4x2048 activating",
+            _ACTIVATING["folded narrow, gate_up 4x2048 activating"],
+        ),
+    ]
+}
 SKINNY_VARIANTS = {
     "picks": PICKS,
     "lean": LEAN,

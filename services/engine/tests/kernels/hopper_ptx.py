@@ -20,6 +20,9 @@ Cases:
   GEMMs (``ResidualStats`` then ``NormPrologue(stats=...)``) at the 8B's one-row tiles;
 - ``skinny_traced``: ``skinny_pdl``'s tile with per-program timestamps
   (``kernels/_trace.py``, ``TRACE=True``);
+- ``skinny_folded_act`` / ``skinny_folded_through_l1``: the folded one-row kernel at the
+  8B gate_up's 2x4096, activating its pairs with the weight loads past L1 (``.cg``, the
+  default), and neither;
 - ``argmax_pdl``: the greedy argmax over bf16 logits, launched dependently, with its
   token copies (``TokenCopies``).
 - ``rope_qk_norm_pairs`` / ``rope_qk_norm_quads``: the rope kernel with the q/k norm in
@@ -57,6 +60,7 @@ def _cast_rounding(x_ptr, cos_ptr, sin_ptr, out_ptr, BLOCK: tl.constexpr):
 
 INSTRUCTIONS = (
     "fma.rn.bf16", "cp.async.bulk.prefetch.L2", "griddepcontrol.wait", "atom.", "%globaltimer",
+    "ld.global.cg", "ex2.approx",
 )  # fmt: skip
 
 
@@ -169,6 +173,14 @@ def main() -> None:
         ),
         # with per-program timestamps (kernels/_trace.py): four reads of the global timer
         "skinny_traced": _skinny_config(SkinnyConfig(1, 8, 1024, False, pdl=True), TRACE=True),
+        # the 8B gate_up's 2x4096 on the folded kernel, activating, its weight past L1
+        # (the default), and neither
+        "skinny_folded_act": _skinny_config(
+            SkinnyConfig(1, 2, 4096, False, pdl=True, k_fold=8, activates=True), (24576, 4096)
+        ),
+        "skinny_folded_through_l1": _skinny_config(
+            SkinnyConfig(1, 2, 4096, False, pdl=True, k_fold=8, weight_cache=""), (24576, 4096)
+        ),
         "argmax_pdl": _argmax(),
         "rope_qk_norm_pairs": _rope_qk_norm(64),
         "rope_qk_norm_quads": _rope_qk_norm(128),

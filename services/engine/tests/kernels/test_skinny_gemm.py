@@ -1574,6 +1574,19 @@ def test_l2_prefetch_compiles_to_one_bulk_prefetch_per_thread_for_hopper():
     assert counts["skinny_pdl_l2"] >= 1 and counts["skinny_pdl"] == 0, counts
 
 
+def test_weights_load_past_l1_and_an_activating_launch_runs_silu_for_hopper():
+    """Compiled for sm90 at the 8B gate_up's 2x4096 folded tile: by default the weight
+    loads are ``ld.global.cg`` (cached in L2 only, ``SkinnyConfig.weight_cache``), with
+    ``weight_cache=""`` none is; only the activating launch computes an exponential (its
+    SiLU in the epilogue)."""
+    from hopper_codegen import hopper_ptx_counts
+
+    counts = hopper_ptx_counts()
+    act, plain = counts["skinny_folded_act"], counts["skinny_folded_through_l1"]
+    assert act["ld.global.cg"] >= 1 and plain["ld.global.cg"] == 0, counts
+    assert act["ex2.approx"] >= 1 and plain["ex2.approx"] == 0, counts
+
+
 def test_lookahead_asks_for_the_next_tile_right_after_the_wait_for_hopper():
     """``SkinnyConfig.lookahead`` compiled for sm90 (the 8B qkv's 2x2048, PDL): the same
     loads before the wait (the prefetched tile), and after it the loop's first weight

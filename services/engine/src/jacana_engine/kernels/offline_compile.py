@@ -102,10 +102,11 @@ def compile_skinny(
     shared = dict(
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GATED=gated,
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl, W_EVICTION=cfg.weight_eviction,
+        W_CACHE=cfg.weight_cache,
     )  # fmt: skip
     if cfg.k_fold > 1:  # the folded kernel: one row, no norm or tail
         fn = skinny_gemm._folded_skinny_kernel
-        constexprs = shared | dict(FOLD=cfg.k_fold) | (constexprs or {})
+        constexprs = shared | dict(FOLD=cfg.k_fold, PAIRS=cfg.activates) | (constexprs or {})
     else:
         fn = skinny_gemm._skinny_gemm_kernel
         constexprs = shared | dict(

@@ -133,6 +133,12 @@ class SkinnyConfig:
     # Triton's eviction_policy for the weight loads ("": the default; "evict_first": the
     # weight streams through L2 once and should not push out what the next kernels read)
     weight_eviction: str = ""
+    # Triton's cache_modifier for the weight loads: ".cg" caches them in L2 only, so the
+    # weight, read once, streams past L1 and leaves it to x, which every program of an SM
+    # reads again ("": through L1). On an H200, Qwen3-8B's one-row layer chain ran 3-9 µs
+    # faster with it in three pairs of variants, at the same energy a replay
+    # (bench/results/power_probe_gpu_v40_l1.md)
+    weight_cache: str = ".cg"
     # with ``pdl`` on CUDA: before their wait the programs of a launch also ask L2 to
     # prefetch about this many bytes of the weight in all, an equal share of each row
     # after the tiles they load (``cp.async.bulk.prefetch.L2``), so HBM streams weights
@@ -361,13 +367,14 @@ def prefetch_rows_to_l2(
 
 
 @triton.jit
-def _w_tile(w_rows, k, n_mask, K, W_EVICTION: tl.constexpr):
+def _w_tile(w_rows, k, n_mask, K, W_EVICTION: tl.constexpr, W_CACHE: tl.constexpr):
     """The weight's [BLOCK_N, BLOCK_K] tile at columns ``k``; zero where masked."""
     return tl.load(
         w_rows + k[None, :],
         mask=n_mask[:, None] & (k < K)[None, :],
         other=0.0,
         eviction_policy=W_EVICTION,
+        cache_modifier=W_CACHE,
     )
 
 
@@ -457,6 +464,7 @@ def _skinny_gemm_kernel(
     PEEL: tl.constexpr,  # load the first PEEL (0-2) weight tiles before anything else
     PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after those tiles
     W_EVICTION: tl.constexpr,  # eviction_policy of the weight loads
+    W_CACHE: tl.constexpr,  # their cache_modifier ("" or ".cg": past L1, which keeps x)
     # 1: out = rms_norm(product + residual), by the last program; 2: out = product +
     # residual (tail_res_out_ptr unused), each program's sum of squares of it into stats;
     # 3: out = product + residual alone (``then_residual``; may be in place)
@@ -488,9 +496,9 @@ def _skinny_gemm_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     # weights are never written by other kernels: no need to wait for them
     if PEEL >= 1:
-        w_first = _w_tile(w_rows, ks, n_mask, K, W_EVICTION)
+        w_first = _w_tile(w_rows, ks, n_mask, K, W_EVICTION, W_CACHE)
     if PEEL >= 2:
-        w_second = _w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION)
+        w_second = _w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION, W_CACHE)
     if L2_BYTES > 0:
         prefetch_rows_to_l2(w_ptr, cols, N, stride_wn, PEEL * BLOCK_K, L2_BYTES, L2_PIECES)
     if PDL:  # everything below may read what the previous kernel wrote
@@ -501,7 +509,7 @@ def _skinny_gemm_kernel(
         r_tile = tail_res_ptr + rows.to(tl.int64)[:, None] * stride_trm + cols[None, :]
         tail_r = tl.load(r_tile, mask=tile_mask, other=0.0).to(tl.float32)
     if LOOKAHEAD:  # the loop's first tile: on its way from HBM while x comes from L2
-        w_next = _w_tile(w_rows, PEEL * BLOCK_K + ks, n_mask, K, W_EVICTION)
+        w_next = _w_tile(w_rows, PEEL * BLOCK_K + ks, n_mask, K, W_EVICTION, W_CACHE)
     r_rows = res_ptr + rows.to(tl.int64)[:, None] * stride_rm
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)  # stays unused without a norm
     if NORM == 3:
@@ -563,7 +571,7 @@ def _skinny_gemm_kernel(
         k = k0 + ks
         if LOOKAHEAD:  # the next tile asked for before this one is used (none past K)
             w = w_next
-            w_next = _w_tile(w_rows, k + BLOCK_K, n_mask, K, W_EVICTION)
+            w_next = _w_tile(w_rows, k + BLOCK_K, n_mask, K, W_EVICTION, W_CACHE)
             x, sq = _loop_x_tile(
                 x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
             )
@@ -571,7 +579,7 @@ def _skinny_gemm_kernel(
             x, sq = _loop_x_tile(
                 x_rows, r_rows, norm_w_ptr, rstd, k, m_mask, K, GATED, NORM, USE_DOT, dtype
             )
-            w = _w_tile(w_rows, k, n_mask, K, W_EVICTION)
+            w = _w_tile(w_rows, k, n_mask, K, W_EVICTION, W_CACHE)
         if NORM >= 4:
             sum_sq += sq
         acc = _accumulate(acc, x, w, USE_DOT, PRECISION)
@@ -615,7 +623,7 @@ def _skinny_gemm_kernel(
 
 
 @triton.jit
-def _folded_w_tile(w_rows, k, n_mask, K, W_EVICTION: tl.constexpr):
+def _folded_w_tile(w_rows, k, n_mask, K, W_EVICTION: tl.constexpr, W_CACHE: tl.constexpr):
     """The weight's tile at columns ``k`` [KK, F] of rows ``w_rows`` [BLOCK_N, 1, 1]:
     [BLOCK_N, KK, F], zero where masked."""
     return tl.load(
@@ -623,6 +631,7 @@ def _folded_w_tile(w_rows, k, n_mask, K, W_EVICTION: tl.constexpr):
         mask=n_mask[:, None, None] & (k < K)[None, :, :],
         other=0.0,
         eviction_policy=W_EVICTION,
+        cache_modifier=W_CACHE,
     )
 
 
@@ -672,6 +681,7 @@ def _folded_skinny_kernel(
     PEEL: tl.constexpr,  # weight tiles loaded before anything else (0-2)
     PDL: tl.constexpr,  # launched with PDL: trigger dependents, wait after the PEEL tiles
     W_EVICTION: tl.constexpr,
+    W_CACHE: tl.constexpr,
     TRACE: tl.constexpr = False,
     DEFERRED: tl.constexpr = False,  # the product scaled by 1/rms(x) (norm weight in w)
     RESIDUAL: tl.constexpr = False,  # out = product + residual, rounded as HF's add
@@ -705,9 +715,9 @@ def _folded_skinny_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     # weights are never written by other kernels: no need to wait for them
     if PEEL >= 1:
-        w_first = _folded_w_tile(w_rows, ks, n_mask, K, W_EVICTION)
+        w_first = _folded_w_tile(w_rows, ks, n_mask, K, W_EVICTION, W_CACHE)
     if PEEL >= 2:
-        w_second = _folded_w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION)
+        w_second = _folded_w_tile(w_rows, BLOCK_K + ks, n_mask, K, W_EVICTION, W_CACHE)
     if PDL:  # everything below may read what the previous kernel wrote
         tl.extra.cuda.gdc_wait()
     stamp(trace_ptr, WAITED, TRACE)
@@ -732,7 +742,9 @@ def _folded_skinny_kernel(
         x = _folded_x_tile(x_ptr, k0 + ks, K, GATED, dtype)
         if DEFERRED:
             squares += _folded_squares(x)
-        acc = _folded_accumulate(acc, x, _folded_w_tile(w_rows, k0 + ks, n_mask, K, W_EVICTION))
+        acc = _folded_accumulate(
+            acc, x, _folded_w_tile(w_rows, k0 + ks, n_mask, K, W_EVICTION, W_CACHE)
+        )
     total = tl.sum(acc, axis=1)  # [BLOCK_N] float32
     if DEFERRED:
         total = total * tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
@@ -1010,6 +1022,7 @@ def skinny_linear(
         NORM=_norm_mode(norm),
         PEEL=cfg.prefetch_tiles if cfg.pdl else 0,  # elsewhere than on CUDA only the order
         W_EVICTION=cfg.weight_eviction,
+        W_CACHE=cfg.weight_cache,
         TAIL=_tail_mode(then_norm, then_stats, then_residual),
         BLOCK_TAIL=next_power_of_2(n if then_norm is not None else num_stats),
         L2_BYTES=l2_row_bytes,
@@ -1054,7 +1067,8 @@ def _folded_linear(
         weight.stride(0), deferred_eps or 0.0,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, FOLD=fold,
         GATED=gated, PEEL=cfg.prefetch_tiles if launch["PDL"] else 0,
-        W_EVICTION=cfg.weight_eviction, TRACE=traced, num_warps=cfg.num_warps,
+        W_EVICTION=cfg.weight_eviction, W_CACHE=cfg.weight_cache, TRACE=traced,
+        num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, DEFERRED=deferred_eps is not None,
         RESIDUAL=residual is not None, PAIRS=cfg.activates, **launch,
     )  # fmt: skip
