@@ -14,7 +14,9 @@ reads NVML (``nvml.py``) beside it: the pace of the first ``--cold`` seconds (be
 cap) and of the last ``--hot`` seconds, the energy a replay takes, the mean SM clock and
 how often the software power cap was active. Variants: the skinny kernel's launch
 configs (the in-graph picks, a few tile shapes, its ``tl.dot`` path with the row padded
-to 16, the folded one-row kernel's picks and wider folded tiles), cuBLAS,
+to 16, the folded one-row kernel's picks and wider folded tiles, gate_up activating as it
+stores with the down projection then reading its input plain (``SkinnyConfig.activates``),
+and the weight loads past L1 (``weight_cache=".cg"``) or through it), cuBLAS,
 ``gemv_mma.py`` (the weight as the tensor cores' wide operand: first each shape alone
 over its ``mma_configs``, then the chain on each shape's fastest, and the picks with
 only gate_up, or gate_up and qkv, moved to it), the picks with no norm launches
