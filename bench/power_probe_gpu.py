@@ -16,7 +16,8 @@ how often the software power cap was active. Variants: the skinny kernel's launc
 configs (the in-graph picks, a few tile shapes, its ``tl.dot`` path with the row padded
 to 16, the folded one-row kernel's picks and wider folded tiles, gate_up activating as it
 stores with the down projection then reading its input plain (``SkinnyConfig.activates``),
-and the weight loads past L1 (``weight_cache=".cg"``) or through it), cuBLAS,
+and the weight loads through L1 (``weight_cache=""``) against the default past it),
+cuBLAS,
 ``gemv_mma.py`` (the weight as the tensor cores' wide operand: first each shape alone
 over its ``mma_configs``, then the chain on each shape's fastest, and the picks with
 only gate_up, or gate_up and qkv, moved to it), the picks with no norm launches
@@ -131,23 +132,20 @@ _ACTIVATING = {
 }
 
 
-def _past_l1(picks: dict[str, SkinnyConfig]) -> dict[str, SkinnyConfig]:
-    """``picks`` with every weight load cached in L2 only (``weight_cache=".cg"``): the
-    weight streams past L1, and x, which each program of an SM reads again, stays there."""
-    return {name: dataclasses.replace(cfg, weight_cache=".cg") for name, cfg in picks.items()}
+def _through_l1(picks: dict[str, SkinnyConfig]) -> dict[str, SkinnyConfig]:
+    """``picks`` with every weight load through L1 (``weight_cache=""``), as before the
+    default became ``.cg`` (cached in L2 only: the weight streams past L1, and x, which
+    each program of an SM reads again, stays there)."""
+    return {name: dataclasses.replace(cfg, weight_cache="") for name, cfg in picks.items()}
 
 
 _ACTIVATING |= {
-    f"{name}, weights past L1": _past_l1(picks)
+    f"{name}, weights through L1": _through_l1(picks)
     for name, picks in [
         ("folded narrow", FOLDED_NARROW),
-        (
-            "folded narrow, gate_up 2x4096 activating",
-            _ACTIVATING["folded narrow, gate_up 2x4096 activating"],
-        ),
-        (
-            "folded narrow, gate_up 4x2048 activating",
-            _ACTIVATING["folded narrow, gate_up 4x2048 activating"],
+        *(
+            (n, _ACTIVATING[n])
+            for n in (f"folded narrow, gate_up {t} activating" for t in ("2x4096", "4x2048"))
         ),
     ]
 }
