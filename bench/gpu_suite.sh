@@ -135,8 +135,8 @@
 #             one tuning cache, or with AB_TUNING=own one cache a side (for a change to the
 #             candidate configs or the cache's format), each side on a Triton compile
 #             cache of its own (first starts comparable); a side's first process tunes
-#             (~2 min), the others take ~20 s each; each prints its TPOT and its decode
-#             graph's GPU time; $AB_ARGS: more offline_gpu.py arguments for every side
+#             (~2 min), the others take ~20 s each; each prints its TPOT, its decode
+#             graph's GPU time and its one-row decode GEMM picks; $AB_ARGS: more offline_gpu.py arguments for every side
 #             (e.g. "--sampling logprobs=5")
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
@@ -666,6 +666,11 @@ for phase in "$@"; do
             --tuning-cache "$cache" --name "ab_${side}_$round" --out "$OUT" ${AB_ARGS:-} 2>&1 \
             | grep -E "^\| $model \| [a-z0-9]+ \| (tpot_ms|ttft_ms|output_tok)|^\| $model \| [0-9]" \
             | tail -6
+          # the one-row decode GEMM picks of that start (the in-graph search's or the cache's)
+          python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+print("picks:", {s: c.get("skinny", {}).get("1", "cuBLAS") for m in d["models"].values()
+                 for s, c in m["info"].get("decode_gemm_picks", {}).items()})' \
+            "$OUT/ab_${side}_$round.json" 2>/dev/null
         done
       done
       ;;
