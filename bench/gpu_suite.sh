@@ -136,8 +136,8 @@
 #             candidate configs or the cache's format), each side on a Triton compile
 #             cache of its own (first starts comparable); a side's first process tunes
 #             (~2 min), the others take ~20 s each; each prints its TPOT, its decode
-#             graph's GPU time and its one-row decode GEMM picks; $AB_ARGS: more offline_gpu.py arguments for every side
-#             (e.g. "--sampling logprobs=5")
+#             graph's GPU time and its one-row decode GEMM picks; $AB_ARGS: more
+#             offline_gpu.py arguments for every side (e.g. "--sampling logprobs=5")
 # sweep       skinny_gemm_gpu.py --sweep: ~60 one-row launch configurations per Qwen3 shape
 #             vs cuBLAS, the 3 fastest again with evict_first weights and with PDL (~1.5 min)
 #
