@@ -139,7 +139,7 @@ def _through_l1(picks: dict[str, SkinnyConfig]) -> dict[str, SkinnyConfig]:
     return {name: dataclasses.replace(cfg, weight_cache="") for name, cfg in picks.items()}
 
 
-_ACTIVATING |= {
+_THROUGH_L1 = {
     f"{name}, weights through L1": _through_l1(picks)
     for name, picks in [
         ("folded narrow", FOLDED_NARROW),
@@ -165,6 +165,7 @@ SKINNY_VARIANTS = {
     "folded 16x1024": _everywhere(16, 1024, FOLD),
     "folded 8x2048": _everywhere(8, 2048, FOLD),
     **_ACTIVATING,
+    **_THROUGH_L1,
     "folded narrow, gate_up 2x4096 activating, down folded 4x2048": FOLDED_NARROW
     | {"gate_up": dataclasses.replace(_one_row(2, 4096, FOLD), activates=True)}
     | {"down": _one_row(4, 2048, FOLD)},
