@@ -664,8 +664,8 @@ for phase in "$@"; do
             PYTHONPATH=$src:${PYTHONPATH#services/engine/src:} timeout 240 python3 bench/offline_gpu.py \
             --model "$model" --no-hf --workloads ${AB_WORKLOADS:-b1} --reps "${AB_REPS:-3}" \
             --tuning-cache "$cache" --name "ab_${side}_$round" --out "$OUT" ${AB_ARGS:-} 2>&1 \
-            | grep -E "^\| $model \| [a-z0-9]+ \| (tpot_ms|ttft_ms|output_tok)|^\| $model \| [0-9]" \
-            | tail -6
+            | grep -E "^\| $model \| [a-z0-9]+ \| (tpot_ms|itl_drift_ms|ttft_ms|output_tok)|^\| $model \| [0-9]" \
+            | tail -7
           # the one-row decode GEMM picks of that start (the in-graph search's or the cache's)
           python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
 print("picks:", {s: c.get("skinny", {}).get("1", "cuBLAS") for m in d["models"].values()

@@ -58,6 +58,7 @@ METRICS = (
     "itl_ms",
     "itl_tail_ms",
     "itl_max_ms",
+    "itl_drift_ms",
     "gc_ms_a_token",
     "output_tok_s",
 )
@@ -171,7 +172,10 @@ def run_closed_loop(
     TTFT/TPOT, total output tokens over wall time, and the inter-token intervals: their
     median (``itl_ms``), their largest, and how much the slow ones add to the mean
     (``itl_tail_ms`` = mean - median: a one-off stall shows there, not in the median),
-    and the Python garbage collector's pauses over the run, per output token
+    with one request at a time how much slower its last quarter of intervals ran than its
+    first (``itl_drift_ms``, medians: a batch-1 step that reaches the card's power cap
+    within the request shows there, 0.04-0.1 ms on H200s, while the growing context adds
+    a few µs), and the Python garbage collector's pauses over the run, per output token
     (``gc_ms_a_token``: one cause such a stall could have). With one request at a time,
     also the intervals in order (``itl_series_ms``: whether slow steps come with the
     growing context, or now and then) and the wall-clock time of the first token
@@ -226,6 +230,7 @@ def run_closed_loop(
         "itl_ms": 1e3 * itl if intervals else None,
         "itl_tail_ms": 1e3 * (statistics.fmean(intervals) - itl) if intervals else None,
         "itl_max_ms": 1e3 * max(intervals) if intervals else None,
+        "itl_drift_ms": itl_drift_ms(intervals) if concurrency == 1 else None,
         "gc_ms_a_token": 1e3 * gc_pauses.seconds / total if total else None,
     } | (
         {
@@ -235,6 +240,15 @@ def run_closed_loop(
         if concurrency == 1 and first
         else {}
     )
+
+
+def itl_drift_ms(intervals: list[float]) -> float | None:
+    """The median of the last quarter of ``intervals`` (seconds, in order) minus the median
+    of the first quarter, in ms; None for fewer than 8."""
+    if len(intervals) < 8:
+        return None
+    quarter = len(intervals) // 4
+    return 1e3 * (statistics.median(intervals[-quarter:]) - statistics.median(intervals[:quarter]))
 
 
 def graph_replay_ms(engine: LLMEngine, batch: int) -> float | None:

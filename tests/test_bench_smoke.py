@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,11 @@ def test_offline_benchmark_smoke(tmp_path):
     assert entry["info"]["warm_up_s"] == 0.0  # the warm-up runs on CUDA by default
     b1 = entry["results"]["b1"]["jacana"]
     assert b1["tpot_ms"]["median"] > 0 and b1["output_tok_s"]["median"] > 0
+    # the drift: the last quarter's median interval less the first quarter's, in order
+    (series,) = entry["results"]["b1"]["jacana_itl_series_ms"]
+    quarter = len(series["ms"]) // 4
+    drift = statistics.median(series["ms"][-quarter:]) - statistics.median(series["ms"][:quarter])
+    assert abs(b1["itl_drift_ms"]["median"] - drift) < 1e-3, (b1["itl_drift_ms"], drift)
     table = (tmp_path / "off.md").read_text()
     assert "| warm-up s |" in table
     rows = [line for line in table.splitlines() if line.startswith("|")]
