@@ -180,8 +180,8 @@ def run_closed_loop(
     With one request at a time, also the intervals in order (``itl_series_ms``: whether
     slow steps come with the growing context, or now and then) and the wall-clock time
     of the first token (``itl_series_t0_unix``, to line them up with ``nvidia-smi``'s
-    samples). ``sampling``:
-    more ``SamplingParams`` fields every request sets (logprobs, penalties, ...)."""
+    samples). ``sampling``: more ``SamplingParams`` fields every request sets (logprobs,
+    penalties, ...)."""
     sp = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True, **(sampling or {}))
     pending = list(enumerate(prompts))
     submitted: dict[str, float] = {}

@@ -166,8 +166,9 @@ SKINNY_VARIANTS = {
     "folded 8x2048": _everywhere(8, 2048, FOLD),
     **_ACTIVATING,
     **_THROUGH_L1,
-    "folded narrow, gate_up 2x4096 activating, down folded 4x2048": FOLDED_NARROW
-    | {"gate_up": dataclasses.replace(_one_row(2, 4096, FOLD), activates=True)}
+    "folded narrow, gate_up 2x4096 activating, down folded 4x2048": _ACTIVATING[
+        "folded narrow, gate_up 2x4096 activating"
+    ]
     | {"down": _one_row(4, 2048, FOLD)},
     "dot 16-row pad": {
         name: dataclasses.replace(pick_config(1, n, k, use_dot=True), pdl=True)
