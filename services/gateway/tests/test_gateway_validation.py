@@ -97,6 +97,33 @@ BAD_PARAMS = [
     (COMPLETIONS, completion(temperature=3), "temperature"),
     (COMPLETIONS, completion(max_tokens=0), "max_tokens"),
     (COMPLETIONS, completion(top_p=-1), "top_p"),
+    # structured output: the shape is the gateway's to check
+    (CHAT, chat(response_format={"type": "yaml"}), "response_format.type"),
+    (CHAT, chat(response_format={}), "response_format.type"),
+    (CHAT, chat(response_format={"type": "json_schema"}), "response_format.json_schema"),
+    (
+        CHAT,
+        chat(response_format={"type": "json_schema", "json_schema": {"schema": {}}}),
+        "response_format.json_schema.name",
+    ),
+    (
+        CHAT,
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "a b"}}),
+        "response_format.json_schema.name",
+    ),
+    (
+        CHAT,
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": 3}}),
+        "response_format.json_schema.schema",
+    ),
+    (CHAT, chat(response_format="json"), "response_format"),
+    (CHAT, chat(guided_json=[1]), "guided_json"),
+    (CHAT, chat(guided_regex=""), "guided_regex"),
+    (COMPLETIONS, completion(guided_choice=[]), "guided_choice"),
+    (COMPLETIONS, completion(guided_choice=["a", ""]), "guided_choice[1]"),
+    (COMPLETIONS, completion(guided_choice="a"), "guided_choice"),
+    (CHAT, chat(response_format={"type": "json_object"}, guided_regex="a"), "guided_regex"),
+    (COMPLETIONS, completion(guided_json={}, guided_choice=["a"]), "guided_choice"),
 ]
 
 
@@ -110,7 +137,6 @@ UNSUPPORTED = [
     (CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
     (CHAT, chat(tool_choice="required"), "tool_choice"),
     (CHAT, chat(functions=[{"name": "f"}]), "functions"),
-    (CHAT, chat(response_format={"type": "json_object"}), "response_format"),
     (CHAT, chat(modalities=["text", "audio"]), "modalities"),
     (CHAT, chat(reasoning_effort="high"), "reasoning_effort"),
     (
@@ -166,6 +192,29 @@ async def test_off_values_of_unsupported_features_pass_validation(client):
     assert_error(await client.post(CHAT, json=body), 503, None, "engine_unavailable")
     text = completion(n=1, echo=False, best_of=1, suffix="", user="x", prompt=[[1, 2, 3]])
     assert_error(await client.post(COMPLETIONS, json=text), 503, None, "engine_unavailable")
+
+
+GUIDED = [
+    (CHAT, chat(response_format={"type": "json_object"})),
+    (
+        CHAT,
+        chat(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "person", "schema": {"type": "object"}, "strict": True},
+            }
+        ),
+    ),
+    (CHAT, chat(response_format={"type": "json_schema", "json_schema": {"name": "any"}})),
+    (CHAT, chat(response_format={"type": "text"}, guided_regex="[a-z]+")),
+    (COMPLETIONS, completion(guided_json={"type": "integer"})),
+    (COMPLETIONS, completion(guided_choice=["yes", "no"])),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), GUIDED)
+async def test_well_formed_structured_output_passes_to_the_engine(client, path, body):
+    assert_error(await client.post(path, json=body), 503, None, "engine_unavailable")
 
 
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS])

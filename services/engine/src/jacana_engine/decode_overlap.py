@@ -7,7 +7,8 @@ device the engine plans step n + 1 and launches it with step n's sampled tokens 
 inputs, read by the device from step n's own output tensor; only then does it wait for
 step n's tokens and process them, hidden behind step n + 1.
 
-Which steps: a decode step of one token per sequence, without prompt logprobs, without
+Which steps: a decode step of one token per sequence, without prompt logprobs or a
+guide (``structured_output``: its grammar reads each token on the host), without
 speculative decoding (its proposers read the tokens; ``overlappable``). Rows that ask for
 logprobs run ahead too: theirs are computed on the device from the raw logits and travel
 home with the tokens. So do rows whose logits are edited (penalties, bias, min_tokens):
@@ -218,7 +219,7 @@ def _copy_stream(device: torch.device) -> torch.cuda.Stream:
 def overlappable(scheduled: Seq[ScheduledSequence]) -> bool:
     """Whether a planned step may run overlapped: one sampled token per sequence (its
     logprobs, if asked, read off the raw logits on the device; its logits edits counting
-    the token in flight), no prompt logprobs, no drafts, no embeddings."""
+    the token in flight), no prompt logprobs, no guide, no drafts, no embeddings."""
     if not scheduled:
         return False
     for s in scheduled:
@@ -229,6 +230,7 @@ def overlappable(scheduled: Seq[ScheduledSequence]) -> bool:
             or s.num_draft_tokens
             or s.seq.is_embedding
             or sp.prompt_logprobs is not None
+            or sp.guide is not None  # its grammar must read its last token on the host
         ):
             return False
     return True

@@ -39,6 +39,7 @@ from jacana_engine.sampling_params import SamplingParams
 from jacana_engine.scheduler import Scheduler
 from jacana_engine.sequence import Sequence, SequenceStatus
 from jacana_engine.spec.speculator import Speculator
+from jacana_engine.structured_output import GuideCompiler
 from jacana_engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,11 @@ class LLMEngine:
         self.pooling = resolve_pooling(config.model, config.pooling, config.embed_normalize)
 
         self.sampler = Sampler(processors=LogitsProcessors(self.vocab_size, self.eos_token_ids))
+        self.guides = (
+            GuideCompiler(self.tokenizer.backend, self.vocab_size, self.eos_token_ids)
+            if self.tokenizer is not None
+            else None
+        )
         self.runner = ModelRunner(model, config, self.sampler, self.max_model_len)
         self.speculator = Speculator(config.speculative) if config.speculative.enabled else None
         self.runner.speculator = self.speculator
@@ -228,6 +234,14 @@ class LLMEngine:
             len(prompt), sampling_params.max_tokens, self.max_model_len, self.max_request_tokens
         )
 
+        guide = None
+        if sampling_params.guide is not None:
+            if self.guides is None:
+                raise InvalidRequestError(
+                    "structured output needs a tokenizer; this model has none",
+                    sampling_params.guide.param,
+                )
+            guide = self.guides.state(sampling_params.guide)
         generator = None
         if not sampling_params.greedy:
             generator = self._request_rng.generator(sampling_params.seed)
@@ -244,6 +258,7 @@ class LLMEngine:
             priority=priority,
             cache_salt=cache_salt or None,
             speculative=speculative,
+            guide=guide,
         )
         if sampling_params.prompt_logprobs is not None:
             # Every prompt position needs its logits: a unique salt keeps the prefix cache

@@ -7,18 +7,20 @@ order, on the rows that ask for it:
 1. ``logit_bias``: additive per-token bias;
 2. ``repetition_penalty``: Hugging Face semantics over prompt + output tokens;
 3. ``frequency_presence_penalty``: OpenAI semantics over output tokens;
-4. ``min_tokens``: EOS / stop token ids masked to -inf until enough tokens are out.
+4. ``min_tokens``: EOS / stop token ids masked to -inf until enough tokens are out;
+5. ``structured_output``: every token the request's grammar rejects masked to -inf.
 
-Bias before penalties is the order of HF ``generate`` and vLLM; the mask comes last so
+Bias before penalties is the order of HF ``generate`` and vLLM; the masks come last so
 nothing can lift a banned token back.
 
 State: none between steps that changes a result (the penalties keep each row's history
 as a growing array, :class:`GrowingHistories`, so that a step converts only its new
-tokens). Each step a processor reads what it needs from the rows'
-histories (host lists: prompt and output token ids, sampling params) and edits the
-``[N, V]`` logits in place on their device, for its active rows only, in one batched
-operation (no per-row loop over the vocabulary). Rows never influence each other, so a
-seeded request samples the same tokens whatever else shares the batch.
+tokens; a guided row's grammar state follows its output the same way). Each step a
+processor reads what it needs from the rows' histories (host lists: prompt and output
+token ids, sampling params) and edits the ``[N, V]`` logits in place on their device,
+for its active rows only, in one batched operation (no per-row loop over the
+vocabulary). Rows never influence each other, so a seeded request samples the same
+tokens whatever else shares the batch.
 
 An overlapped decode step (``decode_overlap``) is planned before the step in flight has
 handed its tokens back: each of its rows has one output token more than its history
@@ -53,6 +55,10 @@ class TokenHistory(Protocol):
 
     @property
     def output_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def guide(self):  # structured_output.GuideState | None: set where the params carry a guide
+        ...
 
 
 @dataclass(frozen=True)
@@ -356,3 +362,26 @@ class MinTokens(LogitsProcessor):
             tokens.extend(sorted(banned))
         if flat_rows:
             _scatter(logits, flat_rows, tokens, [float("-inf")] * len(tokens), add=False)
+
+
+@register
+class StructuredOutput(LogitsProcessor):
+    """Every token the row's grammar rejects gets -inf (``structured_output``). The row's
+    ``guide`` state catches up with its output first; a row with a token still in flight
+    cannot be masked (``decode_overlap.overlappable`` keeps guided rows serial)."""
+
+    name = "structured_output"
+
+    def is_active(self, params: SamplingParams) -> bool:
+        return params.guide is not None
+
+    def apply(self, logits, rows, history, pending) -> None:
+        if pending is not None and any(pending.rows):
+            raise RuntimeError("a guided row cannot be masked with its last token in flight")
+        width = logits.shape[1]
+        allowed = np.zeros((len(rows), width), dtype=bool)  # [M, V]
+        for j, h in enumerate(history):
+            mask = h.guide.mask(h.output_token_ids)
+            allowed[j, : mask.shape[0]] = mask[:width]
+        banned = to_device(torch.from_numpy(~allowed), logits.device)  # [M, V]
+        _edit_rows(logits, rows, lambda sub: sub.masked_fill(banned, float("-inf")))

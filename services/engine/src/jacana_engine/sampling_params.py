@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 
 from jacana_engine.errors import InvalidRequestError
+from jacana_engine.structured_output import Guide
 
 MAX_LOGPROBS = 20  # most alternatives per position (OpenAI's top_logprobs bound)
 MAX_LOGIT_BIAS = 100.0  # |bias| bound, as OpenAI's
@@ -59,11 +60,15 @@ class SamplingParams:
     logprobs: None returns no logprobs; k in [0, 20] returns each output token's logprob
         and the k most likely alternatives.
     prompt_logprobs: the same for the prompt's tokens (the first one has none).
+    guide: what the output must match (a JSON schema, a regex, ...:
+        :mod:`jacana_engine.structured_output`); every token it rejects is masked to -inf
+        after the other edits. Not with ``min_tokens`` or ``ignore_eos``, which would
+        hold the output open past the grammar's end.
 
     Logprobs are those of the model's raw distribution, ``log_softmax(logits)``, before
-    bias, penalties, temperature and top-k/top-p/min-p. Processing order: bias, repetition
-    penalty, frequency/presence penalties, the min_tokens mask (HF and vLLM apply bias
-    before penalties too).
+    bias, penalties, the guide's mask, temperature and top-k/top-p/min-p. Processing order:
+    bias, repetition penalty, frequency/presence penalties, the min_tokens mask, the
+    guide's mask (HF and vLLM apply bias before penalties too).
     """
 
     temperature: float = 1.0
@@ -82,6 +87,7 @@ class SamplingParams:
     min_tokens: int = 0
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    guide: Guide | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.logit_bias, Mapping):
@@ -159,6 +165,15 @@ class SamplingParams:
                 f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
                 "min_tokens",
             )
+        if self.guide is not None:
+            self.guide.validate()
+            for name in ("min_tokens", "ignore_eos"):
+                if getattr(self, name):
+                    raise InvalidRequestError(
+                        f"{name} cannot be combined with {self.guide.param}: the output "
+                        "must end where the grammar does",
+                        name,
+                    )
 
 
 # Each field's default, for ``edits_logits`` (a plain dict: built once, read per row).

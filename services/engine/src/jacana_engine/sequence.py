@@ -80,6 +80,10 @@ class Sequence:
     spec_token_ids: list[int] = field(default_factory=list)  # drafts for the coming step
     spec_tracker: Any = None  # its AcceptanceTracker (dynamic k), once it has drafted
 
+    # Structured output (see structured_output.py): the request's place in its grammar
+    # (a GuideState), when its sampling params carry a guide.
+    guide: Any = None
+
     # Embedding requests (see pooling.py): prefill only, never sampled; the model runner
     # folds their hidden states into this PoolState, the engine finishes them after the
     # prompt's last chunk.

@@ -29,6 +29,7 @@ from jacana_engine.errors import InvalidRequestError
 from jacana_engine.logprob_messages import TokenBytes, to_pb
 from jacana_engine.outputs import FinishReason
 from jacana_engine.sampling_params import SamplingParams
+from jacana_engine.structured_output import Guide
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,18 @@ def sampling_from_pb(pb: engine_pb2.SamplingParams) -> SamplingParams:
         min_tokens=pb.min_tokens,
         logprobs=pb.logprobs if pb.HasField("logprobs") else None,
         prompt_logprobs=pb.prompt_logprobs if pb.HasField("prompt_logprobs") else None,
+        guide=guide_from_pb(pb.guide) if pb.HasField("guide") else None,
     )
+
+
+def guide_from_pb(pb: engine_pb2.Guide) -> Guide:
+    """Proto guide -> engine Guide (a kind left unset is an error naming its param)."""
+    param = pb.param or "guide"
+    kind = pb.WhichOneof("kind")
+    if kind is None:
+        raise InvalidRequestError("the guide names no kind", param)
+    value = "" if kind == "json_object" else getattr(pb, kind)
+    return Guide(kind, value, param)
 
 
 class EngineServicer(engine_pb2_grpc.EngineServicer):

@@ -194,6 +194,15 @@ class GenerationRequest(BaseModel):
     min_tokens: Annotated[Int, Field(ge=0, le=UINT32_MAX)] | None = Field(
         None, description="End-of-sequence and stop token ids cannot end the output earlier."
     )
+    guided_json: dict[str, Any] | None = Field(
+        None, description="Structured output (vLLM's name): a JSON schema the output obeys."
+    )
+    guided_regex: Annotated[Str, Field(min_length=1)] | None = Field(
+        None, description="Structured output: a regular expression the whole output matches."
+    )
+    guided_choice: list[Annotated[Str, Field(min_length=1)]] | None = Field(
+        None, min_length=1, description="Structured output: the output is one of these."
+    )
     user: Str | None = Field(None, description="Accepted and ignored.")
     metadata: dict[str, Any] | None = Field(None, description="Accepted and ignored.")
     store: Bool | None = Field(None, description="Accepted and ignored.")
@@ -271,7 +280,9 @@ class ChatCompletionRequest(GenerationRequest):
     functions: list[Any] | None = Field(None, description="Must be empty: no tools yet.")
     function_call: Any = Field(None, description="Only 'none'/'auto' without functions.")
     response_format: dict[str, Any] | None = Field(
-        None, description="Only {'type': 'text'} is supported yet."
+        None,
+        description="{'type': 'text'}, {'type': 'json_object'} or {'type': 'json_schema', "
+        "'json_schema': {'name': ..., 'schema': {...}}}: the output is held to it.",
     )
     modalities: list[Str] | None = Field(None, description="Only ['text'].")
     audio: Any = Field(None, description="Not supported.")

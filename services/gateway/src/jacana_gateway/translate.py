@@ -9,14 +9,15 @@ Pure functions: no I/O. The gateway's own limits are enforced here (400s):
   completions default to 16 like OpenAI's.
 Sampling defaults follow OpenAI: temperature 1, top_p 1; ``top_k`` -1 becomes 0 (off);
 negative seeds are taken modulo 2^64 (the engine's seed is unsigned). Penalties, bias,
-choices, logprobs and echo: :mod:`jacana_gateway.sampling_surface`.
+choices, logprobs and echo: :mod:`jacana_gateway.sampling_surface`; response_format and
+the guided_* fields: :mod:`jacana_gateway.structured_output`.
 """
 
 from __future__ import annotations
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
-from jacana_gateway import sampling_surface
+from jacana_gateway import sampling_surface, structured_output
 from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
 _ENGINE_ROLE = {"developer": "system"}
@@ -77,6 +78,9 @@ def sampling_params(body: GenerationRequest, max_new_tokens: int) -> pb.Sampling
     if body.seed is not None:
         params.seed = body.seed % 2**64
     sampling_surface.apply(params, body)
+    guide = structured_output.guide(body)
+    if guide is not None:
+        params.guide.CopyFrom(guide)
     return params
 
 

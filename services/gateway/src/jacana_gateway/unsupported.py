@@ -8,12 +8,13 @@ silently ignoring these fields would change what the client gets.
 Refused when set to anything but their "off" value:
 - both endpoints: ``stream_options`` without ``stream: true``;
 - chat: ``tools``/``functions`` non-empty, ``tool_choice``/``function_call`` other than
-  "none"/"auto", ``response_format`` other than text, ``modalities`` other than ["text"],
+  "none"/"auto", ``modalities`` other than ["text"],
   ``audio``, ``prediction``, ``reasoning_effort``, ``web_search_options``, messages
   carrying ``tool_calls`` or ``tool_call_id``;
 - completions: non-empty ``suffix``.
 (``n``, penalties, ``logit_bias``, logprobs, ``echo`` and ``best_of`` are supported; their
-combinations are checked in :mod:`jacana_gateway.sampling_surface`.)
+combinations are checked in :mod:`jacana_gateway.sampling_surface`. ``response_format``
+is :mod:`jacana_gateway.structured_output`'s.)
 """
 
 from __future__ import annotations
@@ -50,11 +51,6 @@ _CHAT = (
     Rule("tool_choice", _unset_or("none", "auto"), "tool calling is not supported yet"),
     Rule("functions", _empty, "function calling is not supported yet"),
     Rule("function_call", _unset_or("none", "auto"), "function calling is not supported yet"),
-    Rule(
-        "response_format",
-        lambda v: v is None or v == {"type": "text"},
-        "structured output (response_format other than text) is not supported yet",
-    ),
     Rule("modalities", lambda v: v is None or v == ["text"], "only text output is supported"),
     Rule("audio", _unset_or(), "audio output is not supported"),
     Rule("prediction", _unset_or(), "predicted outputs are not supported"),

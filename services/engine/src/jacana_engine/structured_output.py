@@ -1,0 +1,213 @@
+"""Structured output: a request's output held to a grammar, token by token.
+
+A :class:`Guide` (``SamplingParams.guide``) says what the output must match: a JSON schema,
+any JSON object, a regular expression, or one of a list of strings. The grammar library is
+llguidance (the one behind vLLM's and SGLang's ``guidance`` backends): it compiles a guide
+against the model's vocabulary and, at each step, says which token ids may come next.
+
+- :class:`GuideCompiler` (one per engine, on the engine's tokenizer) checks a guide when
+  its request is admitted and makes the request's :class:`GuideState`.
+- :class:`GuideState` (on the ``Sequence``) follows the request's output: before each
+  draw it catches up with the tokens appended since the last one and writes the mask of
+  allowed ids. It follows the output rather than being told about each token, so a
+  preempted and recomputed request, which keeps its output, needs nothing special.
+- The ``structured_output`` logits processor (``logits_processors.py``) sets every other
+  id's logit to -inf. It runs last, after bias and penalties.
+
+Once the grammar is complete only the end-of-sequence ids remain allowed, so the request
+ends with finish reason ``stop``; ``max_tokens`` may cut it off first (``length``), as
+OpenAI's does. A row's mask needs the token before it on the host, so a guided request's
+steps are never overlapped (``decode_overlap.overlappable``) and it never drafts (its
+logits are edited: ``spec.speculator.can_speculate``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from jacana_engine.errors import InvalidRequestError
+
+# Rust regex syntax's metacharacters (llguidance parses regexes with the ``regex`` crate):
+# a choice's literal strings are escaped with exactly these, since an escaped space or
+# letter is an error there.
+_REGEX_META = frozenset("\\.+*?()|[]{}^$#&-~")
+
+
+def _escape_regex(text: str) -> str:
+    return "".join("\\" + c if c in _REGEX_META else c for c in text)
+
+
+def _json_schema_grammar(value: str) -> str:
+    import llguidance
+
+    return llguidance.LLMatcher.grammar_from_json_schema(value)
+
+
+def _json_object_grammar(value: str) -> str:
+    return _json_schema_grammar('{"type": "object"}')
+
+
+def _regex_grammar(value: str) -> str:
+    import llguidance
+
+    return llguidance.LLMatcher.grammar_from_regex(value)
+
+
+def _choice_grammar(value: str) -> str:
+    choices = json.loads(value)
+    return _regex_grammar("|".join(f"({_escape_regex(c)})" for c in choices))
+
+
+# kind -> (the llguidance grammar for a value, what a value must be)
+_GRAMMARS: dict[str, Callable[[str], str]] = {
+    "json_schema": _json_schema_grammar,
+    "json_object": _json_object_grammar,
+    "regex": _regex_grammar,
+    "choice": _choice_grammar,
+}
+
+
+def guide_kinds() -> tuple[str, ...]:
+    return tuple(_GRAMMARS)
+
+
+@dataclass(frozen=True)
+class Guide:
+    """What a request's output must match.
+
+    kind: "json_schema" (value: the schema, as JSON text), "json_object" (any JSON
+        object; value unused), "regex" (value: a Rust-syntax regular expression over the
+        whole output), "choice" (value: a JSON array of the allowed outputs, strings).
+    param: the request field it came from, named in errors (e.g. ``response_format``).
+    """
+
+    kind: str
+    value: str = ""
+    param: str = "guide"
+
+    def validate(self) -> None:
+        """Raise :class:`InvalidRequestError` for what can be told without the vocabulary:
+        an unknown kind, a value that is not JSON where JSON is expected, an empty choice."""
+        if self.kind not in _GRAMMARS:
+            raise InvalidRequestError(
+                f"unknown guide kind {self.kind!r}; known: {', '.join(_GRAMMARS)}", self.param
+            )
+        if self.kind == "json_schema":
+            try:
+                schema = json.loads(self.value)
+            except ValueError as exc:
+                raise InvalidRequestError(
+                    f"the JSON schema is not JSON: {exc}", self.param
+                ) from None
+            if not isinstance(schema, dict | bool):
+                raise InvalidRequestError("a JSON schema must be an object", self.param)
+        if self.kind == "choice":
+            choices = _parsed_choices(self.value, self.param)
+            if not choices or not all(isinstance(c, str) and c for c in choices):
+                raise InvalidRequestError(
+                    "a choice must list one or more non-empty strings", self.param
+                )
+
+    def grammar(self) -> str:
+        """llguidance's grammar text for this guide (not yet checked against a vocabulary)."""
+        return _GRAMMARS[self.kind](self.value)
+
+
+def _parsed_choices(value: str, param: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise InvalidRequestError(f"the choices are not a JSON array: {exc}", param) from None
+
+
+class GuideState:
+    """One request's place in its grammar.
+
+    ``mask(output_token_ids)`` catches up with the output (the tokens appended since the
+    last call) and returns the allowed ids as a bool array [V]. Outputs only grow while a
+    request runs; one that is shorter than what was consumed (rolled back) is replayed
+    from the start.
+    """
+
+    def __init__(self, matcher: Any, vocab_size: int, eos_token_ids: Sequence[int]) -> None:
+        self._matcher = matcher  # llguidance.LLMatcher
+        self._vocab_size = vocab_size
+        self._eos = np.asarray(sorted(eos_token_ids), dtype=np.int64)
+        self._consumed = 0
+        # llguidance writes 32 ids a word, bit i of word w for id 32 w + i
+        self._words = np.zeros((vocab_size + 31) // 32, dtype=np.int32)
+
+    @property
+    def consumed(self) -> int:
+        return self._consumed
+
+    def is_complete(self) -> bool:
+        """Whether the grammar has ended: only end-of-sequence ids may follow."""
+        return self._matcher.is_stopped()
+
+    def advance(self, output_token_ids: Sequence[int]) -> None:
+        """Consume the output's tokens past those already consumed."""
+        if len(output_token_ids) < self._consumed:
+            self._matcher.reset()
+            self._consumed = 0
+        for token in output_token_ids[self._consumed :]:
+            # A token the grammar rejects can only come from outside the mask (e.g. a
+            # stop id the mask allowed as EOS); the matcher stays in its error state and
+            # the mask falls back to EOS (below), so the request ends.
+            self._matcher.consume_token(int(token))
+            self._consumed += 1
+
+    def mask(self, output_token_ids: Sequence[int]) -> np.ndarray:  # [V] bool
+        self.advance(output_token_ids)
+        allowed = np.zeros(self._vocab_size, dtype=bool)
+        if self._matcher.is_error():
+            allowed[self._eos[self._eos < self._vocab_size]] = True
+            return allowed
+        self._matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
+        bits = np.unpackbits(self._words.view(np.uint8), bitorder="little")
+        allowed[:] = bits[: self._vocab_size].astype(bool)
+        return allowed
+
+
+class GuideCompiler:
+    """Builds each guided request's :class:`GuideState` on one tokenizer's vocabulary.
+
+    backend: the ``tokenizers.Tokenizer`` (llguidance reads its serialised form);
+    vocab_size: the model's logit width (may exceed the tokenizer's ids);
+    eos_token_ids: the ids that end generation, the only ones allowed once a grammar ends.
+    The vocabulary's index (~0.2 s for 49k ids) is built at the first guided request.
+    """
+
+    def __init__(self, backend: Any, vocab_size: int, eos_token_ids: Iterable[int]) -> None:
+        self._backend = backend
+        self._vocab_size = vocab_size
+        self._eos = sorted(eos_token_ids)
+        self._vocabulary: Any = None  # llguidance.LLTokenizer, once built
+
+    def _tokenizer(self) -> Any:
+        if self._vocabulary is None:
+            import llguidance
+
+            self._vocabulary = llguidance.LLTokenizer(
+                self._backend.to_str(), n_vocab=self._vocab_size, eos_token=self._eos
+            )
+        return self._vocabulary
+
+    def state(self, guide: Guide) -> GuideState:
+        """A fresh state at the grammar's start; raises :class:`InvalidRequestError` when
+        the guide does not compile (the library's message, naming ``guide.param``)."""
+        import llguidance
+
+        guide.validate()
+        try:
+            matcher = llguidance.LLMatcher(self._tokenizer(), guide.grammar(), log_level=0)
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise InvalidRequestError(f"invalid {guide.kind}: {exc}", guide.param) from None
+        if matcher.is_error():
+            raise InvalidRequestError(f"invalid {guide.kind}: {matcher.get_error()}", guide.param)
+        return GuideState(matcher, self._vocab_size, self._eos)
