@@ -164,6 +164,7 @@ def test_registry_order_and_names():
         "repetition_penalty",
         "frequency_presence_penalty",
         "min_tokens",
+        "structured_output",  # last: nothing may lift a token its grammar rejects
     )
     with pytest.raises(ValueError, match="unknown"):
         LogitsProcessors(V, names=["temperature"])
