@@ -37,6 +37,9 @@ def assert_error(resp, status: int, param: str | None, code: str | None = None) 
     return error
 
 
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
 # (path, body, expected param). Every one of these must be a 400.
 BAD_PARAMS = [
     (CHAT, chat(temperature=-0.1), "temperature"),
@@ -124,6 +127,39 @@ BAD_PARAMS = [
     (COMPLETIONS, completion(guided_choice="a"), "guided_choice"),
     (CHAT, chat(response_format={"type": "json_object"}, guided_regex="a"), "guided_regex"),
     (COMPLETIONS, completion(guided_json={}, guided_choice=["a"]), "guided_choice"),
+    # tool calling
+    (CHAT, chat(tools=[{"type": "function", "function": {}}]), "tools[0].function.name"),
+    (
+        CHAT,
+        chat(tools=[{"type": "function", "function": {"name": "a b"}}]),
+        "tools[0].function.name",
+    ),
+    (CHAT, chat(tools=[{"type": "retrieval"}]), "tools[0].type"),
+    (CHAT, chat(tools=[TOOL], tool_choice="sometimes"), "tool_choice"),
+    (CHAT, chat(tool_choice="required"), "tool_choice"),
+    (
+        CHAT,
+        chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "g"}}),
+        "tool_choice",
+    ),
+    (
+        CHAT,
+        chat(tools=[TOOL], tool_choice="required", response_format={"type": "json_object"}),
+        "response_format",
+    ),
+    (CHAT, chat(messages=[{"role": "tool", "content": "42"}]), "messages[0]"),
+    (CHAT, chat(messages=[{"role": "user", "content": "a", "tool_call_id": "c"}]), "messages[0]"),
+    (CHAT, chat(messages=[{"role": "assistant", "content": None}]), "messages[0].content"),
+    (
+        CHAT,
+        chat(messages=[{"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}]),
+        "messages[0].tool_calls[0].function",
+    ),
+    (
+        CHAT,
+        chat(messages=[{"role": "user", "content": "x", "tool_calls": [CALL]}]),
+        "messages[0]",
+    ),
 ]
 
 
@@ -134,16 +170,9 @@ async def test_invalid_parameter_is_a_400_naming_it(client, path, body, param):
 
 # Well-formed, but asking for something not implemented: 400 unsupported_parameter.
 UNSUPPORTED = [
-    (CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-    (CHAT, chat(tool_choice="required"), "tool_choice"),
     (CHAT, chat(functions=[{"name": "f"}]), "functions"),
     (CHAT, chat(modalities=["text", "audio"]), "modalities"),
     (CHAT, chat(reasoning_effort="high"), "reasoning_effort"),
-    (
-        CHAT,
-        chat(messages=[{"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}]),
-        "messages[0].tool_calls",
-    ),
     (COMPLETIONS, completion(suffix="!"), "suffix"),
 ]
 
@@ -154,8 +183,8 @@ async def test_unsupported_feature_is_a_400_naming_it(client, path, body, param)
     assert "support" in error["message"]
 
 
-async def test_tool_role_is_refused_as_unsupported(client):
-    body = chat(messages=[{"role": "tool", "content": "42", "tool_call_id": "c1"}])
+async def test_the_deprecated_function_role_is_refused(client):
+    body = chat(messages=[{"role": "function", "content": "42", "name": "f"}])
     error = assert_error(await client.post(CHAT, json=body), 400, "messages[0].role")
     assert "not supported" in error["message"]
 
@@ -210,6 +239,28 @@ GUIDED = [
     (COMPLETIONS, completion(guided_json={"type": "integer"})),
     (COMPLETIONS, completion(guided_choice=["yes", "no"])),
 ]
+
+
+TOOL_REQUESTS = [
+    chat(tools=[TOOL]),
+    chat(tools=[TOOL], tool_choice="auto"),
+    chat(tools=[TOOL], tool_choice="none", response_format={"type": "json_object"}),
+    chat(tools=[TOOL], tool_choice="required", parallel_tool_calls=False),
+    chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "f"}}),
+    chat(
+        tools=[TOOL],
+        messages=[
+            {"role": "user", "content": "call f"},
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "content": "42", "tool_call_id": "c1"},
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("body", TOOL_REQUESTS)
+async def test_well_formed_tool_requests_pass_to_the_engine(client, body):
+    assert_error(await client.post(CHAT, json=body), 503, None, "engine_unavailable")
 
 
 @pytest.mark.parametrize(("path", "body"), GUIDED)

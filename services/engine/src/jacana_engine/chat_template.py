@@ -118,6 +118,58 @@ def apply_chat_template(
     return tokenizer.apply_chat_template(messages, add_generation_prompt, **kwargs)
 
 
+def chat_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """The template's messages for the proto ``ChatMessage``s: role and content, with a
+    ``name``, a ``tool_call_id`` and ``tool_calls`` where set. A call's arguments go to
+    the template as an object where they are one (as Hugging Face's templates expect:
+    they apply ``tojson`` to them), else as the text that came."""
+    chat = []
+    for m in messages:
+        message: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.name:
+            message["name"] = m.name
+        if m.tool_call_id:
+            message["tool_call_id"] = m.tool_call_id
+        if m.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": _arguments(c.arguments)},
+                }
+                for c in m.tool_calls
+            ]
+        chat.append(message)
+    return chat
+
+
+def _arguments(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def chat_tools(tools_json: str, tokenizer: Tokenizer) -> list[Any] | None:
+    """The tools to render (OpenAI's ``tools`` array, from its JSON text), None when there
+    are none; a template that never reads ``tools`` cannot show them to the model, so a
+    request with tools is refused (naming ``tools``) rather than served blind."""
+    if not tools_json:
+        return None
+    try:
+        tools = json.loads(tools_json)
+    except ValueError:
+        raise InvalidRequestError("tools must be a JSON array", "tools") from None
+    if not isinstance(tools, list) or not tools:
+        raise InvalidRequestError("tools must be a non-empty JSON array", "tools")
+    if "tools" not in (tokenizer.chat_template or ""):
+        raise InvalidRequestError(
+            "this model's chat template does not render tools, so it cannot call them", "tools"
+        )
+    return tools
+
+
 def _normalize(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Fresh plain dicts; keys whose value is None are dropped, as HF does (templates handle
     a missing ``content`` better than ``None``)."""

@@ -101,14 +101,14 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         if kind == "prompt":
             return self.tokenizer.encode(request.prompt)
         if kind == "chat":
-            from jacana_engine.chat_template import apply_chat_template
+            from jacana_engine.chat_template import apply_chat_template, chat_messages, chat_tools
 
-            messages = [
-                {"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})}
-                for m in request.chat.messages
-            ]
+            tools = chat_tools(request.chat.tools, self.tokenizer)
             text = apply_chat_template(
-                self.tokenizer, messages, add_generation_prompt=request.chat.add_generation_prompt
+                self.tokenizer,
+                chat_messages(request.chat.messages),
+                add_generation_prompt=request.chat.add_generation_prompt,
+                **({"tools": tools} if tools is not None else {}),
             )
             return self.tokenizer.encode(text, add_special_tokens=False)
         raise InvalidRequestError("request has no input (prompt, chat or token ids)", "prompt")

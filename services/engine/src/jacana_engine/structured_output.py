@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from jacana_common import tool_calls
 from jacana_engine.errors import InvalidRequestError
 
 # Rust regex syntax's metacharacters (llguidance parses regexes with the ``regex`` crate):
@@ -42,33 +43,54 @@ def _escape_regex(text: str) -> str:
     return "".join("\\" + c if c in _REGEX_META else c for c in text)
 
 
-def _json_schema_grammar(value: str) -> str:
+# A tag of a grammar: the item that matches it (a special token's name, or a string).
+TagItem = Callable[[str], str]
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text)
+
+
+def _json_schema_grammar(value: str, tag: TagItem) -> str:
     import llguidance
 
     return llguidance.LLMatcher.grammar_from_json_schema(value)
 
 
-def _json_object_grammar(value: str) -> str:
-    return _json_schema_grammar('{"type": "object"}')
+def _json_object_grammar(value: str, tag: TagItem) -> str:
+    return _json_schema_grammar('{"type": "object"}', tag)
 
 
-def _regex_grammar(value: str) -> str:
+def _regex_grammar(value: str, tag: TagItem) -> str:
     import llguidance
 
     return llguidance.LLMatcher.grammar_from_regex(value)
 
 
-def _choice_grammar(value: str) -> str:
+def _choice_grammar(value: str, tag: TagItem) -> str:
     choices = json.loads(value)
-    return _regex_grammar("|".join(f"({_escape_regex(c)})" for c in choices))
+    return _regex_grammar("|".join(f"({_escape_regex(c)})" for c in choices), tag)
 
 
-# kind -> (the llguidance grammar for a value, what a value must be)
-_GRAMMARS: dict[str, Callable[[str], str]] = {
+def _lark_grammar(value: str, tag: TagItem) -> str:
+    import llguidance
+
+    return llguidance.LLMatcher.grammar_from_lark(value)
+
+
+def _tool_calls_grammar(value: str, tag: TagItem) -> str:
+    spec = json.loads(value)
+    return _lark_grammar(tool_calls.lark_grammar(spec["functions"], spec["several"], tag), tag)
+
+
+# kind -> the llguidance grammar for a value (``tag``: how the vocabulary spells a tag)
+_GRAMMARS: dict[str, Callable[[str, TagItem], str]] = {
     "json_schema": _json_schema_grammar,
     "json_object": _json_object_grammar,
     "regex": _regex_grammar,
     "choice": _choice_grammar,
+    "lark": _lark_grammar,
+    "tool_calls": _tool_calls_grammar,
 }
 
 
@@ -82,7 +104,10 @@ class Guide:
 
     kind: "json_schema" (value: the schema, as JSON text), "json_object" (any JSON
         object; value unused), "regex" (value: a Rust-syntax regular expression over the
-        whole output), "choice" (value: a JSON array of the allowed outputs, strings).
+        whole output), "choice" (value: a JSON array of the allowed outputs, strings),
+        "lark" (value: an llguidance Lark grammar), "tool_calls" (value: JSON
+        ``{"functions": [{"name", "parameters"}], "several": bool}``: one call, or one or
+        more, in the Hermes format of :mod:`jacana_common.tool_calls`).
     param: the request field it came from, named in errors (e.g. ``response_format``).
     """
 
@@ -106,6 +131,8 @@ class Guide:
                 ) from None
             if not isinstance(schema, dict | bool):
                 raise InvalidRequestError("a JSON schema must be an object", self.param)
+        if self.kind == "tool_calls":
+            _check_tool_calls(self.value, self.param)
         if self.kind == "choice":
             choices = _parsed_choices(self.value, self.param)
             if not choices or not all(isinstance(c, str) and c for c in choices):
@@ -113,9 +140,23 @@ class Guide:
                     "a choice must list one or more non-empty strings", self.param
                 )
 
-    def grammar(self) -> str:
-        """llguidance's grammar text for this guide (not yet checked against a vocabulary)."""
-        return _GRAMMARS[self.kind](self.value)
+    def grammar(self, tag: TagItem = _quoted) -> str:
+        """llguidance's grammar text for this guide (not yet checked against a vocabulary;
+        ``tag``: the grammar item for a tag, a quoted string unless told otherwise)."""
+        return _GRAMMARS[self.kind](self.value, tag)
+
+
+def _check_tool_calls(value: str, param: str) -> None:
+    try:
+        spec = json.loads(value)
+        names = [f["name"] for f in spec["functions"]]
+        several = spec["several"]
+    except (ValueError, KeyError, TypeError):
+        raise InvalidRequestError(
+            'a tool-call guide is {"functions": [{"name", "parameters"}], "several": bool}', param
+        ) from None
+    if not names or not all(isinstance(n, str) and n for n in names) or type(several) is not bool:
+        raise InvalidRequestError("a tool-call guide names one or more functions", param)
 
 
 def _parsed_choices(value: str, param: str) -> Any:
@@ -204,10 +245,21 @@ class GuideCompiler:
         import llguidance
 
         guide.validate()
+        vocabulary = self._tokenizer()
         try:
-            matcher = llguidance.LLMatcher(self._tokenizer(), guide.grammar(), log_level=0)
+            grammar = guide.grammar(self._tag_item)
+            matcher = llguidance.LLMatcher(vocabulary, grammar, log_level=0)
         except (ValueError, RuntimeError, TypeError) as exc:
             raise InvalidRequestError(f"invalid {guide.kind}: {exc}", guide.param) from None
         if matcher.is_error():
             raise InvalidRequestError(f"invalid {guide.kind}: {matcher.get_error()}", guide.param)
         return GuideState(matcher, self._vocab_size, self._eos)
+
+    def _tag_item(self, text: str) -> str:
+        """A tag as the grammar must name it: by its token where the vocabulary has it as
+        one special token (llguidance never matches a special token's text), else as a
+        string."""
+        token = self._backend.token_to_id(text)
+        if token is not None and self._tokenizer().is_special_token(token):
+            return text
+        return _quoted(text)

@@ -97,7 +97,8 @@ async def events(
             for delta in fmt.delta_chunks(env, choice, message, first):
                 yield chunk(delta)
             if choice.reason is not None:
-                yield chunk(fmt.finish_chunk(env, choice.index, choice.reason))
+                for closing in fmt.finish_chunks(env, choice):
+                    yield chunk(closing)
         used = _usage(choices)
         if include_usage:
             yield sse(usage_chunk(fmt, env, used))

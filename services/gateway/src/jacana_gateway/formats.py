@@ -15,7 +15,9 @@ from typing import Any, Protocol
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
+from jacana_common.tool_calls import ToolCall, ToolCallParser, split_reply
 from jacana_gateway import logprobs as lp
+from jacana_gateway import tool_calling
 
 _FINISH = {pb.FINISH_REASON_STOP: "stop", pb.FINISH_REASON_LENGTH: "length"}
 
@@ -110,7 +112,10 @@ class Format(Protocol):
         """Chunks for one engine ``message`` of ``choice`` (``first``: its first one)."""
         ...
 
-    def finish_chunk(self, env: Envelope, index: int, reason: str) -> dict[str, Any]: ...
+    def finish_chunks(self, env: Envelope, choice: Choice) -> list[dict[str, Any]]:
+        """Chunks that close ``choice`` (it has its ``reason``): any text held back, then
+        the finish reason."""
+        ...
 
     def response(
         self, env: Envelope, choices: list[Choice], used: dict[str, Any]
@@ -123,12 +128,17 @@ def usage_chunk(fmt: Format, env: Envelope, used: dict[str, Any]) -> dict[str, A
 
 
 class ChatFormat:
-    """``top_logprobs``: None without logprobs, else the alternatives shown per token."""
+    """``top_logprobs``: None without logprobs, else the alternatives shown per token.
+    ``tools``: the model was offered tools, so its replies are read for calls
+    (:mod:`jacana_common.tool_calls`): a call streams as one ``tool_calls`` delta once its
+    closing tag is in, and text that might open one is held back until it cannot."""
 
     chunk_object = "chat.completion.chunk"
 
-    def __init__(self, top_logprobs: int | None = None) -> None:
+    def __init__(self, top_logprobs: int | None = None, tools: bool = False) -> None:
         self.top_logprobs = top_logprobs
+        self.tools = tools
+        self._parsers: dict[int, ToolCallParser] = {}  # choice index -> its parser
 
     def new_id(self) -> str:
         return f"chatcmpl-{uuid.uuid4().hex}"
@@ -151,25 +161,73 @@ class ChatFormat:
         self, env: Envelope, choice: Choice, message: pb.GenerateResponse, first: bool
     ) -> list[dict[str, Any]]:
         logprobs = self._logprobs(list(message.logprobs)) if message.logprobs else None
-        if not message.text and logprobs is None:
-            return []
-        return [self._chunk(env, choice.index, {"content": message.text}, None, logprobs)]
+        if not self.tools:
+            if not message.text and logprobs is None:
+                return []
+            return [self._chunk(env, choice.index, {"content": message.text}, None, logprobs)]
+        parser = self._parsers.setdefault(choice.index, ToolCallParser())
+        chunks = self._event_chunks(env, choice.index, parser, parser.feed(message.text))
+        if logprobs is not None:
+            if chunks:
+                chunks[0]["choices"][0]["logprobs"] = logprobs
+            else:
+                chunks.append(self._chunk(env, choice.index, {"content": ""}, None, logprobs))
+        return chunks
 
-    def finish_chunk(self, env: Envelope, index: int, reason: str) -> dict[str, Any]:
-        return self._chunk(env, index, {}, reason)
+    def _event_chunks(
+        self, env: Envelope, index: int, parser: ToolCallParser, events: list
+    ) -> list[dict[str, Any]]:
+        """One chunk per run of text and one per call; a call's ``index`` counts the calls
+        of its choice."""
+        chunks, seen = [], parser.calls - sum(isinstance(e, ToolCall) for e in events)
+        for event in events:
+            if isinstance(event, ToolCall):
+                delta = {"tool_calls": [tool_calling.call_object(event, seen)]}
+                chunks.append(self._chunk(env, index, delta, None))
+                seen += 1
+            else:
+                chunks.append(self._chunk(env, index, {"content": event}, None))
+        return chunks
+
+    def finish_chunks(self, env: Envelope, choice: Choice) -> list[dict[str, Any]]:
+        parser = self._parsers.pop(choice.index, None)
+        chunks = []
+        if parser is not None:
+            chunks = self._event_chunks(env, choice.index, parser, parser.finish())
+        reason = self._reason(choice.reason, parser.calls if parser is not None else 0)
+        return [*chunks, self._chunk(env, choice.index, {}, reason)]
+
+    @staticmethod
+    def _reason(reason: str | None, calls: int) -> str | None:
+        return "tool_calls" if calls and reason == "stop" else reason
+
+    def _message(self, choice: Choice) -> dict[str, Any]:
+        text = "".join(choice.text)
+        if not self.tools:
+            return {"role": "assistant", "content": text}
+        content, calls = split_reply(text)
+        if not calls:
+            return {"role": "assistant", "content": content}
+        return {
+            "role": "assistant",
+            "content": content or None,
+            "tool_calls": [tool_calling.call_object(c) for c in calls],
+        }
 
     def response(
         self, env: Envelope, choices: list[Choice], used: dict[str, Any]
     ) -> dict[str, Any]:
-        out = [
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": "".join(c.text)},
-                "logprobs": self._logprobs(c.logprobs),
-                "finish_reason": c.reason,
-            }
-            for c in choices
-        ]
+        out = []
+        for c in choices:
+            message = self._message(c)
+            out.append(
+                {
+                    "index": c.index,
+                    "message": message,
+                    "logprobs": self._logprobs(c.logprobs),
+                    "finish_reason": self._reason(c.reason, len(message.get("tool_calls", []))),
+                }
+            )
         return {**env.fields("chat.completion"), "choices": out, "usage": used}
 
 
@@ -221,8 +279,8 @@ class TextFormat:
             chunks.append(self._chunk(env, choice.index, message.text, None, logprobs))
         return chunks
 
-    def finish_chunk(self, env: Envelope, index: int, reason: str) -> dict[str, Any]:
-        return self._chunk(env, index, "", reason)
+    def finish_chunks(self, env: Envelope, choice: Choice) -> list[dict[str, Any]]:
+        return [self._chunk(env, choice.index, "", choice.reason)]
 
     def response(
         self, env: Envelope, choices: list[Choice], used: dict[str, Any]

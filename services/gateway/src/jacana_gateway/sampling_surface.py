@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
+from jacana_gateway import tool_calling
 from jacana_gateway.formats import ChatFormat, Format, TextFormat
 from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
@@ -87,6 +88,9 @@ def kept_choices(body: GenerationRequest) -> int | None:
 def response_format(body: GenerationRequest) -> Format:
     """The response shape this request asked for."""
     if isinstance(body, ChatCompletionRequest):
-        return ChatFormat(top_logprobs=(body.top_logprobs or 0) if body.logprobs else None)
+        return ChatFormat(
+            top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+            tools=tool_calling.offered(body),
+        )
     prompt = body.prompt if isinstance(body.prompt, str) else None
     return TextFormat(logprobs=body.logprobs, echo=bool(body.echo), prompt=prompt)

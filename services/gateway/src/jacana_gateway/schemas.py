@@ -30,9 +30,17 @@ Decisions:
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic import StrictBool as Bool
 from pydantic import StrictFloat as Float
 from pydantic import StrictInt as Int
@@ -48,7 +56,7 @@ MAX_LOGPROBS = 20
 UINT32_MAX = 2**32 - 1
 MAX_CACHE_SALT_CHARS = 1024
 
-CHAT_ROLES = ("system", "developer", "user", "assistant")
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 _Strict = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -221,30 +229,111 @@ class GenerationRequest(BaseModel):
         return _check_logit_bias(value)
 
 
+FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+TOOL_CHOICES = ("none", "auto", "required")
+_TOOL_CHOICE_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "enum": list(TOOL_CHOICES)},
+        {
+            "type": "object",
+            "properties": {
+                "type": {"const": "function"},
+                "function": {"type": "object", "properties": {"name": {"type": "string"}}},
+            },
+        },
+    ]
+}
+
+
+class FunctionSpec(BaseModel):
+    """A function the model may call (OpenAI's ``tools[].function``)."""
+
+    model_config = _Strict
+
+    name: Annotated[Str, Field(pattern=FUNCTION_NAME)]
+    description: Str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="A JSON schema (an object).")
+    strict: Bool | None = Field(None, description="Accepted; forced calls always follow it.")
+
+
+class ToolSpec(BaseModel):
+    """One entry of ``tools``."""
+
+    model_config = _Strict
+
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class CalledFunction(BaseModel):
+    model_config = _Strict
+
+    name: Str
+    arguments: Str = Field(..., description="JSON text.")
+
+
+class MessageToolCall(BaseModel):
+    """One call an assistant message made (sent back in the conversation)."""
+
+    model_config = _Strict
+
+    id: Str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class NamedToolChoice(BaseModel):
+    model_config = _Strict
+
+    type: Literal["function"]
+    function: dict[Literal["name"], Str]
+
+
 class ChatMessage(BaseModel):
     """One message of a conversation."""
 
     model_config = _Strict
 
-    role: Str = Field(..., description="system | developer | user | assistant")
-    content: Annotated[Any, WithJsonSchema(_CONTENT_SCHEMA)] = Field(...)
+    role: Str = Field(..., description="system | developer | user | assistant | tool")
+    # (before content, whose check reads it)
+    tool_calls: list[MessageToolCall] | None = Field(
+        None, description="An assistant message's calls."
+    )
+    content: Annotated[Any, WithJsonSchema(_CONTENT_SCHEMA)] = Field(
+        ..., description="Text (null only for an assistant message that calls tools)."
+    )
     name: Str | None = None
-    tool_calls: list[Any] | None = Field(None, description="Must be empty: no tools yet.")
-    tool_call_id: Str | None = Field(None, description="Must be unset: no tools yet.")
+    tool_call_id: Str | None = Field(None, description="A tool message: the call it answers.")
     refusal: Str | None = Field(None, description="Accepted and ignored.")
 
     @field_validator("role")
     @classmethod
     def _role(cls, role: str) -> str:
-        if role in ("tool", "function"):
-            raise ValueError(f"'{role}' messages are not supported yet (no tool calling)")
+        if role == "function":
+            raise ValueError(
+                "'function' messages (the deprecated form) are not supported; use 'tool'"
+            )
         if role not in CHAT_ROLES:
             raise ValueError(f"must be one of {', '.join(CHAT_ROLES)}")
         return role
 
+    @model_validator(mode="after")
+    def _tool_fields(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry 'tool_calls'")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the 'tool_call_id' it answers")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise ValueError("only tool messages carry a 'tool_call_id'")
+        return self
+
     @field_validator("content")
     @classmethod
-    def _content(cls, content: Any) -> str:
+    def _content(cls, content: Any, info: ValidationInfo) -> str | None:
+        if content is None:
+            if not info.data.get("tool_calls"):
+                raise ValueError("may be null only beside 'tool_calls'")
+            return None
         if isinstance(content, str):
             return content
         if not isinstance(content, list):
@@ -274,9 +363,15 @@ class ChatCompletionRequest(GenerationRequest):
     top_logprobs: Annotated[Int, Field(ge=0, le=MAX_LOGPROBS)] | None = Field(
         None, description="Most likely alternatives per token (needs logprobs: true)."
     )
-    tools: list[Any] | None = Field(None, description="Must be empty: no tools yet.")
-    tool_choice: Any = Field(None, description="Only 'none'/'auto' without tools.")
-    parallel_tool_calls: Bool | None = Field(None, description="Accepted and ignored.")
+    tools: list[ToolSpec] | None = Field(None, description="Functions the model may call.")
+    tool_choice: Annotated[Any, WithJsonSchema(_TOOL_CHOICE_SCHEMA)] = Field(
+        None,
+        description="'auto' (the default with tools), 'none', 'required' (one or more "
+        "calls) or {'type': 'function', 'function': {'name': ...}} (a call of that one).",
+    )
+    parallel_tool_calls: Bool | None = Field(
+        None, description="false: a forced reply holds one call, not several."
+    )
     functions: list[Any] | None = Field(None, description="Must be empty: no tools yet.")
     function_call: Any = Field(None, description="Only 'none'/'auto' without functions.")
     response_format: dict[str, Any] | None = Field(
@@ -290,8 +385,23 @@ class ChatCompletionRequest(GenerationRequest):
     reasoning_effort: Any = Field(None, description="Not supported.")
     web_search_options: Any = Field(None, description="Not supported.")
 
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, choice: Any) -> str | NamedToolChoice | None:
+        if choice is None or choice in TOOL_CHOICES:
+            return choice
+        if isinstance(choice, dict) and choice.get("type") == "function":
+            try:
+                return NamedToolChoice.model_validate(choice)
+            except ValueError:
+                pass
+        raise ValueError(
+            f"must be one of {', '.join(TOOL_CHOICES)} or "
+            "{'type': 'function', 'function': {'name': <name>}}"
+        )
+
     def prompt_chars(self) -> int:
-        return sum(len(m.content) for m in self.messages)
+        return sum(len(m.content or "") for m in self.messages)
 
 
 class CompletionRequest(GenerationRequest):

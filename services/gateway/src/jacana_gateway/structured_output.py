@@ -5,6 +5,7 @@ Accepted (one of them per request; 400 ``invalid_value`` naming the field otherw
 - chat ``response_format``: ``{"type": "text"}`` (no guide), ``{"type": "json_object"}``
   (any JSON object), ``{"type": "json_schema", "json_schema": {"name": ..., "schema":
   {...}, "strict": ..., "description": ...}}`` (a value the schema accepts), as OpenAI's;
+- chat ``tool_choice`` "required" or a named function (:mod:`jacana_gateway.tool_calling`);
 - both endpoints, vLLM's names: ``guided_json`` (a schema), ``guided_regex`` (a regular
   expression the whole output matches, Rust ``regex`` syntax), ``guided_choice`` (the
   output is one of these strings).
@@ -22,6 +23,7 @@ from typing import Any
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
+from jacana_gateway import tool_calling
 from jacana_gateway.schemas import ChatCompletionRequest, GenerationRequest
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -68,11 +70,15 @@ def _from_response_format(fmt: dict[str, Any]) -> pb.Guide | None:
 
 
 def guide(body: GenerationRequest) -> pb.Guide | None:
-    """The engine's guide for ``body``, None when its output is free text."""
-    fmt = body.response_format if isinstance(body, ChatCompletionRequest) else None
+    """The engine's guide for ``body``, None when its output is free text (a forced tool
+    call is one too: :func:`tool_calling.forced_guide`)."""
+    chat = isinstance(body, ChatCompletionRequest)
+    fmt = body.response_format if chat else None
+    forced = tool_calling.forced_guide(body) if chat else None
     asked = [
         name
         for name, value in (
+            ("tool_choice", forced),
             ("response_format", None if fmt == {"type": "text"} else fmt),
             ("guided_json", body.guided_json),
             ("guided_regex", body.guided_regex),
@@ -82,6 +88,8 @@ def guide(body: GenerationRequest) -> pb.Guide | None:
     ]
     if len(asked) > 1:
         raise _invalid(f"Set only one of {', '.join(repr(a) for a in asked)}.", asked[1])
+    if forced is not None:
+        return forced
     if fmt is not None:
         return _from_response_format(fmt)
     if body.guided_json is not None:

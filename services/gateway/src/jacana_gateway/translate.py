@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
-from jacana_gateway import sampling_surface, structured_output
+from jacana_gateway import sampling_surface, structured_output, tool_calling
 from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
 _ENGINE_ROLE = {"developer": "system"}
@@ -100,12 +100,23 @@ def chat_request(
     """The engine request for a chat completion; the engine applies the chat template."""
     _check_prompt_size(body, max_prompt_chars)
     messages = [
-        pb.ChatMessage(role=_ENGINE_ROLE.get(m.role, m.role), content=m.content, name=m.name or "")
+        pb.ChatMessage(
+            role=_ENGINE_ROLE.get(m.role, m.role),
+            content=m.content or "",
+            name=m.name or "",
+            tool_calls=tool_calling.message_calls(m.tool_calls or []),
+            tool_call_id=m.tool_call_id or "",
+        )
         for m in body.messages
     ]
+    chat = pb.ChatInput(
+        messages=messages,
+        add_generation_prompt=body.add_generation_prompt,
+        tools=tool_calling.tools_json(body),
+    )
     return pb.GenerateRequest(
         request_id=request_id,
-        chat=pb.ChatInput(messages=messages, add_generation_prompt=body.add_generation_prompt),
+        chat=chat,
         sampling=sampling_params(body, max_new_tokens),
         **_scheduling(body),
     )

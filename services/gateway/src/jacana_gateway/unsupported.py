@@ -7,10 +7,10 @@ silently ignoring these fields would change what the client gets.
 
 Refused when set to anything but their "off" value:
 - both endpoints: ``stream_options`` without ``stream: true``;
-- chat: ``tools``/``functions`` non-empty, ``tool_choice``/``function_call`` other than
-  "none"/"auto", ``modalities`` other than ["text"],
-  ``audio``, ``prediction``, ``reasoning_effort``, ``web_search_options``, messages
-  carrying ``tool_calls`` or ``tool_call_id``;
+- chat: the deprecated ``functions`` non-empty and ``function_call`` other than
+  "none"/"auto" (``tools`` and ``tool_choice`` are :mod:`jacana_gateway.tool_calling`'s),
+  ``modalities`` other than ["text"], ``audio``, ``prediction``, ``reasoning_effort``,
+  ``web_search_options``;
 - completions: non-empty ``suffix``.
 (``n``, penalties, ``logit_bias``, logprobs, ``echo`` and ``best_of`` are supported; their
 combinations are checked in :mod:`jacana_gateway.sampling_surface`. ``response_format``
@@ -47,10 +47,12 @@ def _empty(value: Any) -> bool:
 _COMMON: tuple[Rule, ...] = ()
 
 _CHAT = (
-    Rule("tools", _empty, "tool calling is not supported yet"),
-    Rule("tool_choice", _unset_or("none", "auto"), "tool calling is not supported yet"),
-    Rule("functions", _empty, "function calling is not supported yet"),
-    Rule("function_call", _unset_or("none", "auto"), "function calling is not supported yet"),
+    Rule("functions", _empty, "the deprecated 'functions' are not supported; use 'tools'"),
+    Rule(
+        "function_call",
+        _unset_or("none", "auto"),
+        "the deprecated 'function_call' is not supported; use 'tool_choice'",
+    ),
     Rule("modalities", lambda v: v is None or v == ["text"], "only text output is supported"),
     Rule("audio", _unset_or(), "audio output is not supported"),
     Rule("prediction", _unset_or(), "predicted outputs are not supported"),
@@ -85,11 +87,6 @@ def check_chat(body: ChatCompletionRequest) -> None:
     """Raise a 400 :class:`ApiError` when ``body`` asks for an unsupported chat feature."""
     _check_rules(body, _COMMON + _CHAT)
     _check_stream_options(body)
-    for i, message in enumerate(body.messages):
-        if message.tool_calls:
-            raise _refuse(f"messages[{i}].tool_calls", "tool calling is not supported yet")
-        if message.tool_call_id is not None:
-            raise _refuse(f"messages[{i}].tool_call_id", "tool calling is not supported yet")
 
 
 def check_completion(body: CompletionRequest) -> None:
