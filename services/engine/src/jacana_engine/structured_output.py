@@ -188,8 +188,9 @@ class GuideState:
         return self._consumed
 
     def is_complete(self) -> bool:
-        """Whether the grammar has ended: only end-of-sequence ids may follow."""
-        return self._matcher.is_stopped()
+        """Whether the output so far is a whole match: only end-of-sequence ids may follow
+        (not so in the error state, which a rejected token leaves)."""
+        return self._matcher.is_stopped() and not self._matcher.is_error()
 
     def advance(self, output_token_ids: Sequence[int]) -> None:
         """Consume the output's tokens past those already consumed."""
@@ -257,8 +258,8 @@ class GuideCompiler:
 
     def _tag_item(self, text: str) -> str:
         """A tag as the grammar must name it: by its token where the vocabulary has it as
-        one special token (llguidance never matches a special token's text), else as a
-        string."""
+        one special token, else as a string. (Quoted, llguidance's mask offers the special
+        token but its parser then rejects it: the model's own spelling must be named.)"""
         token = self._backend.token_to_id(text)
         if token is not None and self._tokenizer().is_special_token(token):
             return text

@@ -300,7 +300,9 @@ class ChatMessage(BaseModel):
         None, description="An assistant message's calls."
     )
     content: Annotated[Any, WithJsonSchema(_CONTENT_SCHEMA)] = Field(
-        ..., description="Text (null only for an assistant message that calls tools)."
+        None,
+        validate_default=True,
+        description="Text (null or left out only in an assistant message that calls tools).",
     )
     name: Str | None = None
     tool_call_id: Str | None = Field(None, description="A tool message: the call it answers.")
@@ -332,7 +334,7 @@ class ChatMessage(BaseModel):
     def _content(cls, content: Any, info: ValidationInfo) -> str | None:
         if content is None:
             if not info.data.get("tool_calls"):
-                raise ValueError("may be null only beside 'tool_calls'")
+                raise ValueError("is required (it may be null only beside 'tool_calls')")
             return None
         if isinstance(content, str):
             return content
