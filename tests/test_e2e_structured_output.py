@@ -78,7 +78,7 @@ def test_sampled_choices_each_obey_the_schema(client):
         assert isinstance(value["sure"], bool)
 
 
-def test_guided_choice_and_regex_on_completions(client):
+def test_guided_choice_regex_and_grammar_on_completions(client):
     choices = ["Paris", "Lyon", "Marseille"]
     resp = client.completions.create(
         model=MODEL_ID,
@@ -98,6 +98,15 @@ def test_guided_choice_and_regex_on_completions(client):
         extra_body={"guided_regex": pattern},
     )
     assert re.fullmatch(pattern, resp.choices[0].text), resp.choices[0].text
+    grammar = 'start: answer " " unit\nanswer: /[0-9]+/\nunit: "km" | "miles"'
+    resp = client.completions.create(
+        model=MODEL_ID,
+        prompt="The distance from Paris to Lyon is",
+        max_tokens=12,
+        temperature=0,
+        extra_body={"guided_grammar": grammar},
+    )
+    assert re.fullmatch(r"[0-9]+ (km|miles)", resp.choices[0].text), resp.choices[0].text
 
 
 @pytest.mark.parametrize(

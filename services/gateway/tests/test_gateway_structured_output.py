@@ -45,6 +45,12 @@ def _chat(**fields) -> ChatCompletionRequest:
             "guided_regex",
         ),
         (
+            CompletionRequest(model="m", prompt="x", guided_grammar='start: "a"'),
+            "lark",
+            'start: "a"',
+            "guided_grammar",
+        ),
+        (
             CompletionRequest(model="m", prompt="x", guided_choice=["y", "n"]),
             "choice",
             ["y", "n"],

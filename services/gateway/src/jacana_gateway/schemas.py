@@ -208,6 +208,9 @@ class GenerationRequest(BaseModel):
     guided_regex: Annotated[Str, Field(min_length=1)] | None = Field(
         None, description="Structured output: a regular expression the whole output matches."
     )
+    guided_grammar: Annotated[Str, Field(min_length=1)] | None = Field(
+        None, description="Structured output: a Lark grammar (llguidance's dialect)."
+    )
     guided_choice: list[Annotated[Str, Field(min_length=1)]] | None = Field(
         None, min_length=1, description="Structured output: the output is one of these."
     )

@@ -7,8 +7,9 @@ Accepted (one of them per request; 400 ``invalid_value`` naming the field otherw
   {...}, "strict": ..., "description": ...}}`` (a value the schema accepts), as OpenAI's;
 - chat ``tool_choice`` "required" or a named function (:mod:`jacana_gateway.tool_calling`);
 - both endpoints, vLLM's names: ``guided_json`` (a schema), ``guided_regex`` (a regular
-  expression the whole output matches, Rust ``regex`` syntax), ``guided_choice`` (the
-  output is one of these strings).
+  expression the whole output matches, Rust ``regex`` syntax), ``guided_grammar`` (a
+  Lark grammar, llguidance's dialect), ``guided_choice`` (the output is one of these
+  strings).
 
 The shape is checked here; whether a schema or regex compiles is the engine's to say
 (its 400 names the same field). Unlike OpenAI's ``json_object``, the messages need not
@@ -82,6 +83,7 @@ def guide(body: GenerationRequest) -> pb.Guide | None:
             ("response_format", None if fmt == {"type": "text"} else fmt),
             ("guided_json", body.guided_json),
             ("guided_regex", body.guided_regex),
+            ("guided_grammar", body.guided_grammar),
             ("guided_choice", body.guided_choice),
         )
         if value is not None
@@ -98,6 +100,8 @@ def guide(body: GenerationRequest) -> pb.Guide | None:
         )
     if body.guided_regex is not None:
         return pb.Guide(regex=body.guided_regex, param="guided_regex")
+    if body.guided_grammar is not None:
+        return pb.Guide(lark=body.guided_grammar, param="guided_grammar")
     if body.guided_choice is not None:
         return pb.Guide(choice=json.dumps(body.guided_choice), param="guided_choice")
     return None
