@@ -1,7 +1,8 @@
 """Structured output: a request's output held to a grammar, token by token.
 
 A :class:`Guide` (``SamplingParams.guide``) says what the output must match: a JSON schema,
-any JSON object, a regular expression, or one of a list of strings. The grammar library is
+any JSON object, a regular expression, one of a list of strings, a Lark grammar, or calls
+of tools (a forced ``tool_choice``). The grammar library is
 llguidance (the one behind vLLM's and SGLang's ``guidance`` backends): it compiles a guide
 against the model's vocabulary and, at each step, says which token ids may come next.
 
@@ -92,10 +93,6 @@ _GRAMMARS: dict[str, Callable[[str, TagItem], str]] = {
     "lark": _lark_grammar,
     "tool_calls": _tool_calls_grammar,
 }
-
-
-def guide_kinds() -> tuple[str, ...]:
-    return tuple(_GRAMMARS)
 
 
 @dataclass(frozen=True)
