@@ -23,7 +23,7 @@ REPLIES = {
         f"Let me check.\n<tool_call>\n{WEATHER}\n</tool_call>\n<tool_call>\n{TIME}\n</tool_call>",
         [ToolCall("get_weather", '{"city": "Paris"}'), ToolCall("get_time", '{"zone": "CET"}')],
     ),
-    "not json inside the tags": ("<tool_call>\nnot json\n</tool_call>", []),
+    "not json inside the tags": ("See:\n<tool_call>\nnot json\n</tool_call>", []),
     "a name that is not a string": ('<tool_call>{"name": 3}</tool_call>', []),
     "arguments as JSON text": (
         '<tool_call>{"name": "f", "arguments": "{\\"x\\": 1}"}</tool_call>',
@@ -44,7 +44,7 @@ CONTENT = {
     "plain text": "The weather is fine.",
     "one call": "",
     "text, then two calls": "Let me check.",
-    "not json inside the tags": "<tool_call>\nnot json\n</tool_call>",
+    "not json inside the tags": "See:\n<tool_call>\nnot json\n</tool_call>",
     "a name that is not a string": '<tool_call>{"name": 3}</tool_call>',
     "arguments as JSON text": "",
     "cut before the closing tag": "",

@@ -76,6 +76,7 @@ class ToolCallParser:
     def __init__(self) -> None:
         self._pending = ""
         self._inside = False
+        self._gap = ""  # the whitespace before an open block
         self.calls = 0
 
     def feed(self, text: str) -> list[str | ToolCall]:
@@ -91,7 +92,9 @@ class ToolCallParser:
                 continue
             start = self._pending.find(OPEN)
             if start >= 0:
-                self._text(self._pending[:start].rstrip(), events)
+                before = self._pending[:start]
+                self._text(before.rstrip(), events)
+                self._gap = before[len(before.rstrip()) :]  # back in if no call follows
                 self._pending = self._pending[start + len(OPEN) :]
                 self._inside = True
                 continue
@@ -120,7 +123,7 @@ class ToolCallParser:
         self._inside = False
         call = parse_call(body)
         if call is None:
-            self._text(OPEN + body + (CLOSE if closed else ""), events)
+            self._text(self._gap + OPEN + body + (CLOSE if closed else ""), events)
             return
         self.calls += 1
         events.append(call)
