@@ -36,3 +36,19 @@ def assert_greedy_matches_transformers(model, tok, prompt_ids, ours, new_tokens:
         assert own == want, (
             f"prompt {tok.decode(ids)!r}:\n{tok.decode(own)!r}\n{tok.decode(want)!r}"
         )
+
+
+def hf_greedy(hf_model, ids: list[int], new: int, **kwargs) -> list[int]:
+    """transformers' greedy continuation of ``ids`` alone (``new`` tokens at most; no EOS
+    stop unless ``eos_token_id`` is given; other ``generate`` arguments pass through)."""
+    kwargs.setdefault("eos_token_id", None)
+    with torch.inference_mode():
+        out = hf_model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=new,
+            pad_token_id=0,
+            **kwargs,
+        )
+    return out[0, len(ids) :].tolist()

@@ -15,6 +15,7 @@ from collections import Counter
 import pytest
 import torch
 
+from hf_reference import hf_greedy
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.logits_processors import LogitsProcessors, registered, token_counts
 from jacana_engine.sampling_params import SamplingParams
@@ -270,20 +271,6 @@ def test_greedy_logit_bias_forces_a_token(toy):
 
 PROMPT = "1, 2, 3, 1, 2, 3, 1, 2,"
 CHAT = [{"role": "user", "content": "Say hi."}]
-
-
-def hf_greedy(hf_model, ids: list[int], new: int, **kwargs) -> list[int]:
-    kwargs.setdefault("eos_token_id", None)
-    with torch.inference_mode():
-        out = hf_model.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=new,
-            pad_token_id=0,
-            **kwargs,
-        )
-    return out[0, len(ids) :].tolist()
 
 
 def _bias_case(tok) -> tuple[dict, dict]:

@@ -16,6 +16,7 @@ import re
 import pytest
 import torch
 
+from hf_reference import hf_greedy
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.sampling_params import SamplingParams
 from jacana_engine.structured_output import Guide
@@ -111,17 +112,7 @@ def _reference_greedy(hf_smollm2, engine, ids: list[int], guide: Guide) -> list[
     model, hf_tokenizer = hf_smollm2
     eos = sorted(engine.eos_token_ids)
     processor = _Reference(hf_tokenizer, engine.vocab_size, eos, guide)
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=NEW_TOKENS,
-            logits_processor=[processor],
-            eos_token_id=eos,
-            pad_token_id=0,
-        )
-    return out[0, len(ids) :].tolist()
+    return hf_greedy(model, ids, NEW_TOKENS, logits_processor=[processor], eos_token_id=eos)
 
 
 def _text(engine, out: list[int], max_tokens: int) -> str:
