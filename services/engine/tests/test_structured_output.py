@@ -196,6 +196,8 @@ def test_a_grammar_state_replays_an_output_that_shrank(smollm2_engine, chat_ids)
         (Guide("json_schema", "{not json", "response_format"), "not JSON"),
         (Guide("json_schema", "[1]", "guided_json"), "must be an object"),
         (Guide("regex", "(unclosed", "guided_regex"), "regex"),
+        (Guide("regex", r"x[^\s\S]", "guided_regex"), "can match no output"),
+        (Guide("lark", "start: a\na: a", "guided_grammar"), "can match no output"),
         (Guide("choice", "[]", "guided_choice"), "one or more"),
         (Guide("choice", '["a", 3]', "guided_choice"), "strings"),
         (Guide("yaml", "", "guided_yaml"), "unknown guide kind"),

@@ -241,6 +241,12 @@ GUIDED = [
 ]
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+async def test_a_null_stream_is_no_stream(client, path):
+    body = (chat if path == CHAT else completion)(stream=None)
+    assert_error(await client.post(path, json=body), 503, None, "engine_unavailable")
+
+
 TOOL_REQUESTS = [
     chat(tools=[TOOL]),
     chat(tools=[TOOL], tool_choice="auto"),

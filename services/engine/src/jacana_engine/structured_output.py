@@ -25,6 +25,7 @@ logits are edited: ``spec.speculator.can_speculate``).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ import numpy as np
 
 from jacana_common import tool_calls
 from jacana_engine.errors import InvalidRequestError
+
+log = logging.getLogger(__name__)
 
 # Rust regex syntax's metacharacters (llguidance parses regexes with the ``regex`` crate):
 # a choice's literal strings are escaped with exactly these, since an escaped space or
@@ -163,6 +166,10 @@ def _parsed_choices(value: str, param: str) -> Any:
         raise InvalidRequestError(f"the choices are not a JSON array: {exc}", param) from None
 
 
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
 class GuideState:
     """One request's place in its grammar.
 
@@ -177,6 +184,7 @@ class GuideState:
         self._vocab_size = vocab_size
         self._eos = np.asarray(sorted(eos_token_ids), dtype=np.int64)
         self._consumed = 0
+        self._reported = False  # whether the matcher's error was logged
         # llguidance writes 32 ids a word, bit i of word w for id 32 w + i
         self._words = np.zeros((vocab_size + 31) // 32, dtype=np.int32)
 
@@ -201,13 +209,23 @@ class GuideState:
             self._matcher.consume_token(int(token))
             self._consumed += 1
 
+    def has_a_start(self) -> bool:
+        """Whether some output can begin the match (a grammar no output matches has no
+        first token; llguidance finds that computing the first mask)."""
+        self._matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
+        return not self._matcher.is_error()
+
     def mask(self, output_token_ids: Sequence[int]) -> np.ndarray:  # [V] bool
         self.advance(output_token_ids)
         allowed = np.zeros(self._vocab_size, dtype=bool)
-        if self._matcher.is_error():
+        if not self._matcher.is_error():
+            self._matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
+        if self._matcher.is_error():  # (a limit of the library reached mid-output)
+            if not self._reported:
+                self._reported = True
+                log.warning("a guide failed mid-output: %s", _first_line(self._matcher.get_error()))
             allowed[self._eos[self._eos < self._vocab_size]] = True
             return allowed
-        self._matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
         bits = np.unpackbits(self._words.view(np.uint8), bitorder="little")
         allowed[:] = bits[: self._vocab_size].astype(bool)
         return allowed
@@ -251,7 +269,13 @@ class GuideCompiler:
             raise InvalidRequestError(f"invalid {guide.kind}: {exc}", guide.param) from None
         if matcher.is_error():
             raise InvalidRequestError(f"invalid {guide.kind}: {matcher.get_error()}", guide.param)
-        return GuideState(matcher, self._vocab_size, self._eos)
+        state = GuideState(matcher, self._vocab_size, self._eos)
+        if not state.has_a_start():
+            raise InvalidRequestError(
+                f"the {guide.kind} can match no output: {_first_line(matcher.get_error())}",
+                guide.param,
+            )
+        return state
 
     def _tag_item(self, text: str) -> str:
         """A tag as the grammar must name it: by its token where the vocabulary has it as

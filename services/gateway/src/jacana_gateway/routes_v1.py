@@ -100,7 +100,7 @@ async def _generate(
         fmt,
         env,
         engine_request,
-        stream=body.stream,
+        stream=bool(body.stream),
         include_usage=include_usage,
         keep=sampling_surface.kept_choices(body),
     )

@@ -130,8 +130,8 @@ class StreamOptions(BaseModel):
 
     model_config = _Strict
 
-    include_usage: Bool = Field(
-        False, description="Send one last chunk with empty choices and the usage."
+    include_usage: Bool | None = Field(
+        False, description="Send one last chunk with empty choices and the usage (null: no)."
     )
     include_obfuscation: Bool | None = Field(None, description="Accepted and ignored.")
 
@@ -144,7 +144,7 @@ class GenerationRequest(BaseModel):
     _text_only = model_validator(mode="before")(reject_lone_surrogates)
 
     model: Str = Field(..., min_length=1, description="A model id from /v1/models.")
-    stream: Bool = Field(False, description="Stream server-sent events.")
+    stream: Bool | None = Field(False, description="Stream server-sent events (null: no).")
     stream_options: StreamOptions | None = None
     temperature: Annotated[Float, Field(ge=0.0, le=2.0)] | None = Field(
         None, description="0 is greedy. Default 1."
