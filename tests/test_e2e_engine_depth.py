@@ -192,7 +192,7 @@ async def test_a_request_that_can_never_fit_the_pool_is_rejected(small_engine):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await generate(stub, prompt_token_ids=prompt, sampling=greedy(50))
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        message, param = parse_grpc_details(info.value.details())
+        message, param, _ = parse_grpc_details(info.value.details())
         assert param == "max_tokens" and "128" in message
         # Without a client max_tokens the request is clamped to what the pool leaves.
         ids, last = await generate(

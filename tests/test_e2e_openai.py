@@ -172,7 +172,13 @@ def test_prompt_over_context_length_is_400_from_engine(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=MODEL_ID, prompt="hello " * 30_000, max_tokens=1)
     assert info.value.body["param"] in ("prompt", "max_tokens")
+    assert info.value.body["code"] == "context_length_exceeded"
     assert "8192" in info.value.body["message"]
+    # on chat the prompt is the messages
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(client, "hello " * 9_000, max_tokens=1)
+    assert info.value.body["param"] == "messages"
+    assert info.value.body["code"] == "context_length_exceeded"
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,7 @@ async def test_invalid_requests_are_invalid_argument(engine, request_kwargs, par
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await collect(stub, engine_pb2.GenerateRequest(**request_kwargs))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    message, got_param = parse_grpc_details(info.value.details())
+    message, got_param, _ = parse_grpc_details(info.value.details())
     assert got_param == param, message
 
 

@@ -57,9 +57,19 @@ def test_grpc_status_maps_to_http(code, status):
     assert api_error_from_grpc(code, "boom").status == status
 
 
-def test_grpc_details_carry_param():
+def test_grpc_details_carry_param_and_code():
     err = api_error_from_grpc(grpc.StatusCode.INVALID_ARGUMENT, grpc_details("too long", "prompt"))
-    assert (err.status, err.message, err.param) == (400, "too long", "prompt")
+    assert (err.status, err.message, err.param, err.code) == (
+        400,
+        "too long",
+        "prompt",
+        "invalid_value",
+    )
+    details = grpc_details("a\nb", "prompt", "context_length_exceeded")
+    err = api_error_from_grpc(grpc.StatusCode.INVALID_ARGUMENT, details)
+    assert (err.message, err.param, err.code) == ("a\nb", "prompt", "context_length_exceeded")
+    err = api_error_from_grpc(grpc.StatusCode.INVALID_ARGUMENT, grpc_details("plain"))
+    assert (err.message, err.param, err.code) == ("plain", None, None)
 
 
 class _AliasedSettings(ServiceSettings):

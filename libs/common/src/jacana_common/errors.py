@@ -75,23 +75,32 @@ def api_error_from_grpc(code: grpc.StatusCode, details: str | None) -> ApiError:
     to blame (see :func:`grpc_details`); it becomes the OpenAI ``param``.
     """
     status = _HTTP_BY_GRPC.get(code, 503 if code == grpc.StatusCode.UNKNOWN else 500)
-    message, param = parse_grpc_details(details or code.name.lower())
+    message, param, error_code = parse_grpc_details(details or code.name.lower())
     if status == 500:
         # An internal backend fault: the client gets a retryable 503, never a 500.
         status = 503
     if status == 499:
         status = 503
-    return ApiError(status=status, message=message, param=param)
+    if error_code is None and status == 400 and param is not None:
+        error_code = "invalid_value"  # as the gateway's own checks name a bad field
+    return ApiError(status=status, message=message, param=param, code=error_code)
 
 
-def grpc_details(message: str, param: str | None = None) -> str:
-    """Encode a message and the blamed field for a gRPC status' details."""
-    return f"param={param}\n{message}" if param else message
+def grpc_details(message: str, param: str | None = None, code: str | None = None) -> str:
+    """Encode a message, the blamed field and OpenAI's error code for a gRPC status'
+    details: a ``param=<name>`` line and a ``code=<code>`` line, each where given, then
+    the message."""
+    head = [f"{key}={value}" for key, value in (("param", param), ("code", code)) if value]
+    return "\n".join([*head, message])
 
 
-def parse_grpc_details(details: str) -> tuple[str, str | None]:
-    """Inverse of :func:`grpc_details`."""
-    if details.startswith("param="):
-        head, _, message = details.partition("\n")
-        return message, head.removeprefix("param=")
-    return details, None
+def parse_grpc_details(details: str) -> tuple[str, str | None, str | None]:
+    """Inverse of :func:`grpc_details`: (message, param, code)."""
+    found: dict[str, str] = {}
+    while True:
+        head, newline, rest = details.partition("\n")
+        key, equals, value = head.partition("=")
+        if not newline or not equals or key not in ("param", "code") or key in found:
+            return details, found.get("param"), found.get("code")
+        found[key] = value
+        details = rest

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 from jacana_engine.errors import InvalidRequestError
 
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # OpenAI's code for a request past the window
+
 
 def check_token_ids(
     token_ids: Sequence[int], vocab_size: int, *, param: str, empty: str, noun: str
@@ -41,6 +43,7 @@ def resolve_max_tokens(
             f"This model's {what}, and the prompt has {n_prompt}: no room is left for "
             "the completion. Shorten the prompt.",
             "prompt",
+            CONTEXT_LENGTH_EXCEEDED,
         )
     if max_tokens is None:
         return request_limit - n_prompt
@@ -50,5 +53,6 @@ def resolve_max_tokens(
             f"({n_prompt} in the prompt, {max_tokens} for the completion). Reduce the "
             "prompt or max_tokens.",
             "max_tokens",
+            CONTEXT_LENGTH_EXCEEDED,
         )
     return max_tokens

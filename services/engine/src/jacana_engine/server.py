@@ -157,8 +157,11 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                         msg.prompt_text = echo
                 yield msg
         except InvalidRequestError as exc:
+            # a chat's prompt is its messages (what the client sent)
+            chat = request.WhichOneof("input") == "chat"
+            param = "messages" if chat and exc.param == "prompt" else exc.param
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, grpc_details(exc.message, exc.param)
+                grpc.StatusCode.INVALID_ARGUMENT, grpc_details(exc.message, param, exc.code)
             )
         finally:
             if registered:
@@ -212,7 +215,7 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                 if exc.param == "model"
                 else grpc.StatusCode.INVALID_ARGUMENT
             )
-            await context.abort(code, grpc_details(exc.message, exc.param))
+            await context.abort(code, grpc_details(exc.message, exc.param, exc.code))
         num_tokens = sum(len(x.ids) for x in inputs)
         return engine_pb2.EmbedResponse(
             embeddings=[
