@@ -9,7 +9,12 @@ import json
 import pytest
 
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
-from jacana_engine.chat_template import apply_chat_template, chat_messages, chat_tools
+from jacana_engine.chat_template import (
+    apply_chat_template,
+    chat_messages,
+    chat_tools,
+    check_tool_calls_render,
+)
 from jacana_engine.errors import InvalidRequestError
 from jacana_engine.model_assets import qwen_coder_0_5b_path
 from jacana_engine.structured_output import Guide, GuideCompiler
@@ -101,6 +106,15 @@ def test_a_template_without_tools_refuses_them(smollm2_tokenizer):
         chat_tools(json.dumps(TOOLS), smollm2_tokenizer)
     assert raised.value.param == "tools"
     assert chat_tools("", smollm2_tokenizer) is None
+
+
+def test_tool_calls_a_template_never_reads_are_refused(smollm2_tokenizer, qwen_tokenizer):
+    messages = chat_messages(MESSAGES)
+    with pytest.raises(InvalidRequestError, match="does not render tool calls") as raised:
+        check_tool_calls_render(messages, smollm2_tokenizer)
+    assert raised.value.param == "messages[2].tool_calls"
+    check_tool_calls_render(messages, qwen_tokenizer)  # Qwen's template renders them
+    check_tool_calls_render(messages[:2], smollm2_tokenizer)  # no calls: nothing to refuse
 
 
 @pytest.mark.parametrize("arguments", ['{"x": 1}', "not json", "[1, 2]"])

@@ -151,6 +151,18 @@ def _arguments(text: str) -> Any:
     return value if isinstance(value, dict) else text
 
 
+def check_tool_calls_render(messages: Sequence[Mapping[str, Any]], tokenizer: Tokenizer) -> None:
+    """Refuse (naming the message) a conversation whose assistant calls of tools the
+    model's template never reads: they would vanish from the prompt unseen."""
+    if "tool_calls" in (tokenizer.chat_template or ""):
+        return
+    for i, message in enumerate(messages):
+        if message.get("tool_calls"):
+            raise InvalidRequestError(
+                "this model's chat template does not render tool calls", f"messages[{i}].tool_calls"
+            )
+
+
 def chat_tools(tools_json: str, tokenizer: Tokenizer) -> list[Any] | None:
     """The tools to render (OpenAI's ``tools`` array, from its JSON text), None when there
     are none; a template that never reads ``tools`` cannot show them to the model, so a

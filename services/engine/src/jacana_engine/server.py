@@ -101,12 +101,19 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         if kind == "prompt":
             return self.tokenizer.encode(request.prompt)
         if kind == "chat":
-            from jacana_engine.chat_template import apply_chat_template, chat_messages, chat_tools
+            from jacana_engine.chat_template import (
+                apply_chat_template,
+                chat_messages,
+                chat_tools,
+                check_tool_calls_render,
+            )
 
             tools = chat_tools(request.chat.tools, self.tokenizer)
+            messages = chat_messages(request.chat.messages)
+            check_tool_calls_render(messages, self.tokenizer)
             text = apply_chat_template(
                 self.tokenizer,
-                chat_messages(request.chat.messages),
+                messages,
                 add_generation_prompt=request.chat.add_generation_prompt,
                 **({"tools": tools} if tools is not None else {}),
             )
