@@ -52,7 +52,7 @@ async def test_engine_invalid_argument_is_a_400_with_its_param(
             "message": "prompt has 9000 tokens, context is 8192",
             "type": "invalid_request_error",
             "param": "messages",
-            "code": None,
+            "code": "invalid_value",  # a field named, no code given
         }
     }
 
