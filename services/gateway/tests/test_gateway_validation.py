@@ -137,6 +137,8 @@ BAD_PARAMS = [
     (CHAT, chat(tools=[{"type": "retrieval"}]), "tools[0].type"),
     (CHAT, chat(tools=[TOOL], tool_choice="sometimes"), "tool_choice"),
     (CHAT, chat(tool_choice="required"), "tool_choice"),
+    (CHAT, chat(tools=[TOOL], tool_choice={"type": "function", "function": {}}), "tool_choice"),
+    (CHAT, chat(tools=[TOOL], tool_choice={"type": "function"}), "tool_choice"),
     (
         CHAT,
         chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "g"}}),

@@ -285,11 +285,17 @@ class MessageToolCall(BaseModel):
     function: CalledFunction
 
 
+class ChosenFunction(BaseModel):
+    model_config = _Strict
+
+    name: Str
+
+
 class NamedToolChoice(BaseModel):
     model_config = _Strict
 
     type: Literal["function"]
-    function: dict[Literal["name"], Str]
+    function: ChosenFunction
 
 
 class ChatMessage(BaseModel):

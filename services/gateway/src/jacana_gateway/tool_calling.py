@@ -51,7 +51,7 @@ def forced_guide(body: ChatCompletionRequest) -> pb.Guide | None:
     functions = [t.function for t in body.tools]
     several = body.parallel_tool_calls is not False
     if choice != "required":
-        name = choice.function["name"]
+        name = choice.function.name
         functions = [f for f in functions if f.name == name]
         if not functions:
             raise _invalid(f"'tool_choice' names '{name}', which is not in 'tools'.", "tool_choice")
