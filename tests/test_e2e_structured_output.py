@@ -78,35 +78,44 @@ def test_sampled_choices_each_obey_the_schema(client):
         assert isinstance(value["sure"], bool)
 
 
-def test_guided_choice_regex_and_grammar_on_completions(client):
-    choices = ["Paris", "Lyon", "Marseille"]
+CITIES = ["Paris", "Lyon", "Marseille"]
+DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+DISTANCE = 'start: answer " " unit\nanswer: /[0-9]+/\nunit: "km" | "miles"'
+# (prompt, max_tokens, guide field, the finished text's check, whether it must end on "stop")
+COMPLETION_GUIDES = {
+    "choice": (
+        "The capital of France is",
+        8,
+        {"guided_choice": CITIES},
+        lambda text: text in CITIES,
+        True,
+    ),
+    "regex": (
+        "The date of the moon landing was",
+        16,
+        {"guided_regex": DATE},
+        lambda text: re.fullmatch(DATE, text),
+        False,
+    ),
+    "grammar": (
+        "The distance from Paris to Lyon is",
+        12,
+        {"guided_grammar": DISTANCE},
+        lambda text: re.fullmatch(r"[0-9]+ (km|miles)", text),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(COMPLETION_GUIDES))
+def test_guided_completions(client, kind):
+    prompt, max_tokens, field, obeys, stops = COMPLETION_GUIDES[kind]
     resp = client.completions.create(
-        model=MODEL_ID,
-        prompt="The capital of France is",
-        max_tokens=8,
-        temperature=0,
-        extra_body={"guided_choice": choices},
+        model=MODEL_ID, prompt=prompt, max_tokens=max_tokens, temperature=0, extra_body=field
     )
-    assert resp.choices[0].text in choices
-    assert resp.choices[0].finish_reason == "stop"
-    pattern = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
-    resp = client.completions.create(
-        model=MODEL_ID,
-        prompt="The date of the moon landing was",
-        max_tokens=16,
-        temperature=0,
-        extra_body={"guided_regex": pattern},
-    )
-    assert re.fullmatch(pattern, resp.choices[0].text), resp.choices[0].text
-    grammar = 'start: answer " " unit\nanswer: /[0-9]+/\nunit: "km" | "miles"'
-    resp = client.completions.create(
-        model=MODEL_ID,
-        prompt="The distance from Paris to Lyon is",
-        max_tokens=12,
-        temperature=0,
-        extra_body={"guided_grammar": grammar},
-    )
-    assert re.fullmatch(r"[0-9]+ (km|miles)", resp.choices[0].text), resp.choices[0].text
+    assert obeys(resp.choices[0].text), resp.choices[0].text
+    if stops:
+        assert resp.choices[0].finish_reason == "stop"
 
 
 @pytest.mark.parametrize(

@@ -25,14 +25,7 @@ def assert_greedy_matches_transformers(model, tok, prompt_ids, ours, new_tokens:
     """Each of ``ours`` (our greedy continuations) equals transformers' ``generate`` of that
     prompt alone (the reference of the parity tests), token for token."""
     for ids, own in zip(prompt_ids, ours, strict=True):
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                do_sample=False,
-                max_new_tokens=new_tokens,
-            )
-        want = out[0, len(ids) :].tolist()
+        want = hf_greedy(model, ids, new_tokens, eos_token_id=model.generation_config.eos_token_id)
         assert own == want, (
             f"prompt {tok.decode(ids)!r}:\n{tok.decode(own)!r}\n{tok.decode(want)!r}"
         )

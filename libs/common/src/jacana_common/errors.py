@@ -52,6 +52,14 @@ class ApiError(Exception):
         }
 
 
+INVALID_VALUE = "invalid_value"  # the code of a 400 that names the bad field
+
+
+def invalid_value(message: str, param: str | None) -> ApiError:
+    """The 400 for a request field whose value (or combination) cannot be served."""
+    return ApiError(400, message, param, INVALID_VALUE)
+
+
 # How a backend's gRPC status is shown over HTTP.
 _HTTP_BY_GRPC = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -82,7 +90,7 @@ def api_error_from_grpc(code: grpc.StatusCode, details: str | None) -> ApiError:
     if status == 499:
         status = 503
     if error_code is None and status == 400 and param is not None:
-        error_code = "invalid_value"  # as the gateway's own checks name a bad field
+        error_code = INVALID_VALUE  # as the gateway's own checks name a bad field
     return ApiError(status=status, message=message, param=param, code=error_code)
 
 

@@ -123,18 +123,13 @@ class Guide:
                 f"unknown guide kind {self.kind!r}; known: {', '.join(_GRAMMARS)}", self.param
             )
         if self.kind == "json_schema":
-            try:
-                schema = json.loads(self.value)
-            except ValueError as exc:
-                raise InvalidRequestError(
-                    f"the JSON schema is not JSON: {exc}", self.param
-                ) from None
+            schema = _json(self.value, "the JSON schema is not JSON", self.param)
             if not isinstance(schema, dict | bool):
                 raise InvalidRequestError("a JSON schema must be an object", self.param)
         if self.kind == "tool_calls":
             _check_tool_calls(self.value, self.param)
         if self.kind == "choice":
-            choices = _parsed_choices(self.value, self.param)
+            choices = _json(self.value, "the choices are not a JSON array", self.param)
             if not choices or not all(isinstance(c, str) and c for c in choices):
                 raise InvalidRequestError(
                     "a choice must list one or more non-empty strings", self.param
@@ -159,11 +154,12 @@ def _check_tool_calls(value: str, param: str) -> None:
         raise InvalidRequestError("a tool-call guide names one or more functions", param)
 
 
-def _parsed_choices(value: str, param: str) -> Any:
+def _json(value: str, not_json: str, param: str) -> Any:
+    """``value`` parsed, or the request refused with ``not_json`` and the parser's reason."""
     try:
         return json.loads(value)
     except ValueError as exc:
-        raise InvalidRequestError(f"the choices are not a JSON array: {exc}", param) from None
+        raise InvalidRequestError(f"{not_json}: {exc}", param) from None
 
 
 def _first_line(text: str) -> str:
@@ -256,11 +252,12 @@ class GuideCompiler:
         return self._vocabulary
 
     def state(self, guide: Guide) -> GuideState:
-        """A fresh state at the grammar's start; raises :class:`InvalidRequestError` when
-        the guide does not compile (the library's message, naming ``guide.param``)."""
+        """A fresh state at the grammar's start for a guide that passed
+        :meth:`Guide.validate` (``SamplingParams.validate`` runs it); raises
+        :class:`InvalidRequestError` when the guide does not compile (the library's
+        message, naming ``guide.param``)."""
         import llguidance
 
-        guide.validate()
         vocabulary = self._tokenizer()
         try:
             grammar = guide.grammar(self._tag_item)

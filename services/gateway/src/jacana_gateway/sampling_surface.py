@@ -21,15 +21,11 @@ how many of the engine's choices are answered.
 
 from __future__ import annotations
 
-from jacana_common.errors import ApiError
+from jacana_common.errors import invalid_value
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
 from jacana_gateway import tool_calling
 from jacana_gateway.formats import ChatFormat, Format, TextFormat
 from jacana_gateway.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
-
-
-def _invalid(message: str, param: str) -> ApiError:
-    return ApiError(400, message, param, "invalid_value")
 
 
 def _best_of(body: GenerationRequest) -> int | None:
@@ -41,18 +37,18 @@ def check(body: GenerationRequest, max_tokens: int | None) -> None:
 
     ``max_tokens``: the client's own limit (either name), None when unset."""
     if isinstance(body, ChatCompletionRequest) and body.top_logprobs and not body.logprobs:
-        raise _invalid("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs")
+        raise invalid_value("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs")
     if body.min_tokens and max_tokens is not None and body.min_tokens > max_tokens:
-        raise _invalid(
+        raise invalid_value(
             f"'min_tokens' ({body.min_tokens}) must not exceed the maximum number of new "
             f"tokens ({max_tokens}).",
             "min_tokens",
         )
     best_of, n = _best_of(body), body.n or 1
     if best_of is not None and best_of < n:
-        raise _invalid(f"'best_of' ({best_of}) must be at least 'n' ({n}).", "best_of")
+        raise invalid_value(f"'best_of' ({best_of}) must be at least 'n' ({n}).", "best_of")
     if best_of is not None and best_of > n and body.stream:
-        raise _invalid("'best_of' greater than 'n' cannot be streamed.", "best_of")
+        raise invalid_value("'best_of' greater than 'n' cannot be streamed.", "best_of")
 
 
 def apply(params: pb.SamplingParams, body: GenerationRequest) -> None:

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from jacana_common.errors import ApiError
+from jacana_common.errors import invalid_value
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
 from jacana_gateway import tool_calling
 from jacana_gateway.schemas import ChatCompletionRequest, GenerationRequest
@@ -31,20 +31,16 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FORMAT_TYPES = ("text", "json_object", "json_schema")
 
 
-def _invalid(message: str, param: str) -> ApiError:
-    return ApiError(400, message, param, "invalid_value")
-
-
 def _schema_text(schema: Any, param: str) -> str:
     if not isinstance(schema, dict | bool):
-        raise _invalid(f"'{param}' must be a JSON schema (an object).", param)
+        raise invalid_value(f"'{param}' must be a JSON schema (an object).", param)
     return json.dumps(schema)
 
 
 def _from_response_format(fmt: dict[str, Any]) -> pb.Guide | None:
     kind = fmt.get("type")
     if kind not in _FORMAT_TYPES:
-        raise _invalid(
+        raise invalid_value(
             f"'response_format.type' must be one of {', '.join(_FORMAT_TYPES)}; got {kind!r}.",
             "response_format.type",
         )
@@ -54,13 +50,13 @@ def _from_response_format(fmt: dict[str, Any]) -> pb.Guide | None:
         return pb.Guide(json_object=True, param="response_format")
     spec = fmt.get("json_schema")
     if not isinstance(spec, dict):
-        raise _invalid(
+        raise invalid_value(
             "'response_format.json_schema' must be an object with a 'name' and a 'schema'.",
             "response_format.json_schema",
         )
     name = spec.get("name")
     if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
-        raise _invalid(
+        raise invalid_value(
             "'response_format.json_schema.name' must be 1-64 letters, digits, '_' or '-'.",
             "response_format.json_schema.name",
         )
@@ -89,7 +85,7 @@ def guide(body: GenerationRequest) -> pb.Guide | None:
         if value is not None
     ]
     if len(asked) > 1:
-        raise _invalid(f"Set only one of {', '.join(repr(a) for a in asked)}.", asked[1])
+        raise invalid_value(f"Set only one of {', '.join(repr(a) for a in asked)}.", asked[1])
     if forced is not None:
         return forced
     if fmt is not None:

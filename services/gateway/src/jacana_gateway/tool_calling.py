@@ -18,14 +18,10 @@ from __future__ import annotations
 import json
 import uuid
 
-from jacana_common.errors import ApiError
+from jacana_common.errors import invalid_value
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
 from jacana_common.tool_calls import ToolCall
 from jacana_gateway.schemas import ChatCompletionRequest
-
-
-def _invalid(message: str, param: str) -> ApiError:
-    return ApiError(400, message, param, "invalid_value")
 
 
 def offered(body: ChatCompletionRequest) -> bool:
@@ -47,14 +43,16 @@ def forced_guide(body: ChatCompletionRequest) -> pb.Guide | None:
     if choice is None or choice in ("none", "auto"):
         return None
     if not body.tools:
-        raise _invalid("'tool_choice' needs 'tools' to choose from.", "tool_choice")
+        raise invalid_value("'tool_choice' needs 'tools' to choose from.", "tool_choice")
     functions = [t.function for t in body.tools]
     several = body.parallel_tool_calls is not False
     if choice != "required":
         name = choice.function.name
         functions = [f for f in functions if f.name == name]
         if not functions:
-            raise _invalid(f"'tool_choice' names '{name}', which is not in 'tools'.", "tool_choice")
+            raise invalid_value(
+                f"'tool_choice' names '{name}', which is not in 'tools'.", "tool_choice"
+            )
         several = False
     spec = {
         "functions": [{"name": f.name, "parameters": f.parameters} for f in functions],
