@@ -1,0 +1,1 @@
+"""Jacana's speech-to-text service: Whisper run in torch on CTranslate2 checkpoints."""

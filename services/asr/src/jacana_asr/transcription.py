@@ -1,0 +1,60 @@
+"""What a transcription request asks for and what it returns: the boundary between the
+service's gRPC layer and the model code (pure data, no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+SAMPLE_RATE = 16_000  # Whisper's input rate: every decoded upload is resampled to it
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """One request's decoding choices.
+
+    language: ISO-639-1 code ("en"), or None to detect it (an English-only model always
+    answers "en"). task: "transcribe" keeps the spoken language; "translate" writes English.
+    prompt: text that conditions the first window (previous context, spellings).
+    temperature: 0 decodes greedily; above 0 samples with that temperature.
+    """
+
+    language: str | None = None
+    task: str = "transcribe"
+    prompt: str | None = None
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of speech with its timing in seconds from the start of the audio."""
+
+    id: int
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...]
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    temperature: float
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """The whole result: text is the segments' texts joined, stripped at both ends."""
+
+    text: str
+    language: str
+    duration: float
+    segments: tuple[Segment, ...] = field(default_factory=tuple)
+
+
+class Transcriber(Protocol):
+    """Speech to text on one loaded model."""
+
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Transcription:
+        """audio: [samples] float32 mono at SAMPLE_RATE, in [-1, 1]."""
+        ...
