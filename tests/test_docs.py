@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jacana_asr.settings import AsrSettings
 from jacana_embeddings.settings import EmbeddingsSettings
 from jacana_engine.settings import EngineSettings
 from jacana_gateway.config import GatewaySettings
@@ -15,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
-@pytest.mark.parametrize("settings", [EngineSettings, EmbeddingsSettings, GatewaySettings])
+@pytest.mark.parametrize(
+    "settings", [EngineSettings, EmbeddingsSettings, GatewaySettings, AsrSettings]
+)
 def test_every_setting_is_in_the_readme(settings):
     prefix = settings.model_config["env_prefix"]
     missing = [

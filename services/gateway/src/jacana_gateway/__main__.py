@@ -23,7 +23,11 @@ def main() -> None:
     settings = GatewaySettings.load()
     configure_logging("gateway", settings.log_level, settings.log_json)
     set_gil_switch_interval(settings.gil_switch_interval_us)
-    for kind, served in (("generation", settings.engines), ("embeddings", settings.embeddings)):
+    for kind, served in (
+        ("generation", settings.engines),
+        ("embeddings", settings.embeddings),
+        ("asr", settings.asr),
+    ):
         if served:
             log.info("%s: %s", kind, ", ".join(f"{m} -> {t}" for m, t in served.items()))
     config = uvicorn.Config(

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from jacana_gateway import routes_ops, routes_v1, version
 from jacana_gateway.admission import Admission
+from jacana_gateway.audio_route import AsrBackends, audio_router
 from jacana_gateway.auth import BearerAuthMiddleware
 from jacana_gateway.body_limit import BodyLimitMiddleware
 from jacana_gateway.config import GatewaySettings
@@ -32,6 +33,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         version=version(),
         started_at=int(time.time()),
         embeddings=EmbeddingsBackends(settings.embeddings),
+        asr=AsrBackends(settings.asr),
     )
 
     @asynccontextmanager
@@ -61,8 +63,15 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             state.embeddings, engines=state.pool, timeout_s=settings.request_timeout_s
         )
     )
+    app.include_router(
+        audio_router(state.asr, timeout_s=settings.request_timeout_s, other_kind=state.route_for)
+    )
     # Added last = runs first: authentication before reading any body.
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        limit=settings.max_body_bytes,
+        prefix_limits={"/v1/audio/": settings.max_audio_body_bytes},
+    )
     if settings.api_keys:
         app.add_middleware(BearerAuthMiddleware, keys=settings.api_keys)
     return app

@@ -2,10 +2,14 @@
 
 A pure ASGI middleware: a declared ``Content-Length`` above the limit is refused before
 anything is read; a chunked body is counted as it arrives and refused (through the app's
-HTTPException handler, so still OpenAI-shaped) as soon as it passes the limit.
+HTTPException handler, so still OpenAI-shaped) as soon as it passes the limit. Paths
+under a prefix of ``prefix_limits`` get that prefix's limit instead (audio uploads are
+larger than any JSON body).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -22,19 +26,28 @@ def too_large(limit: int) -> ApiError:
 
 
 class BodyLimitMiddleware:
-    """Cap the size of every HTTP request body at ``limit`` bytes."""
+    """Cap the size of every HTTP request body at ``limit`` bytes, or at the limit of the
+    longest prefix in ``prefix_limits`` that the path starts with."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int, prefix_limits: Mapping[str, int] | None = None
+    ) -> None:
         self.app = app
         self.limit = limit
+        # longest prefix first, so the most specific one decides
+        self.prefix_limits = sorted((prefix_limits or {}).items(), key=lambda p: -len(p[0]))
+
+    def limit_for(self, path: str) -> int:
+        return next((n for prefix, n in self.prefix_limits if path.startswith(prefix)), self.limit)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.limit_for(scope.get("path", ""))
         declared = Headers(scope=scope).get("content-length", "")
-        if declared.isdigit() and int(declared) > self.limit:
-            await error_response(too_large(self.limit))(scope, receive, send)
+        if declared.isdigit() and int(declared) > limit:
+            await error_response(too_large(limit))(scope, receive, send)
             return
         received = 0
 
@@ -43,8 +56,8 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise HTTPException(413, too_large(self.limit).message)
+                if received > limit:
+                    raise HTTPException(413, too_large(limit).message)
             return message
 
         await self.app(scope, counting_receive, send)

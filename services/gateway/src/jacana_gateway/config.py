@@ -6,10 +6,12 @@ both spellings are set, the gateway-specific one wins. Complex fields are JSON::
 
     JACANA_GATEWAY_ENGINES='{"smollm2-135m-instruct": ["127.0.0.1:50051", "10.0.0.2:50051"]}'
     JACANA_GATEWAY_EMBEDDINGS='{"all-minilm-l6-v2": ["127.0.0.1:50061"]}'
+    JACANA_GATEWAY_ASR='{"whisper-tiny.en": ["127.0.0.1:50081"]}'
     JACANA_GATEWAY_API_KEYS='["sk-local-1", "sk-local-2"]'
 
-A gateway serves generation models (``ENGINES``), embedding models (``EMBEDDINGS``) or
-both; at least one of the two maps must name a model, and a model id belongs to one map.
+A gateway serves generation models (``ENGINES``), embedding models (``EMBEDDINGS``),
+speech-to-text models (``ASR``) or any mix; at least one of the maps must name a model,
+and a model id belongs to one map.
 """
 
 from __future__ import annotations
@@ -55,10 +57,19 @@ class GatewaySettings(ServiceSettings):
     embeddings: dict[str, EngineTargets] = Field(
         default_factory=dict,
         max_length=256,
-        validate_default=True,  # so that "nothing to serve" is caught when both are unset
         description=(
             "Embedding model id -> gRPC endpoints (host:port) of the embeddings services "
             "serving it on /v1/embeddings; least in-flight first. Empty: none."
+        ),
+    )
+    asr: dict[str, EngineTargets] = Field(
+        default_factory=dict,
+        max_length=256,
+        validate_default=True,  # so that "nothing to serve" is caught when all are unset
+        description=(
+            "Speech-to-text model id -> gRPC endpoints (host:port) of the ASR services "
+            "serving it on /v1/audio/transcriptions and /v1/audio/translations; least "
+            "in-flight first. Empty: none."
         ),
     )
     max_prompt_chars: int = Field(
@@ -108,6 +119,16 @@ class GatewaySettings(ServiceSettings):
         le=1024 * 1024 * 1024,
         description="Largest accepted request body in bytes; larger bodies get a 413.",
     )
+    max_audio_body_bytes: int = Field(
+        26 * 1024 * 1024,
+        ge=1024,
+        le=60 * 1024 * 1024,  # the upload travels in one gRPC message (64 MiB at most)
+        description=(
+            "Largest accepted body of /v1/audio/* requests (the audio file and its form "
+            "fields); larger bodies get a 413. Default: OpenAI's 25 MB file limit plus room "
+            "for the form."
+        ),
+    )
     health_timeout_s: float = Field(
         2.0, gt=0.0, le=60.0, description="Deadline of each engine health probe behind /health."
     )
@@ -118,7 +139,7 @@ class GatewaySettings(ServiceSettings):
         description="On SIGTERM, how long in-flight requests (streams included) may finish.",
     )
 
-    @field_validator("engines", "embeddings")
+    @field_validator("engines", "embeddings", "asr")
     @classmethod
     def _check_engines(cls, engines: dict[str, list[str]]) -> dict[str, list[str]]:
         for model, targets in engines.items():
@@ -131,23 +152,27 @@ class GatewaySettings(ServiceSettings):
                 raise ValueError(f"model {model!r}: duplicate endpoints")
         return engines
 
-    @field_validator("embeddings")
+    @field_validator("asr")
     @classmethod
     def _something_to_serve(
-        cls, embeddings: dict[str, list[str]], info: ValidationInfo
+        cls, asr: dict[str, list[str]], info: ValidationInfo
     ) -> dict[str, list[str]]:
-        if "engines" not in info.data:  # ENGINES itself is invalid; that error suffices
-            return embeddings
-        engines = info.data["engines"]
-        if not engines and not embeddings:
+        if "engines" not in info.data or "embeddings" not in info.data:
+            return asr  # one of the other maps is invalid; that error suffices
+        maps = {"ENGINES": info.data["engines"], "EMBEDDINGS": info.data["embeddings"], "ASR": asr}
+        if not any(maps.values()):
             raise ValueError(
                 "no model to serve: set JACANA_GATEWAY_ENGINES (generation models), "
-                "JACANA_GATEWAY_EMBEDDINGS (embedding models) or both"
+                "JACANA_GATEWAY_EMBEDDINGS (embedding models), JACANA_GATEWAY_ASR "
+                "(speech-to-text models) or several"
             )
-        both = sorted(set(engines) & set(embeddings))
-        if both:
-            raise ValueError(
-                f"model id(s) {both} appear in both JACANA_GATEWAY_ENGINES and "
-                "JACANA_GATEWAY_EMBEDDINGS; a model id names one model"
-            )
-        return embeddings
+        names = list(maps)
+        for i, first in enumerate(names):
+            for second in names[i + 1 :]:
+                both = sorted(set(maps[first]) & set(maps[second]))
+                if both:
+                    raise ValueError(
+                        f"model id(s) {both} appear in both JACANA_GATEWAY_{first} and "
+                        f"JACANA_GATEWAY_{second}; a model id names one model"
+                    )
+        return asr

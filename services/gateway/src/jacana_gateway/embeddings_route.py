@@ -33,7 +33,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-import grpc
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
@@ -41,12 +40,12 @@ from pydantic import StrictBool as Bool
 from pydantic import StrictInt as Int
 from pydantic import StrictStr as Str
 
-from jacana_common.errors import ApiError, api_error_from_grpc
+from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2 as pb
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
 from jacana_common.pb.jacana.engine.v1 import engine_pb2
 from jacana_gateway.disconnect import cancel_on_disconnect
-from jacana_gateway.replica_pool import ReplicaPool
+from jacana_gateway.replica_pool import ReplicaPool, call_with_failover
 from jacana_gateway.unicode_check import reject_lone_surrogates
 
 EMBEDDINGS_SERVICE = "jacana.embeddings.v1.Embeddings"
@@ -176,19 +175,7 @@ async def call_embed(pool: ReplicaPool, model: str, request: Any, timeout: float
     """``Embed`` on the least busy replica of ``model`` in ``pool`` (embeddings services or
     engines: both stubs have it), moving on while replicas are UNAVAILABLE (embedding is
     idempotent, so a retry cannot double anything). Raises :class:`ApiError`."""
-    candidates = pool.candidates(model)
-    for n, replica in enumerate(candidates, start=1):
-        pool.acquire(replica)
-        try:
-            return await replica.stub.Embed(request, timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                pool.mark_failed(replica)
-            if exc.code() != grpc.StatusCode.UNAVAILABLE or n == len(candidates):
-                raise api_error_from_grpc(exc.code(), exc.details()) from None
-        finally:
-            pool.release(replica)
-    raise RuntimeError(f"model {model!r} has no endpoints")
+    return await call_with_failover(pool, model, "Embed", request, timeout)
 
 
 def _grpc_request(body: EmbeddingsRequest, messages: Any, **fields: Any) -> Any:

@@ -6,6 +6,9 @@ The pool owns one grpc.aio channel per distinct endpoint, opened by
 (which also cancels any call still open on them). Per-replica in-flight counts live here,
 in the gateway process, and only ever change on the event loop thread.
 
+:func:`call_with_failover` is the one unary call path of idempotent RPCs (Embed,
+Transcribe): least busy replica first, the next one while replicas answer UNAVAILABLE.
+
 Routing: :meth:`ReplicaPool.candidates` orders a model's replicas by (failed recently,
 in-flight requests, rotation), so the least-loaded healthy replica comes first, ties
 rotate, and a replica that just returned UNAVAILABLE is tried last for ``retry_after_s``.
@@ -22,7 +25,9 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from jacana_common.errors import api_error_from_grpc
 from jacana_common.grpc_client import make_channel
+from jacana_common.telemetry import outgoing_metadata
 
 # A generated gRPC stub class: called with a channel, it gives the service's client.
 StubFactory = Callable[[grpc.aio.Channel], Any]
@@ -138,3 +143,25 @@ class ReplicaPool:
         for (model, replica), ok in zip(pairs, results, strict=True):
             report[model][replica.target] = ok
         return report
+
+
+async def call_with_failover(
+    pool: ReplicaPool, model: str, method: str, request: Any, timeout: float
+) -> Any:
+    """``replica.stub.<method>(request)`` on the least busy replica of ``model``, moving on
+    while replicas answer UNAVAILABLE (each marked failed). Only for idempotent RPCs: a
+    retried call may have run. Raises :class:`ApiError` (the last replica's status)."""
+    candidates = pool.candidates(model)
+    for n, replica in enumerate(candidates, start=1):
+        pool.acquire(replica)
+        try:
+            call = getattr(replica.stub, method)
+            return await call(request, timeout=timeout, metadata=outgoing_metadata())
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                pool.mark_failed(replica)
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or n == len(candidates):
+                raise api_error_from_grpc(exc.code(), exc.details()) from None
+        finally:
+            pool.release(replica)
+    raise RuntimeError(f"model {model!r} has no endpoints")

@@ -1,4 +1,4 @@
-"""Operational routes: /health (engine and embeddings reachability) and /version.
+"""Operational routes: /health (engine, embeddings and ASR reachability) and /version.
 Never authenticated."""
 
 from __future__ import annotations
@@ -29,19 +29,25 @@ def build_router() -> APIRouter:
 
     @router.get("/health", response_model=None)
     async def health(request: Request) -> JSONResponse:
-        """200 when every model (generation and embedding) has at least one replica
-        answering SERVING, else 503.
+        """200 when every model (generation, embedding, speech-to-text) has at least one
+        replica answering SERVING, else 503.
 
-        The body lists each model's kind (``generation`` or ``embeddings``), endpoints and
-        whether they serve; on 503 it also carries an OpenAI error naming the models
-        without a healthy replica.
+        The body lists each model's kind (``generation``, ``embeddings`` or ``asr``),
+        endpoints and whether they serve; on 503 it also carries an OpenAI error naming the
+        models without a healthy replica.
         """
         state: GatewayState = request.app.state.gateway
         timeout = state.settings.health_timeout_s
-        engines, embeddings = await asyncio.gather(
-            state.pool.health(timeout), state.embeddings.health(timeout)
+        engines, embeddings, asr = await asyncio.gather(
+            state.pool.health(timeout),
+            state.embeddings.health(timeout),
+            state.asr.health(timeout),
         )
-        models = {**_models("generation", engines), **_models("embeddings", embeddings)}
+        models = {
+            **_models("generation", engines),
+            **_models("embeddings", embeddings),
+            **_models("asr", asr),
+        }
         down = [m for m, info in models.items() if info["healthy_replicas"] == 0]
         if not down:
             return JSONResponse({"status": "ok", "models": models})

@@ -1,9 +1,10 @@
 """The OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models (every served
-model, embedding models included; /v1/embeddings lives in :mod:`embeddings_route`).
+model, embedding and speech-to-text models included; /v1/embeddings lives in
+:mod:`embeddings_route`, /v1/audio/* in :mod:`audio_route`).
 
 Order of checks for a generation request: body shape and types (400, by FastAPI and
 :mod:`jacana_gateway.schemas`), model exists (404 ``model_not_found``; an embedding model
-is a 400 ``model_not_supported``), unsupported features (400,
+or a speech-to-text model is a 400 ``model_not_supported``), unsupported features (400,
 :mod:`jacana_gateway.unsupported`), gateway limits (400, :mod:`jacana_gateway.translate`),
 admission (429), then the engine (its INVALID_ARGUMENT -> 400 with its param, unreachable
 -> 503).
@@ -75,15 +76,17 @@ async def _generate(
     build: Callable[..., pb.GenerateRequest],
 ) -> Response:
     state = _state(request)
-    if body.model in state.embeddings:
+    if body.model not in state.pool:
+        route = state.route_for(body.model)
+        if route is None:
+            raise _model_not_found(body.model)
+        kind = "an embedding" if body.model in state.embeddings else "a speech-to-text"
         raise ApiError(
             400,
-            f"The model '{body.model}' is an embedding model; use /v1/embeddings.",
+            f"The model '{body.model}' is {kind} model; use {route}.",
             "model",
             "model_not_supported",
         )
-    if body.model not in state.pool:
-        raise _model_not_found(body.model)
     check(body)
     fmt = sampling_surface.response_format(body)
     env = _envelope(state, fmt.new_id(), body.model)
@@ -123,7 +126,8 @@ def build_router() -> APIRouter:
 
     @router.get("/models", responses=_ERRORS)
     async def list_models(request: Request) -> dict[str, Any]:
-        """The served models: generation models, then embedding models."""
+        """The served models: generation models, then embedding models, then
+        speech-to-text models."""
         state = _state(request)
         return {"object": "list", "data": [_model_card(state, m) for m in state.models]}
 
@@ -131,7 +135,7 @@ def build_router() -> APIRouter:
     async def get_model(model: str, request: Request) -> dict[str, Any]:
         """One served model; 404 if it is not served here."""
         state = _state(request)
-        if model not in state.pool and model not in state.embeddings:
+        if state.route_for(model) is None:
             raise _model_not_found(model)
         return _model_card(state, model)
 

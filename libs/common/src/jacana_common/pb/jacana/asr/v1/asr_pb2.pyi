@@ -1,0 +1,111 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Task(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_TRANSCRIBE: _ClassVar[Task]
+    TASK_TRANSLATE: _ClassVar[Task]
+TASK_TRANSCRIBE: Task
+TASK_TRANSLATE: Task
+
+class TranscribeRequest(_message.Message):
+    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    audio: bytes
+    filename: str
+    model: str
+    language: str
+    task: Task
+    prompt: str
+    temperature: float
+    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ...) -> None: ...
+
+class Segment(_message.Message):
+    __slots__ = ("id", "seek", "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob", "temperature")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SEEK_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    AVG_LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    NO_SPEECH_PROB_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    temperature: float
+    def __init__(self, id: _Optional[int] = ..., seek: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., temperature: _Optional[float] = ...) -> None: ...
+
+class TranscribeResponse(_message.Message):
+    __slots__ = ("text", "language", "language_name", "duration", "segments", "model_id")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_NAME_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    language: str
+    language_name: str
+    duration: float
+    segments: _containers.RepeatedCompositeFieldContainer[Segment]
+    model_id: str
+    def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., language_name: _Optional[str] = ..., duration: _Optional[float] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ..., model_id: _Optional[str] = ...) -> None: ...
+
+class GetModelInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("model_id", "device", "max_audio_seconds", "max_concurrent", "max_queued")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    MAX_AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    device: str
+    max_audio_seconds: float
+    max_concurrent: int
+    max_queued: int
+    def __init__(self, model_id: _Optional[str] = ..., device: _Optional[str] = ..., max_audio_seconds: _Optional[float] = ..., max_concurrent: _Optional[int] = ..., max_queued: _Optional[int] = ...) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AsrStats(_message.Message):
+    __slots__ = ("running", "waiting", "requests_total", "rejected_total", "audio_seconds_total")
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    running: int
+    waiting: int
+    requests_total: int
+    rejected_total: int
+    audio_seconds_total: float
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., requests_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ...) -> None: ...

@@ -1,0 +1,72 @@
+"""Speech clips synthesized on the fly (espeak-ng + sox), shared by the audio front-end tests.
+
+Session-scoped: synthesizing and encoding take a fraction of a second each, done once.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Speech recognition turns spoken words into written text.",
+    "Please call Stella and ask her to bring these things from the store.",
+)
+
+
+def _run(*command: str | Path) -> None:
+    subprocess.run([str(part) for part in command], check=True, capture_output=True, timeout=60)
+
+
+def _need(*binaries: str) -> None:
+    missing = [name for name in binaries if shutil.which(name) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} on PATH")
+
+
+def synthesize(directory: Path, name: str, sentence: str) -> Path:
+    """A 16 kHz mono 16-bit wav of ``sentence`` spoken by espeak-ng."""
+    _need("espeak-ng", "sox")
+    raw = directory / f"{name}.raw.wav"
+    clip = directory / f"{name}.wav"
+    _run("espeak-ng", "-w", raw, sentence)
+    _run("sox", raw, "-r", "16000", "-c", "1", "-b", "16", clip)
+    return clip
+
+
+def _encode(source: Path | str, target: Path, *options: str) -> Path:
+    _need("ffmpeg")
+    _run("ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", source, *options, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def encode():
+    """encode(source, target, *options) -> target: re-encode a file with ffmpeg. The codec
+    follows the target's suffix unless options name one; options come after ``-i source``,
+    so they may also add inputs (``-f lavfi -i testsrc``) and ``-map`` streams."""
+    return _encode
+
+
+@pytest.fixture(scope="session")
+def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("speech")
+
+
+@pytest.fixture(scope="session")
+def speech_wav(speech_dir: Path) -> Path:
+    """About 3 s of one sentence: 16 kHz, mono, s16 wav."""
+    return synthesize(speech_dir, "short", SENTENCES[0])
+
+
+@pytest.fixture(scope="session")
+def long_speech_wav(speech_dir: Path) -> Path:
+    """Over 30 s (two encoder windows): the sentences repeated, joined with sox."""
+    clips = [synthesize(speech_dir, f"part{i}", text) for i, text in enumerate(SENTENCES)]
+    joined = speech_dir / "long.wav"
+    _run("sox", *(clips * 4), joined)
+    return joined
