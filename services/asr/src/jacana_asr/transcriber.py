@@ -1,0 +1,184 @@
+"""Whole-recording transcription with one loaded Whisper model (our torch implementation).
+
+Owns the seek loop over 30 s windows: each window is encoded, decoded with the previous
+windows' text as its prompt, cut at its timestamp pairs into segments, and the next window
+starts where the last closed segment ended. Decisions follow faster-whisper's defaults, the
+service's reference (greedy; no beam search):
+- temperature 0 asks for the fallback schedule 0, 0.2, ... 1.0: a window whose text loops
+  (zlib compression ratio > 2.4) or scores low (average log-probability < -1) is decoded
+  again hotter; a temperature above 0 decodes once at that temperature (OpenAI's rule);
+- a window the model calls silent (no-speech probability > 0.6 and a low score) is skipped;
+- after a window decoded above 0.5 the text prompt restarts, so a hallucination does not
+  condition the rest.
+Everything runs on ``device``; the host sees only token ids and scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from jacana_asr.ct2_checkpoint import load_checkpoint
+from jacana_asr.features import log_mel, mel_window
+from jacana_asr.segments import compression_ratio, split_window
+from jacana_asr.transcription import (
+    SAMPLE_RATE,
+    Segment,
+    TranscribeOptions,
+    Transcription,
+)
+from jacana_asr.whisper_model import WhisperModel
+from jacana_asr.whisper_tokens import WhisperTokens, load_whisper_tokens
+from jacana_asr.window_decoder import WindowOptions, WindowResult, decode_window
+
+MAX_LENGTH = 448  # the decoder's positions (n_text_ctx): prompt + output of one window
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a window is decoded again hotter, skipped as silence, or resets the prompt."""
+
+    compression_ratio: float = 2.4
+    log_prob: float = -1.0
+    no_speech: float = 0.6
+    prompt_reset_temperature: float = 0.5
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    result: WindowResult
+    compression_ratio: float
+
+
+class WhisperTranscriber:
+    """A Whisper checkpoint (CTranslate2 layout) loaded for transcription.
+
+    Not thread-safe: one transcription at a time (the service runs it on its own worker).
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "cpu",
+        thresholds: Thresholds = Thresholds(),
+    ) -> None:
+        model_dir = Path(model_dir)
+        self.model = WhisperModel(load_checkpoint(model_dir), device=device)
+        self.tokens: WhisperTokens = load_whisper_tokens(model_dir, self.model.config.n_vocab)
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.thresholds = thresholds
+
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Transcription:
+        """audio: [samples] float32 mono at 16 kHz. See the module docstring for the loop."""
+        tokens = self.tokens
+        mel = log_mel(audio, self.model.config.n_mels, device=self.model.device)
+        total_frames = mel.shape[1]
+        history: list[int] = []  # every kept segment's tokens: later windows' prompts
+        if options.prompt:
+            history = self._encode_text(" " + options.prompt.strip())
+        prompt_reset_since = 0
+        language = options.language if tokens.is_multilingual else "en"
+        segments: list[Segment] = []
+        seek = 0
+        while seek < total_frames:
+            window = mel_window(mel, seek)
+            encoded = self.model.encode(window.features[None])  # [1, n_audio_ctx, d_model]
+            if language is None:
+                language = self._detect_language(encoded)
+            previous = history[prompt_reset_since:][-(MAX_LENGTH // 2 - 1) :]
+            prompt = ([tokens.sot_prev, *previous] if previous else []) + tokens.sot_sequence(
+                language, options.task, timestamps=True
+            )
+            attempt, temperature = self._decode_with_fallback(encoded, prompt, options)
+            result = attempt.result
+            if result.no_speech_prob > self.thresholds.no_speech and not (
+                result.avg_logprob > self.thresholds.log_prob
+            ):
+                seek += window.num_frames  # silence: faster-whisper skips it the same way
+                continue
+            split = split_window(
+                list(result.tokens),
+                timestamp_begin=tokens.timestamp_begin,
+                seek=seek,
+                window_frames=window.num_frames,
+            )
+            for piece in split.segments:
+                text = self._decode_text(piece.tokens)
+                if piece.start == piece.end or not text.strip():
+                    continue
+                history.extend(piece.tokens)
+                segments.append(
+                    Segment(
+                        id=len(segments),
+                        start=piece.start,
+                        end=piece.end,
+                        text=text,
+                        tokens=piece.tokens,
+                        avg_logprob=result.avg_logprob,
+                        compression_ratio=attempt.compression_ratio,
+                        no_speech_prob=result.no_speech_prob,
+                        temperature=temperature,
+                    )
+                )
+            if temperature > self.thresholds.prompt_reset_temperature:
+                prompt_reset_since = len(history)
+            seek = split.next_seek
+        return Transcription(
+            text="".join(s.text for s in segments).strip(),
+            language=language or "en",
+            duration=len(audio) / SAMPLE_RATE,
+            segments=tuple(segments),
+        )
+
+    def _decode_with_fallback(
+        self, encoded: torch.Tensor, prompt: list[int], options: TranscribeOptions
+    ) -> tuple[_Attempt, float]:
+        """Decode one window, hotter each time the result loops or scores low."""
+        schedule = FALLBACK_TEMPERATURES if options.temperature == 0 else (options.temperature,)
+        limits = self.thresholds
+        attempts: list[tuple[_Attempt, float]] = []
+        for temperature in schedule:
+            result = decode_window(
+                self.model,
+                encoded,
+                prompt,
+                self.tokens,
+                WindowOptions(max_length=MAX_LENGTH, temperature=temperature),
+            )
+            attempt = _Attempt(result, compression_ratio(self._decode_text(result.tokens).strip()))
+            attempts.append((attempt, temperature))
+            loops = attempt.compression_ratio > limits.compression_ratio
+            scores_low = result.avg_logprob < limits.log_prob
+            if self._is_silence(result) or not (loops or scores_low):
+                return attempt, temperature
+        # Every attempt failed: keep the best-scoring one that does not loop, if any.
+        not_looping = [a for a in attempts if a[0].compression_ratio <= limits.compression_ratio]
+        best, _ = max(not_looping or attempts, key=lambda a: a[0].result.avg_logprob)
+        return best, schedule[-1]
+
+    def _is_silence(self, result: WindowResult) -> bool:
+        return (
+            result.no_speech_prob > self.thresholds.no_speech
+            and result.avg_logprob < self.thresholds.log_prob
+        )
+
+    @torch.inference_mode()
+    def _detect_language(self, encoded: torch.Tensor) -> str:
+        """The most likely language token after <|sot|> on this window."""
+        cache = self.model.new_cache(encoded)
+        sot = torch.tensor([[self.tokens.sot]], device=self.model.device)
+        logits = self.model.decode(sot, cache)[0, -1]  # [vocab]
+        codes = list(self.tokens.languages)
+        ids = torch.tensor([self.tokens.languages[c] for c in codes], device=logits.device)
+        return codes[int(logits[ids].argmax())]
+
+    def _encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def _decode_text(self, ids: tuple[int, ...] | list[int]) -> str:
+        return self.tokenizer.decode([t for t in ids if t < self.tokens.eot])
