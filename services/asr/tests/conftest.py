@@ -63,10 +63,25 @@ def speech_wav(speech_dir: Path) -> Path:
     return synthesize(speech_dir, "short", SENTENCES[0])
 
 
+# Distinct sentences for the long recording: repeated text would make Whisper's output
+# compress well, which sends a window into the (sampled) temperature fallback.
+LONG_SENTENCES = (
+    *SENTENCES,
+    "Seven ships sailed north along the rocky coast before dawn.",
+    "My grandmother grows tomatoes, beans and sunflowers in her garden.",
+    "The library closes early on Sundays during the summer holidays.",
+    "A train to the capital leaves every hour from platform nine.",
+    "Heavy rain is expected tomorrow afternoon across the western valleys.",
+    "The orchestra rehearsed the new symphony for three long weeks.",
+    "Please remember to water the plants and feed the cat on Friday.",
+    "Engineers measured the bridge again after the storm had passed.",
+)
+
+
 @pytest.fixture(scope="session")
 def long_speech_wav(speech_dir: Path) -> Path:
-    """Over 30 s (two encoder windows): the sentences repeated, joined with sox."""
-    clips = [synthesize(speech_dir, f"part{i}", text) for i, text in enumerate(SENTENCES)]
+    """Over 30 s (two encoder windows): distinct sentences joined with sox."""
+    clips = [synthesize(speech_dir, f"part{i}", text) for i, text in enumerate(LONG_SENTENCES)]
     joined = speech_dir / "long.wav"
-    _run("sox", *(clips * 4), joined)
+    _run("sox", *clips, joined)
     return joined

@@ -20,7 +20,6 @@ from jacana_asr.errors import (
     TranscriptionFailedError,
 )
 from jacana_asr.languages import language_name
-from jacana_asr.segments import FRAMES_PER_SECOND
 from jacana_asr.service import TranscriptionService
 from jacana_asr.transcription import TranscribeOptions, Transcription
 from jacana_common.errors import grpc_details
@@ -55,9 +54,7 @@ def encode_response(result: Transcription, model_id: str) -> asr_pb2.TranscribeR
     segments = [
         asr_pb2.Segment(
             id=s.id,
-            # The contract's Segment carries no window offset yet: the frame the segment
-            # starts at stands in for it (equal for a window's first segment).
-            seek=max(round(s.start * FRAMES_PER_SECOND), 0),
+            seek=s.seek,
             start=s.start,
             end=s.end,
             text=s.text,

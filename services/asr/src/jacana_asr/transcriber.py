@@ -123,6 +123,7 @@ class WhisperTranscriber:
                         compression_ratio=attempt.compression_ratio,
                         no_speech_prob=result.no_speech_prob,
                         temperature=temperature,
+                        seek=seek,
                     )
                 )
             if temperature > self.thresholds.prompt_reset_temperature:

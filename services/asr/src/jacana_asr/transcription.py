@@ -29,7 +29,10 @@ class TranscribeOptions:
 
 @dataclass(frozen=True)
 class Segment:
-    """A stretch of speech with its timing in seconds from the start of the audio."""
+    """A stretch of speech with its timing in seconds from the start of the audio.
+
+    seek: the first mel frame (100 a second) of the 30 s window that produced it.
+    """
 
     id: int
     start: float
@@ -40,6 +43,7 @@ class Segment:
     compression_ratio: float
     no_speech_prob: float
     temperature: float
+    seek: int = 0
 
 
 @dataclass(frozen=True)
