@@ -17,7 +17,6 @@ reply is shown in the asked ``response_format`` (:mod:`audio_formats`).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -32,47 +31,18 @@ from jacana_common.pb.jacana.asr.v1 import asr_pb2_grpc
 from jacana_gateway.audio_form import RESPONSE_FORMATS, AudioRequest, read_audio_request
 from jacana_gateway.audio_formats import RENDERERS
 from jacana_gateway.disconnect import cancel_on_disconnect
-from jacana_gateway.replica_pool import ReplicaPool, call_with_failover
+from jacana_gateway.replica_pool import ServiceBackends, call_with_failover
 
 ASR_SERVICE = "jacana.asr.v1.Asr"
 _TASKS = {"transcribe": pb.TASK_TRANSCRIBE, "translate": pb.TASK_TRANSLATE}
 
 
-class AsrBackends:
+class AsrBackends(ServiceBackends):
     """Model id -> ASR service replicas (a :class:`ReplicaPool`), and ``Transcribe`` calls
     routed over them: least in flight first, UNAVAILABLE replicas skipped."""
 
-    def __init__(
-        self,
-        targets: Mapping[str, Sequence[str]],
-        *,
-        retry_after_s: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.pool = ReplicaPool(
-            targets,
-            service=ASR_SERVICE,
-            stub=asr_pb2_grpc.AsrStub,
-            retry_after_s=retry_after_s,
-            clock=clock,
-        )
-
-    @property
-    def models(self) -> list[str]:
-        return self.pool.models
-
-    def __contains__(self, model: object) -> bool:
-        return model in self.pool
-
-    async def start(self) -> None:
-        await self.pool.start()
-
-    async def close(self) -> None:
-        await self.pool.close()
-
-    async def health(self, timeout: float) -> dict[str, dict[str, bool]]:
-        """Model -> endpoint -> serving, probing every replica concurrently."""
-        return await self.pool.health(timeout)
+    service = ASR_SERVICE
+    stub = asr_pb2_grpc.AsrStub
 
     async def transcribe(
         self, model: str, request: pb.TranscribeRequest, timeout: float

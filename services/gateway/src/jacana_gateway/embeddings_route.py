@@ -27,9 +27,8 @@ from __future__ import annotations
 import base64
 import json
 import sys
-import time
 from array import array
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -45,7 +44,7 @@ from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2 as pb
 from jacana_common.pb.jacana.embeddings.v1 import embeddings_pb2_grpc
 from jacana_common.pb.jacana.engine.v1 import engine_pb2
 from jacana_gateway.disconnect import cancel_on_disconnect
-from jacana_gateway.replica_pool import ReplicaPool, call_with_failover
+from jacana_gateway.replica_pool import ReplicaPool, ServiceBackends, call_with_failover
 from jacana_gateway.unicode_check import reject_lone_surrogates
 
 EMBEDDINGS_SERVICE = "jacana.embeddings.v1.Embeddings"
@@ -126,42 +125,13 @@ class EmbeddingsRequest(BaseModel):
         return parse_input(value)
 
 
-class EmbeddingsBackends:
+class EmbeddingsBackends(ServiceBackends):
     """Model id -> embeddings service replicas (a :class:`ReplicaPool`), and ``Embed`` calls
     routed over them: least in flight first, a replica that answered UNAVAILABLE last for
     ``retry_after_s``, the next replica tried while one is UNAVAILABLE."""
 
-    def __init__(
-        self,
-        targets: Mapping[str, Sequence[str]],
-        *,
-        retry_after_s: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.pool = ReplicaPool(
-            targets,
-            service=EMBEDDINGS_SERVICE,
-            stub=embeddings_pb2_grpc.EmbeddingsStub,
-            retry_after_s=retry_after_s,
-            clock=clock,
-        )
-
-    @property
-    def models(self) -> list[str]:
-        return self.pool.models
-
-    def __contains__(self, model: object) -> bool:
-        return model in self.pool
-
-    async def start(self) -> None:
-        await self.pool.start()
-
-    async def close(self) -> None:
-        await self.pool.close()
-
-    async def health(self, timeout: float) -> dict[str, dict[str, bool]]:
-        """Model -> endpoint -> serving, probing every replica concurrently."""
-        return await self.pool.health(timeout)
+    service = EMBEDDINGS_SERVICE
+    stub = embeddings_pb2_grpc.EmbeddingsStub
 
     async def embed(self, model: str, request: pb.EmbedRequest, timeout: float) -> pb.EmbedResponse:
         """Call ``Embed`` on the least busy replica, moving on while replicas are UNAVAILABLE.

@@ -165,3 +165,47 @@ async def call_with_failover(
         finally:
             pool.release(replica)
     raise RuntimeError(f"model {model!r} has no endpoints")
+
+
+class ServiceBackends:
+    """Model id -> replicas of one kind of gRPC service (a :class:`ReplicaPool`).
+
+    Subclasses name the service and its stub and add the calls they route (each through
+    :func:`call_with_failover`): least in flight first, a replica that answered UNAVAILABLE
+    last for ``retry_after_s``, the next replica tried while one is UNAVAILABLE.
+    """
+
+    service: str  # the gRPC health name, e.g. "jacana.asr.v1.Asr"
+    stub: StubFactory
+
+    def __init__(
+        self,
+        targets: Mapping[str, Sequence[str]],
+        *,
+        retry_after_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pool = ReplicaPool(
+            targets,
+            service=self.service,
+            stub=type(self).stub,
+            retry_after_s=retry_after_s,
+            clock=clock,
+        )
+
+    @property
+    def models(self) -> list[str]:
+        return self.pool.models
+
+    def __contains__(self, model: object) -> bool:
+        return model in self.pool
+
+    async def start(self) -> None:
+        await self.pool.start()
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def health(self, timeout: float) -> dict[str, dict[str, bool]]:
+        """Model -> endpoint -> serving, probing every replica concurrently."""
+        return await self.pool.health(timeout)
