@@ -1,24 +1,26 @@
-"""Run the Jacana stack (drafter, engine, embeddings, gateway) as child processes: ``make up``.
+"""Run the Jacana stack (drafter, engine, embeddings, ASR, gateway) as child processes: ``make up``.
 
 The supervisor (``scripts/supervisor.py``) owns the children: each runs in its own
 session, its output is echoed with a ``[name]`` prefix and written to
 ``.run/logs/<name>.log``, and readiness is read from the services' own health endpoints
-(gRPC health for the drafter, the engine and the embeddings service, HTTP /health for the
-gateway). SIGINT/SIGTERM stop every child (SIGTERM, then SIGKILL after a grace period); a
+(gRPC health for the drafter, the engine, the embeddings and the ASR service, HTTP /health
+for the gateway). SIGINT/SIGTERM stop every child (SIGTERM, then SIGKILL after a grace period); a
 child that dies takes the others down and the supervisor exits non-zero. This file plans
 the stack: which services, their ports, commands and environments.
 
 Configuration is the services' own environment (``JACANA_ENGINE_*``, ``JACANA_DRAFTER_*``,
-``JACANA_EMBEDDINGS_*``, ``JACANA_GATEWAY_*``), passed through unchanged; the supervisor
-only fills in what joins them (each unless set explicitly): the services' ports, the
-gateway's ``ENGINES`` and ``EMBEDDINGS`` maps, and the engine's drafter address.
+``JACANA_EMBEDDINGS_*``, ``JACANA_ASR_*``, ``JACANA_GATEWAY_*``), passed through unchanged;
+the supervisor only fills in what joins them (each unless set explicitly): the services'
+ports, the gateway's ``ENGINES``, ``EMBEDDINGS`` and ``ASR`` maps, and the engine's drafter
+address.
 
 Speculative decoding stays off unless ``JACANA_ENGINE_SPECULATIVE_PROPOSER`` names a
 proposer; then the engine drafts through the drafter this stack runs (the ``remote``
 transport, the same topology as the compose stack) unless
 ``JACANA_ENGINE_SPECULATIVE_TRANSPORT`` says otherwise, and the engine's proposer settings
-carry over to the drafter. ``JACANA_STACK_EMBEDDINGS=0`` / ``JACANA_STACK_DRAFTER=0``
-leave those services out (without a drafter, a proposer runs in the engine).
+carry over to the drafter. ``JACANA_STACK_EMBEDDINGS=0`` / ``JACANA_STACK_ASR=0`` /
+``JACANA_STACK_DRAFTER=0`` leave those services out (without a drafter, a proposer runs in
+the engine).
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from supervisor import Service, grpc_probe, http_probe, say, supervise
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
 DEFAULT_EMBEDDINGS_MODEL_ID = "all-minilm-l6-v2"
+DEFAULT_ASR_MODEL_ID = "whisper-tiny.en"
 DEFAULT_ENGINE_PORT = 50051
 DEFAULT_EMBEDDINGS_PORT = 50061
 DEFAULT_DRAFTER_PORT = 50071
+DEFAULT_ASR_PORT = 50081
 DEFAULT_GATEWAY_PORT = 8000
 
 
@@ -130,8 +134,8 @@ class Speculation:
 class StackPlan:
     """The children in start order, and what the banner shows.
 
-    ``embeddings`` / ``drafter`` are None when ``JACANA_STACK_EMBEDDINGS=0`` /
-    ``JACANA_STACK_DRAFTER=0`` leave the service out.
+    ``embeddings`` / ``asr`` / ``drafter`` are None when ``JACANA_STACK_EMBEDDINGS=0`` /
+    ``JACANA_STACK_ASR=0`` / ``JACANA_STACK_DRAFTER=0`` leave the service out.
     """
 
     engine: Service
@@ -142,12 +146,14 @@ class StackPlan:
     embeddings_model_id: str | None = None
     drafter: Service | None = None
     speculation: Speculation = Speculation()
+    asr: Service | None = None
+    asr_model_id: str | None = None
 
     @property
     def services(self) -> list[Service]:
         """Start order: the drafter before the engine that drafts from it; the gateway
         last, since its /health needs the others serving."""
-        order = (self.drafter, self.engine, self.embeddings, self.gateway)
+        order = (self.drafter, self.engine, self.embeddings, self.asr, self.gateway)
         return [s for s in order if s is not None]
 
 
@@ -168,21 +174,26 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
     env = {**env, "PYTHONUNBUFFERED": "1"}
     with_embeddings = _enabled(env, "JACANA_STACK_EMBEDDINGS")
     with_drafter = _enabled(env, "JACANA_STACK_DRAFTER")
+    with_asr = _enabled(env, "JACANA_STACK_ASR")
     engine_host = env.get("JACANA_ENGINE_HOST", "127.0.0.1")
     embeddings_host = env.get("JACANA_EMBEDDINGS_HOST", "127.0.0.1")
     drafter_host = env.get("JACANA_DRAFTER_HOST", "127.0.0.1")
+    asr_host = env.get("JACANA_ASR_HOST", "127.0.0.1")
     gateway_host = env.get("JACANA_GATEWAY_HOST", "127.0.0.1")
     engine_port = _port(env, "JACANA_ENGINE_PORT", DEFAULT_ENGINE_PORT)
     embeddings_port = (
         _port(env, "JACANA_EMBEDDINGS_PORT", DEFAULT_EMBEDDINGS_PORT) if with_embeddings else 0
     )
     drafter_port = _port(env, "JACANA_DRAFTER_PORT", DEFAULT_DRAFTER_PORT) if with_drafter else 0
+    asr_port = _port(env, "JACANA_ASR_PORT", DEFAULT_ASR_PORT) if with_asr else 0
     gateway_port = _port(env, "JACANA_GATEWAY_PORT", DEFAULT_GATEWAY_PORT)
     _check_free(engine_host, engine_port, "JACANA_ENGINE_PORT")
     if with_embeddings:
         _check_free(embeddings_host, embeddings_port, "JACANA_EMBEDDINGS_PORT")
     if with_drafter:
         _check_free(drafter_host, drafter_port, "JACANA_DRAFTER_PORT")
+    if with_asr:
+        _check_free(asr_host, asr_port, "JACANA_ASR_PORT")
     _check_free(gateway_host, gateway_port, "JACANA_GATEWAY_PORT")
     model_id = env.get("JACANA_ENGINE_MODEL_ID") or DEFAULT_MODEL_ID
     engine_target = f"{_local(engine_host)}:{engine_port}"
@@ -241,6 +252,20 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         gateway_env["JACANA_GATEWAY_EMBEDDINGS"] = env.get(
             "JACANA_GATEWAY_EMBEDDINGS"
         ) or json.dumps({embeddings_model_id: [embeddings_target]})
+    asr = asr_model_id = None
+    if with_asr:
+        asr_model_id = env.get("JACANA_ASR_MODEL_ID") or DEFAULT_ASR_MODEL_ID
+        asr_target = f"{_local(asr_host)}:{asr_port}"
+        asr = Service(
+            name="asr",
+            argv=[python, "-m", "jacana_asr"],
+            env={**env, "JACANA_ASR_HOST": asr_host, "JACANA_ASR_PORT": str(asr_port)},
+            probe=grpc_probe(asr_target),
+            log_path=log_dir / "asr.log",
+        )
+        gateway_env["JACANA_GATEWAY_ASR"] = env.get("JACANA_GATEWAY_ASR") or json.dumps(
+            {asr_model_id: [asr_target]}
+        )
     base_url = f"http://{_local(gateway_host)}:{gateway_port}"
     gateway = Service(
         name="gateway",
@@ -258,6 +283,8 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         embeddings_model_id=embeddings_model_id,
         drafter=drafter,
         speculation=speculation,
+        asr=asr,
+        asr_model_id=asr_model_id,
     )
 
 
@@ -267,6 +294,7 @@ def banner(
     log_dir: Path,
     embeddings_model_id: str | None = None,
     speculation: Speculation | None = None,
+    asr_model_id: str | None = None,
 ) -> str:
     question = "What is the capital of France?"
     messages = [{"role": "user", "content": question}]
@@ -280,7 +308,14 @@ def banner(
   )
   print(len(vectors.data[0].embedding))
 """
-    served = model_id + (f", {embeddings_model_id}" if embeddings_model_id else "")
+    speech = ""
+    if asr_model_id:
+        speech = f"""
+  with open("speech.wav", "rb") as audio:
+      text = client.audio.transcriptions.create(model="{asr_model_id}", file=audio)
+  print(text.text)
+"""
+    served = ", ".join(m for m in (model_id, embeddings_model_id, asr_model_id) if m)
     return f"""
 Jacana is up: {base_url}   (models: {served})
 Speculative decoding: {(speculation or Speculation()).describe()}
@@ -300,7 +335,7 @@ or with the OpenAI SDK (.venv/bin/python):
       temperature=0,
   )
   print(reply.choices[0].message.content)
-{embeddings}
+{embeddings}{speech}
 Logs: {log_dir}/   Ctrl-C stops everything.
 """
 
@@ -329,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where.insert(0, f"drafter on {stack.drafter.env['JACANA_DRAFTER_PORT']}")
     if stack.embeddings is not None:
         where.append(f"embeddings on {stack.embeddings.env['JACANA_EMBEDDINGS_PORT']}")
+    if stack.asr is not None:
+        where.append(f"asr on {stack.asr.env['JACANA_ASR_PORT']}")
     say(", ".join([*where, f"gateway on {stack.base_url}"]))
     say(f"speculative decoding: {stack.speculation.describe()}")
     ready_text = banner(
@@ -337,6 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.log_dir,
         stack.embeddings_model_id,
         stack.speculation,
+        stack.asr_model_id,
     )
     return asyncio.run(
         supervise(

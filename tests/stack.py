@@ -95,14 +95,38 @@ def http_answering(address: str) -> bool:
         return False
 
 
-def start_engine(**env: str) -> Service:
+def start_grpc_service(module: str, prefix: str, **env: str) -> Service:
+    """``python -m module`` on a free loopback port, told through its ``{prefix}HOST`` /
+    ``{prefix}PORT`` settings (e.g. ``JACANA_ASR_``); waits for gRPC health SERVING."""
     port = free_port()
     return start_service(
-        "jacana_engine",
-        {"JACANA_ENGINE_HOST": "127.0.0.1", "JACANA_ENGINE_PORT": str(port), **env},
+        module,
+        {f"{prefix}HOST": "127.0.0.1", f"{prefix}PORT": str(port), **env},
         f"127.0.0.1:{port}",
         grpc_ready,
     )
+
+
+def start_service_gateway(kind: str, models: dict[str, list[str]], **env: str) -> Service:
+    """A gateway serving only ``models`` (model -> endpoints) through its
+    ``JACANA_GATEWAY_{kind}`` map (``EMBEDDINGS``, ``ASR``), with no engines, so no LLM is
+    loaded; waits for /health 200 (every model's service serving)."""
+    port = free_port()
+    return start_service(
+        "jacana_gateway",
+        {
+            "JACANA_GATEWAY_HOST": "127.0.0.1",
+            "JACANA_GATEWAY_PORT": str(port),
+            f"JACANA_GATEWAY_{kind}": json.dumps(models),
+            **env,
+        },
+        f"127.0.0.1:{port}",
+        http_ready,
+    )
+
+
+def start_engine(**env: str) -> Service:
+    return start_grpc_service("jacana_engine", "JACANA_ENGINE_", **env)
 
 
 def start_gateway(engines: dict[str, list[str]], healthy: bool = True, **env: str) -> Service:

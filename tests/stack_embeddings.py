@@ -8,35 +8,16 @@ serving.
 
 from __future__ import annotations
 
-import json
-
-from stack import Service, free_port, grpc_ready, http_ready, start_service
+from stack import Service, start_grpc_service, start_service_gateway
 
 EMBEDDINGS_MODEL_ID = "all-minilm-l6-v2"
 
 
 def start_embeddings(**env: str) -> Service:
     """``python -m jacana_embeddings`` (default model) on a free port; waits for SERVING."""
-    port = free_port()
-    return start_service(
-        "jacana_embeddings",
-        {"JACANA_EMBEDDINGS_HOST": "127.0.0.1", "JACANA_EMBEDDINGS_PORT": str(port), **env},
-        f"127.0.0.1:{port}",
-        grpc_ready,
-    )
+    return start_grpc_service("jacana_embeddings", "JACANA_EMBEDDINGS_", **env)
 
 
 def start_embeddings_gateway(embeddings: dict[str, list[str]], **env: str) -> Service:
     """A gateway serving only ``embeddings`` (model -> endpoints); waits for /health 200."""
-    port = free_port()
-    return start_service(
-        "jacana_gateway",
-        {
-            "JACANA_GATEWAY_HOST": "127.0.0.1",
-            "JACANA_GATEWAY_PORT": str(port),
-            "JACANA_GATEWAY_EMBEDDINGS": json.dumps(embeddings),
-            **env,
-        },
-        f"127.0.0.1:{port}",
-        http_ready,
-    )
+    return start_service_gateway("EMBEDDINGS", embeddings, **env)

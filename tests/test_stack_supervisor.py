@@ -180,11 +180,12 @@ def test_sigterm_to_the_supervisor_stops_everything(tmp_path):
             proc.wait()
 
 
-def test_plan_joins_engine_embeddings_and_gateway(tmp_path):
+def test_plan_joins_engine_embeddings_asr_and_gateway(tmp_path):
     env = {
         "PATH": os.environ.get("PATH", ""),
         "JACANA_ENGINE_PORT": "0",
         "JACANA_EMBEDDINGS_PORT": "0",
+        "JACANA_ASR_PORT": "0",
         "JACANA_DRAFTER_PORT": "0",
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_ENGINE_MODEL_ID": "my-model",
@@ -192,7 +193,13 @@ def test_plan_joins_engine_embeddings_and_gateway(tmp_path):
     }
     plan = stack.plan(env, tmp_path)
 
-    assert [s.name for s in plan.services] == ["drafter", "engine", "embeddings", "gateway"]
+    assert [s.name for s in plan.services] == [
+        "drafter",
+        "engine",
+        "embeddings",
+        "asr",
+        "gateway",
+    ]
     engine_port = int(plan.engine.env["JACANA_ENGINE_PORT"])
     embeddings_port = int(plan.embeddings.env["JACANA_EMBEDDINGS_PORT"])
     assert engine_port > 0 and embeddings_port > 0 and engine_port != embeddings_port
@@ -208,15 +215,27 @@ def test_plan_joins_engine_embeddings_and_gateway(tmp_path):
     assert plan.base_url == f"http://127.0.0.1:{plan.gateway.env['JACANA_GATEWAY_PORT']}"
     assert plan.model_id == "my-model"
     assert plan.embeddings_model_id == "all-minilm-l6-v2"
+    asr_port = int(plan.asr.env["JACANA_ASR_PORT"])
+    assert asr_port > 0 and asr_port not in (engine_port, embeddings_port)
+    assert plan.asr.env["JACANA_ASR_HOST"] == "127.0.0.1"
+    assert plan.asr.argv[1:] == ["-m", "jacana_asr"]
+    assert plan.asr.log_path == tmp_path / "asr.log"
+    asr = json.loads(plan.gateway.env["JACANA_GATEWAY_ASR"])
+    assert asr == {"whisper-tiny.en": [f"127.0.0.1:{asr_port}"]}
+    assert plan.asr_model_id == "whisper-tiny.en"
 
-    banner = stack.banner(plan.base_url, plan.model_id, tmp_path, plan.embeddings_model_id)
+    banner = stack.banner(
+        plan.base_url, plan.model_id, tmp_path, plan.embeddings_model_id, None, plan.asr_model_id
+    )
     assert f"{plan.base_url}/v1/chat/completions" in banner
     assert 'base_url="' + plan.base_url + '/v1"' in banner
     assert "What is the capital of France?" in banner
     assert 'client.embeddings.create(\n      model="all-minilm-l6-v2"' in banner
+    assert 'client.audio.transcriptions.create(model="whisper-tiny.en"' in banner
+    assert "models: my-model, all-minilm-l6-v2, whisper-tiny.en" in banner
 
 
-@pytest.mark.parametrize("service", ["embeddings", "drafter"])
+@pytest.mark.parametrize("service", ["embeddings", "drafter", "asr"])
 async def test_a_planned_grpc_child_is_probed_on_its_port(tmp_path, monkeypatch, service):
     """The probe asks gRPC health at the port the child was told to use."""
     import grpc
@@ -229,7 +248,7 @@ async def test_a_planned_grpc_child_is_probed_on_its_port(tmp_path, monkeypatch,
     await server.start()
     try:
         await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-        names = ("ENGINE", "GATEWAY", "EMBEDDINGS", "DRAFTER")
+        names = ("ENGINE", "GATEWAY", "EMBEDDINGS", "DRAFTER", "ASR")
         env = {f"JACANA_{name}_PORT": "0" for name in names}
         env[f"JACANA_{service.upper()}_PORT"] = str(port)
         monkeypatch.setattr(stack, "_check_free", lambda *args: None)  # the port is ours
@@ -244,17 +263,21 @@ async def test_a_planned_grpc_child_is_probed_on_its_port(tmp_path, monkeypatch,
 def test_plan_keeps_explicit_model_maps(tmp_path):
     engines = json.dumps({"a": ["127.0.0.2:5001"], "b": ["127.0.0.3:5002"]})
     embeddings = json.dumps({"e": ["127.0.0.4:5003"]})
+    asr = json.dumps({"w": ["127.0.0.5:5004"]})
     env = {
         "JACANA_ENGINE_PORT": "0",
         "JACANA_EMBEDDINGS_PORT": "0",
         "JACANA_DRAFTER_PORT": "0",
+        "JACANA_ASR_PORT": "0",
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_GATEWAY_ENGINES": engines,
         "JACANA_GATEWAY_EMBEDDINGS": embeddings,
+        "JACANA_GATEWAY_ASR": asr,
     }
     gateway_env = stack.plan(env, tmp_path).gateway.env
     assert gateway_env["JACANA_GATEWAY_ENGINES"] == engines
     assert gateway_env["JACANA_GATEWAY_EMBEDDINGS"] == embeddings
+    assert gateway_env["JACANA_GATEWAY_ASR"] == asr
 
 
 def test_plan_can_leave_the_embeddings_service_out(tmp_path):
@@ -262,15 +285,34 @@ def test_plan_can_leave_the_embeddings_service_out(tmp_path):
         "JACANA_ENGINE_PORT": "0",
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_DRAFTER_PORT": "0",
+        "JACANA_ASR_PORT": "0",
         "JACANA_STACK_EMBEDDINGS": "0",
     }
     plan = stack.plan(env, tmp_path)
     assert plan.embeddings is None and plan.embeddings_model_id is None
-    assert [s.name for s in plan.services] == ["drafter", "engine", "gateway"]
+    assert [s.name for s in plan.services] == ["drafter", "engine", "asr", "gateway"]
     assert "JACANA_GATEWAY_EMBEDDINGS" not in plan.gateway.env
     assert "embeddings" not in stack.banner(plan.base_url, plan.model_id, tmp_path)
     with pytest.raises(SystemExit, match="JACANA_STACK_EMBEDDINGS"):
         stack.plan({**env, "JACANA_STACK_EMBEDDINGS": "maybe"}, tmp_path)
+
+
+def test_plan_can_leave_the_asr_service_out(tmp_path):
+    env = {
+        "JACANA_ENGINE_PORT": "0",
+        "JACANA_GATEWAY_PORT": "0",
+        "JACANA_DRAFTER_PORT": "0",
+        "JACANA_EMBEDDINGS_PORT": "0",
+        "JACANA_STACK_ASR": "0",
+    }
+    plan = stack.plan(env, tmp_path)
+    assert plan.asr is None and plan.asr_model_id is None
+    assert [s.name for s in plan.services] == ["drafter", "engine", "embeddings", "gateway"]
+    assert "JACANA_GATEWAY_ASR" not in plan.gateway.env
+    banner = stack.banner(plan.base_url, plan.model_id, tmp_path, plan.embeddings_model_id)
+    assert "transcriptions" not in banner
+    with pytest.raises(SystemExit, match="JACANA_STACK_ASR"):
+        stack.plan({**env, "JACANA_STACK_ASR": "perhaps"}, tmp_path)
 
 
 def test_plan_starts_the_drafter_with_speculation_off(tmp_path):
@@ -326,6 +368,7 @@ def test_plan_can_leave_the_drafter_out(tmp_path):
         "JACANA_ENGINE_PORT": "0",
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_STACK_EMBEDDINGS": "0",
+        "JACANA_STACK_ASR": "0",
         "JACANA_STACK_DRAFTER": "0",
     }
     plan = stack.plan(env, tmp_path)
@@ -344,13 +387,16 @@ def test_plan_refuses_a_busy_port(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        free = {f"JACANA_{name}_PORT": "0" for name in ("ENGINE", "EMBEDDINGS", "DRAFTER")}
+        names = ("ENGINE", "EMBEDDINGS", "DRAFTER", "ASR")
+        free = {f"JACANA_{name}_PORT": "0" for name in names}
         with pytest.raises(SystemExit, match="JACANA_GATEWAY_PORT"):
             stack.plan({**free, "JACANA_GATEWAY_PORT": str(port)}, tmp_path)
         with pytest.raises(SystemExit, match="JACANA_EMBEDDINGS_PORT"):
             stack.plan({**free, "JACANA_EMBEDDINGS_PORT": str(port)}, tmp_path)
         with pytest.raises(SystemExit, match="JACANA_DRAFTER_PORT"):
             stack.plan({**free, "JACANA_DRAFTER_PORT": str(port)}, tmp_path)
+        with pytest.raises(SystemExit, match="JACANA_ASR_PORT"):
+            stack.plan({**free, "JACANA_ASR_PORT": str(port)}, tmp_path)
 
 
 def test_plan_rejects_a_bad_port(tmp_path):
