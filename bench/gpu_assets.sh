@@ -17,7 +17,7 @@
 #   ($JACANA_XFER_STORE and $JACANA_ASSETS_DIR move those two folders.)
 #   JACANA_ASSET_<NAME> (upper case, other than letters and digits -> '_') names each
 #   assembled file or directory; /tmp/jacana-assets also serves as JACANA_MODEL_CACHE
-#   (jacana_engine.model_assets), so pack cached models under their cache file names.
+#   (jacana_engine.assets.model_packages), so pack cached models under their cache file names.
 set -euo pipefail
 CHUNK=$((${JACANA_XFER_CHUNK_MIB:-28} * 1024 * 1024))
 cd "$(dirname "$0")/.."

@@ -116,7 +116,7 @@ def only_gemvs() -> Iterator[None]:
 def with_decode_splits(splits: int) -> Iterator[None]:
     """Batch-1 decode attention in ``splits`` split-K programs per KV head (instead of
     the runner's ``choose_num_splits``)."""
-    from jacana_engine.model_runner import ModelRunner
+    from jacana_engine.worker.model_runner import ModelRunner
 
     with _patched(ModelRunner, "_decode_splits", lambda self, padded_batch: splits):
         yield
@@ -229,7 +229,7 @@ def sweep_table(sweep: list[dict[str, Any]], layers: int) -> list[str]:
 
 
 def measure(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
-    from jacana_engine.layers.graph_picks import shape_groups
+    from jacana_engine.tuning.graph_picks import shape_groups
 
     engine = one_row_engine(model_name)
     model, runner = engine.model, engine.runner

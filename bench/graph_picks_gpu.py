@@ -49,7 +49,7 @@ def one_row_engine(model_name: str, **config: Any):
     ``EngineConfig`` fields."""
     from common import dummy_engine_config
 
-    from jacana_engine.engine import LLMEngine
+    from jacana_engine.core.engine import LLMEngine
 
     settings = {"max_num_seqs": 1, **config}
     return LLMEngine(dummy_engine_config(model_name, kv_gib=2, **settings), tokenizer=None)
@@ -57,7 +57,7 @@ def one_row_engine(model_name: str, **config: Any):
 
 def search(model_name: str, context: int, reps: int, replays: int) -> dict[str, Any]:
     from jacana_engine.kernels import skinny_gemm
-    from jacana_engine.layers.graph_picks import (
+    from jacana_engine.tuning.graph_picks import (
         apply_one_row,
         choice_label,
         search_one_row,

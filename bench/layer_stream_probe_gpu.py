@@ -49,7 +49,6 @@ from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 from layer_stream import StreamConfig, layer_stream
 from layer_stream_ws import layer_stream_dyn, layer_stream_ws
 
-from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
 from jacana_engine.kernels.skinny_gemm import (
     NormPrologue,
@@ -60,6 +59,7 @@ from jacana_engine.kernels.skinny_gemm import (
     stats_config,
 )
 from jacana_engine.layers.norm import fold_norm_weight
+from jacana_engine.tuning.gpu_timing import replay_seconds
 
 H, INTER, QKV = 4096, 12288, 6144
 EPS = 1e-6

@@ -47,9 +47,9 @@ from common import (
 )
 
 from jacana_engine.config import EngineConfig
-from jacana_engine.engine import LLMEngine
-from jacana_engine.layers.decode_gemm import describe_decode_gemms
-from jacana_engine.sampling_params import SamplingParams
+from jacana_engine.core.engine import LLMEngine
+from jacana_engine.sample.params import SamplingParams
+from jacana_engine.tuning.decode_gemm import describe_decode_gemms
 
 # what each workload reports, in table order (the peer has TTFT, TPOT and tokens/s only)
 METRICS = (

@@ -53,8 +53,8 @@ import triton
 import triton.language as tl
 from common import RESULTS_DIR, environment, fmt_spread, spread, write_results
 
-from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.kernels.skinny_gemm import L2_MAX_PIECES, prefetch_rows_to_l2
+from jacana_engine.tuning.gpu_timing import replay_seconds
 
 VARIANTS = (
     "plain",

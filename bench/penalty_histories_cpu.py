@@ -32,7 +32,7 @@ from common import (
     write_results,
 )
 
-from jacana_engine.logits_processors import GrowingHistories, token_counts
+from jacana_engine.sample.logits_processors import GrowingHistories, token_counts
 
 VOCAB = 151_936
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -53,10 +53,10 @@ from gemv_mma import MmaConfig, gemv_mma
 from layer_stream_probe_gpu import INTER, PICKS, QKV, Chain, Gemv, H, capture, skinny_gemv
 from nvml import SW_POWER_CAP, Nvml
 
-from jacana_engine.gpu_timing import replay_seconds
 from jacana_engine.kernels import skinny_gemm
 from jacana_engine.kernels.activation import silu_and_mul
 from jacana_engine.kernels.skinny_gemm import SkinnyConfig, pick_config
+from jacana_engine.tuning.gpu_timing import replay_seconds
 
 DEFERRED = "picks, norms deferred into the GEMVs"  # Chain.layer_deferred
 SHAPES = {"o": (H, H), "gate_up": (2 * INTER, H), "down": (H, INTER), "qkv": (QKV, H)}  # (N, K)

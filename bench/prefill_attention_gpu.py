@@ -82,7 +82,7 @@ def time_calls(fn, calls: int, reps: int, device: str, warm_s: float = 0.2) -> f
     while time.perf_counter() < end_warm:
         fn()
         torch.cuda.synchronize()
-    from jacana_engine.gpu_timing import call_seconds
+    from jacana_engine.tuning.gpu_timing import call_seconds
 
     return statistics.median(call_seconds(fn, calls) for _ in range(reps))
 

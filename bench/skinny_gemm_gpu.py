@@ -78,7 +78,7 @@ def _time_graph(fn, calls: int, replays: int, reps: int) -> list[float]:
     """us per call of ``fn(i)`` for i in range(calls), captured in one CUDA graph."""
     import torch
 
-    from jacana_engine.gpu_timing import replay_seconds
+    from jacana_engine.tuning.gpu_timing import replay_seconds
 
     for i in range(calls):  # warm-up outside the capture
         fn(i)

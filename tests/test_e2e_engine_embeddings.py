@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from jacana_common.pb.jacana.engine.v1 import engine_pb2, engine_pb2_grpc
-from jacana_engine.default_model import default_model_path
+from jacana_engine.assets.default_model import default_model_path
 from stack import Service, start_engine, start_gateway
 
 EMBED_MODEL = "smollm2-embed"
@@ -93,8 +93,8 @@ def sdk(gateway: Service) -> Iterator[openai.OpenAI]:
 def in_process() -> np.ndarray:
     """TEXTS embedded by the same engine code in this process (float32 CPU)."""
     from jacana_engine.config import EngineConfig
-    from jacana_engine.embed_inputs import prepare_texts
-    from jacana_engine.engine import LLMEngine
+    from jacana_engine.core.engine import LLMEngine
+    from jacana_engine.pooling.inputs import prepare_texts
 
     engine = LLMEngine(
         EngineConfig(model=str(default_model_path()), pooling="mean", num_kv_blocks=64)
@@ -136,7 +136,7 @@ def test_sdk_base64_and_float_are_identical_and_match_the_engine(sdk, in_process
 
 
 def test_token_id_inputs_and_a_single_string(sdk, in_process):
-    from jacana_engine.tokenizer import Tokenizer
+    from jacana_engine.text.tokenizer import Tokenizer
 
     tok = Tokenizer.from_path(default_model_path())
     ids = [tok.encode(t) for t in TEXTS[:2]]

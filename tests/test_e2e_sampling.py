@@ -139,8 +139,8 @@ def test_repetition_and_presence_penalties_change_the_output(client):
 def paris_token_id() -> int:
     """The id of " Paris" in the served model's vocabulary (the OpenAI shapes carry none)."""
 
-    from jacana_engine.default_model import default_model_path
-    from jacana_engine.tokenizer import Tokenizer
+    from jacana_engine.assets.default_model import default_model_path
+    from jacana_engine.text.tokenizer import Tokenizer
 
     [token_id] = Tokenizer.from_path(default_model_path()).encode(
         " Paris", add_special_tokens=False

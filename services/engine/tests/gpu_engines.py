@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from jacana_engine.config import EngineConfig
-from jacana_engine.engine import LLMEngine
-from jacana_engine.sampling_params import SamplingParams
+from jacana_engine.core.engine import LLMEngine
+from jacana_engine.sample.params import SamplingParams
 
 # A 4-layer Llama (GQA 8/2, 512 wide): big enough for several KV blocks per sequence and a
 # measurable weight footprint, small enough to load in a moment. Written as config.json.

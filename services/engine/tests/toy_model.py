@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 
 class ToyLM:
@@ -81,7 +81,7 @@ class ToyLM:
 def make_toy_engine(*, model: ToyLM | None = None, **overrides):
     """An ``LLMEngine`` over a ``ToyLM`` (token ids only); ``overrides`` go to EngineConfig."""
     from jacana_engine.config import EngineConfig
-    from jacana_engine.engine import LLMEngine
+    from jacana_engine.core.engine import LLMEngine
 
     kw = dict(model="toy", load_format="dummy", block_size=4, num_kv_blocks=64)
     kw.update(overrides)

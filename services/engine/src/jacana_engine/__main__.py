@@ -10,14 +10,14 @@ from jacana_common.grpc_server import GrpcServer
 from jacana_common.interpreter import set_gil_switch_interval
 from jacana_common.logging import configure_logging
 from jacana_common.pb.jacana.engine.v1 import engine_pb2_grpc
-from jacana_engine.settings import EngineSettings
+from jacana_engine.entrypoints.settings import EngineSettings
 
 log = logging.getLogger("jacana_engine")
 
 
 async def serve(settings: EngineSettings) -> None:
-    from jacana_engine.async_engine import AsyncEngine  # heavy import (torch), after logging
-    from jacana_engine.server import EngineServicer
+    from jacana_engine.core.async_engine import AsyncEngine  # heavy import (torch), after logging
+    from jacana_engine.entrypoints.server import EngineServicer
 
     if settings.num_threads:
         import torch

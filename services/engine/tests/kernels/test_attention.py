@@ -285,7 +285,7 @@ def test_prefill_leaves_uncovered_rows(device, seed, paged_batch):
 def test_prefill_takes_a_padded_tile_table_with_empty_sequence_slots(device, seed, paged_batch):
     """As a captured graph launches it: a table with room to spare (padding entries exit)
     and sequence slots with no queries give the bits of the step's own table."""
-    from jacana_engine.attention_tiles import prefill_tiles
+    from jacana_engine.kernels.attention_tiles import prefill_tiles
 
     batch = paged_batch(
         [9, 1, 4, 0, 0], [20, 7, 4, 0, 0], block_size=8, n_kv=2, head_dim=32,
@@ -379,7 +379,7 @@ def test_attention_no_host_sync_gpu(gpu, device, seed, paged_batch):
     qd = torch.randn(2, 32, 128, device=device, dtype=torch.bfloat16)
     # the engine's way: the tile table from the host's query lengths, on the device
     # before the step (without one the launcher reads query_start_loc back: a sync)
-    from jacana_engine.attention_tiles import prefill_tiles
+    from jacana_engine.kernels.attention_tiles import prefill_tiles
 
     tiles = torch.from_numpy(prefill_tiles([3, 1], 64 // 4)).to(device)
     torch.cuda.synchronize()

@@ -11,12 +11,12 @@ import pytest
 import torch
 from tiny_decoder import random_triton_qwen3, zero_kv_caches
 
+from jacana_engine.core.scheduler import ScheduledSequence
+from jacana_engine.core.sequence import Sequence
 from jacana_engine.kv_cache.block_manager import BlockManager
-from jacana_engine.model_runner import build_batch
-from jacana_engine.prefill_graphs import PrefillGraphs
-from jacana_engine.sampling_params import SamplingParams
-from jacana_engine.scheduler import ScheduledSequence
-from jacana_engine.sequence import Sequence
+from jacana_engine.sample.params import SamplingParams
+from jacana_engine.worker.model_runner import build_batch
+from jacana_engine.worker.prefill_graphs import PrefillGraphs
 
 BLOCK = 4
 NUM_BLOCKS = 16

@@ -8,14 +8,14 @@ import pytest
 import torch
 from tiny_decoder import random_triton_qwen3, zero_kv_caches
 
+from jacana_engine.core.scheduler import ScheduledSequence
+from jacana_engine.core.sequence import Sequence
 from jacana_engine.kv_cache.block_manager import BlockManager
-from jacana_engine.model_runner import build_batch
-from jacana_engine.row_buckets import pad_rows, row_buckets
-from jacana_engine.sampling_params import SamplingParams
-from jacana_engine.scheduler import ScheduledSequence
-from jacana_engine.sequence import Sequence
+from jacana_engine.sample.params import SamplingParams
 from jacana_engine.spec.draft_model import DraftModelProposer
 from jacana_engine.spec.proposer import DraftRequest
+from jacana_engine.worker.model_runner import build_batch
+from jacana_engine.worker.row_buckets import pad_rows, row_buckets
 
 BLOCK = 4
 NUM_BLOCKS = 16
@@ -111,7 +111,7 @@ def test_an_engine_padding_its_eager_steps_serves_what_one_without_does(device, 
     if device.type == "cuda":
         pytest.skip("on a GPU: test_row_buckets.py serves whole engines")
     from jacana_engine.config import EngineConfig
-    from jacana_engine.engine import LLMEngine
+    from jacana_engine.core.engine import LLMEngine
 
     config = EngineConfig(
         model=_tiny_qwen3_dir(tmp_path), load_format="dummy", dtype="float32", device="cpu",

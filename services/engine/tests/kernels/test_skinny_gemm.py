@@ -819,8 +819,8 @@ def test_tuner_stores_the_fastest_config_that_forward_uses(device, seed, checks,
     """The plumbing, with a fake clock: at one row the last candidate is fastest and beats
     cuBLAS, at two rows every candidate loses to cuBLAS by less than the margin."""
     from jacana_engine.kernels import skinny_gemm
-    from jacana_engine.layers import decode_gemm
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning import decode_gemm
 
     k, n = 1100, 72
     fastest = candidate_configs(1, n, k)[-1]
@@ -855,8 +855,8 @@ def test_the_tuner_times_a_gated_layer_as_it_runs(device, seed, checks, monkeypa
     kernel (a [M, 2K] input) against the activation kernel followed by cuBLAS (a [M, K]
     input), and ``gated_forward`` then runs the winner."""
     from jacana_engine.kernels.activation import silu_and_mul
-    from jacana_engine.layers import decode_gemm
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning import decode_gemm
 
     k, n = 96, 40
     events = []
@@ -889,8 +889,8 @@ def test_the_tuner_times_a_gated_layer_as_it_runs(device, seed, checks, monkeypa
 def test_a_candidate_that_fails_costs_only_its_own_chance(device, monkeypatch, caplog):
     """Fake clock: a config that raises (a compiler or resource error on some GPU) is
     skipped and the fastest of the others kept; when every one fails, cuBLAS stays."""
-    from jacana_engine.layers import decode_gemm
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning import decode_gemm
 
     k, n = 64, 40
     broken, *others = candidate_configs(1, n, k)
@@ -916,9 +916,9 @@ def test_a_candidate_that_fails_costs_only_its_own_chance(device, monkeypatch, c
 
 
 def test_a_tuning_cache_spares_the_second_start_its_timing(device, monkeypatch, tmp_path):
-    from jacana_engine.layers import decode_gemm
     from jacana_engine.layers.linear import Linear
-    from jacana_engine.layers.tuning_cache import TuningCache
+    from jacana_engine.tuning import decode_gemm
+    from jacana_engine.tuning.cache import TuningCache
 
     k, n = 64, 40
     fastest = candidate_configs(1, n, k)[-1]
@@ -948,8 +948,8 @@ def test_a_folded_norm_is_kept_where_it_beats_the_separate_kernels(device, monke
     projection) costs 1.0 and the norm kernel 0.3; the norm folded into the start of the
     next GEMM's kernel, or into the end of the previous one's, costs 1.1 with one config
     at one row (< 1.3, kept) and 1.4 with every config at two rows (> 1.3, not kept)."""
-    from jacana_engine.layers import decode_gemm
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning import decode_gemm
 
     k, n = 64, 40
     cheapest = candidate_configs(1, n, k)[-1]
@@ -1154,8 +1154,8 @@ def test_a_norm_in_its_consumers_weight_runs_inside_the_gemms_at_one_row(
     kernel with its unit weight and the folded projection; another consumer than the
     one folded into never takes the path."""
     from jacana_engine.kernels.activation import silu_and_mul
-    from jacana_engine.layers.decode_gemm import fold_norm_weights
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning.decode_gemm import fold_norm_weights
 
     k, n = 64, 40
     norm, producer, consumer = _norm_between_linears(device, k, n)
@@ -1197,11 +1197,11 @@ def test_an_activating_gate_up_feeds_the_down_projection_the_same_bits(device, s
     with the norm in the down launch's end, or the residual added in it before a
     deferred norm) takes it as it is and gives the bits of the non-activating launch of
     the same tile followed by the gated path (float32)."""
-    from jacana_engine.layers.decode_gemm import fold_norm_weights
     from jacana_engine.layers.linear import Linear
     from jacana_engine.layers.mlp import GatedMLP
     from jacana_engine.layers.norm import RMSNorm
     from jacana_engine.layers.triton_ops import TritonOps
+    from jacana_engine.tuning.decode_gemm import fold_norm_weights
 
     hidden, inter = 48, 40
     mlp = GatedMLP(hidden, inter, TritonOps()).to(device).requires_grad_(False)
@@ -1329,8 +1329,8 @@ def test_a_norm_then_its_linear_folds_only_the_tuned_rows(device, seed, checks, 
 
 @pytest.mark.gpu
 def test_tune_decode_gemms_keeps_the_outputs(gpu, device, seed, checks):
-    from jacana_engine.layers.decode_gemm import tune_decode_gemms
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning.decode_gemm import tune_decode_gemms
 
     model = torch.nn.Sequential(
         *[Linear(2048, 1024, bias=False) for _ in range(8)],
@@ -1371,8 +1371,8 @@ def test_norm_prologue_at_qwen3_sizes_gpu(gpu, device, seed, checks, name):
     """Folded norm vs the RMSNorm kernel then the same GEMM config: the residual sum
     bit-exact, the outputs within bf16 tolerance and at most 1% of them a rounding apart;
     then the tuner with ``fuse_norm`` on layers of that shape keeps their outputs."""
-    from jacana_engine.layers.decode_gemm import tune_decode_gemms
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning.decode_gemm import tune_decode_gemms
 
     k, n = QWEN3_SHAPES[name]
     w = (torch.randn(n, k, device=device) * k**-0.5).bfloat16()
@@ -1526,8 +1526,8 @@ def test_split_norm_at_qwen3_sizes_gpu(gpu, device, seed, checks, producer, cons
 
 
 def test_the_tuners_picks_are_described_per_shape():
-    from jacana_engine.layers.decode_gemm import describe_decode_gemms
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning.decode_gemm import describe_decode_gemms
 
     model = torch.nn.Sequential(Linear(64, 40), Linear(64, 40), Linear(32, 64), Linear(32, 64))
     tuned = SkinnyConfig(1, 8, 64, False, pdl=True, prefetch_tiles=2)
@@ -1542,8 +1542,8 @@ def test_the_tuners_picks_are_described_per_shape():
 
 
 def test_l2_prefetch_goes_onto_the_one_row_dependent_picks_only():
-    from jacana_engine.layers.decode_gemm import describe_decode_gemms, prefetch_to_l2
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning.decode_gemm import describe_decode_gemms, prefetch_to_l2
 
     model = torch.nn.Sequential(Linear(64, 40), Linear(32, 64), Linear(64, 40))
     dependent = SkinnyConfig(1, 8, 64, False, pdl=True)
@@ -1560,7 +1560,7 @@ def test_l2_prefetch_goes_onto_the_one_row_dependent_picks_only():
 
 
 def test_decode_gemm_row_bound_is_the_kernels():
-    from jacana_engine.layers.decode_gemm import SKINNY_MAX_ROWS
+    from jacana_engine.tuning.decode_gemm import SKINNY_MAX_ROWS
 
     assert SKINNY_MAX_ROWS == MAX_M
 

@@ -18,7 +18,6 @@ pytest.importorskip("triton")
 
 from tiny_decoder import HEAD_DIM, N_HEADS, N_KV, random_triton_qwen3, tiny_config, tiny_qwen3
 
-from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import (
     get_attention_backend,
     resolve_attention_backend,
@@ -28,6 +27,7 @@ from jacana_engine.layers.rotary import RotaryEmbedding
 from jacana_engine.models.attention import DecoderAttention
 from jacana_engine.models.base import ModelConfig
 from jacana_engine.models.decoder import DecoderForCausalLM
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 BLOCK = 4
 
@@ -207,8 +207,8 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
     either way. The prefill (10 rows) runs unfolded in both (but for the folded weights
     and unit norms); the decode steps' logits agree."""
     from jacana_engine.kernels.skinny_gemm import pick_config
-    from jacana_engine.layers.decode_gemm import fold_norm_weights, split_norms
     from jacana_engine.layers.linear import Linear
+    from jacana_engine.tuning.decode_gemm import fold_norm_weights, split_norms
 
     if device.type == "cuda":
         pytest.skip("the paged test driver builds host tensors (GPU parity: test_gpu_engine)")

@@ -29,7 +29,6 @@ import torch
 import triton
 import triton.language as tl
 
-from jacana_engine.attention_tiles import prefill_tiles
 from jacana_engine.kernels._common import (
     check_kv_cache,
     check_last_dim_contiguous,
@@ -44,6 +43,7 @@ from jacana_engine.kernels._online_softmax import (
     online_softmax_step,
     row_sum,
 )
+from jacana_engine.kernels.attention_tiles import prefill_tiles
 
 _LOG2E = 1.4426950408889634
 # Tile shape and launch config: the fastest of six tried on an H200 at Qwen3-8B shapes in

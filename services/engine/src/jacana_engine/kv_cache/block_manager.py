@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from jacana_engine.kv_cache.block_hash import extend_block_hashes
 
 if TYPE_CHECKING:
-    from jacana_engine.sequence import Sequence
+    from jacana_engine.core.sequence import Sequence
 
 
 class OutOfBlocksError(RuntimeError):

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 
 class AttentionBackend(ABC):

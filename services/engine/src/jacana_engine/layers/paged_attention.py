@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import AttentionBackend
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 
 def write_kv_cache(

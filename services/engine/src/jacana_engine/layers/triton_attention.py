@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import AttentionBackend
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 if TYPE_CHECKING:
     from jacana_engine.kernels.decode_attention import DecodeRotation
@@ -96,8 +96,8 @@ class TritonAttentionBackend(AttentionBackend):
         and kept there for the step's other layers (not inside a graph capture: the copy
         would be captured from a host buffer that does not outlive it)."""
         if meta.prefill_tiles is None:
-            from jacana_engine.attention_tiles import prefill_tiles
             from jacana_engine.kernels._common import num_sms
+            from jacana_engine.kernels.attention_tiles import prefill_tiles
             from jacana_engine.kernels.prefill_attention import prefill_block_m
 
             if q.is_cuda and torch.cuda.is_current_stream_capturing():

@@ -7,12 +7,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import AttentionBackend
 from jacana_engine.layers.linear import Linear, MergedLinear
 from jacana_engine.layers.norm import RMSNorm
 from jacana_engine.layers.ops import LayerOps, TorchOps
 from jacana_engine.models.base import ModelConfig
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 
 class DecoderAttention(nn.Module):

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import torch
 
-from jacana_engine.attention_metadata import AttentionMetadata
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 
 @dataclass(frozen=True)

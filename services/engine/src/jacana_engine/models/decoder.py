@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from jacana_common.linear_backends import LinearBackend, TorchLinear
-from jacana_engine.attention_metadata import AttentionMetadata
 from jacana_engine.layers.attention_backend import AttentionBackend
 from jacana_engine.layers.linear import Linear, MergedLinear
 from jacana_engine.layers.mlp import GatedMLP
@@ -24,6 +23,7 @@ from jacana_engine.layers.ops import LayerOps, TorchOps
 from jacana_engine.layers.rotary import RotaryEmbedding
 from jacana_engine.models.attention import DecoderAttention
 from jacana_engine.models.base import ModelConfig
+from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 # HF sub-module name -> (our fused module, shard)
 _FUSED = {

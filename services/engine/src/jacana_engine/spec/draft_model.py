@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jacana_engine.attention_metadata import AttentionMetadata
-from jacana_engine.row_buckets import pad_rows, padded_rows, row_buckets, warm_row_buckets
-from jacana_engine.scheduler import ScheduledSequence
+from jacana_engine.core.scheduler import ScheduledSequence
 from jacana_engine.spec.proposer import DraftRequest, Proposer
+from jacana_engine.worker.attention_metadata import AttentionMetadata
+from jacana_engine.worker.row_buckets import pad_rows, padded_rows, row_buckets, warm_row_buckets
 
 
 @dataclass
@@ -122,7 +122,7 @@ class DraftModelProposer(Proposer):
         prompt, two, many with a long one, within this cache and batch), so the prefill
         kernels' variants compile now, then finish them all (every block back); then meet
         the GEMM shapes of every row bucket (``row_buckets.warm_row_buckets``)."""
-        from jacana_engine.warm_up import WarmUpLimits, warm_up_prompt_groups
+        from jacana_engine.worker.warm_up import WarmUpLimits, warm_up_prompt_groups
 
         started = time.perf_counter()
         capacity = min(self.max_len, len(self._free) * self.block_size)
@@ -162,8 +162,8 @@ class DraftModelProposer(Proposer):
         backend = getattr(self.model, "backend", None)
         if self.device.type != "cuda" or not getattr(backend, "graph_safe", False):
             return None
-        from jacana_engine.cuda_graphs import DecodeGraphs, capture_sizes, query_widths
         from jacana_engine.kernels.decode_attention import choose_num_splits
+        from jacana_engine.worker.decode_graphs import DecodeGraphs, capture_sizes, query_widths
 
         max_len = self.capacity
         n_kv = self.model.config.num_key_value_heads

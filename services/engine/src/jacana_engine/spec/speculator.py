@@ -26,11 +26,11 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from jacana_engine import device_sampling
-from jacana_engine.outputs import RequestOutput, merge_outputs
-from jacana_engine.sampler import SamplingBatch, sampling_probs
-from jacana_engine.scheduler import ScheduledSequence
-from jacana_engine.sequence import Sequence, SequenceStatus
+from jacana_engine.core.outputs import RequestOutput, merge_outputs
+from jacana_engine.core.scheduler import ScheduledSequence
+from jacana_engine.core.sequence import Sequence, SequenceStatus
+from jacana_engine.sample import device_sampling
+from jacana_engine.sample.sampler import SamplingBatch, sampling_probs
 from jacana_engine.spec.acceptance import AcceptanceTracker, ProposerStats
 from jacana_engine.spec.config import SpeculativeConfig
 from jacana_engine.spec.gate import Phase, SpeculationGate

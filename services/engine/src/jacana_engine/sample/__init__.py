@@ -1,0 +1,2 @@
+"""Token selection: sampling parameters, the host and device samplers, logits processors
+and structured-output masks."""

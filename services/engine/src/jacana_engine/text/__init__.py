@@ -1,0 +1,1 @@
+"""Text in and out: tokenizer, chat template, incremental detokenizer, stop strings."""
