@@ -5,7 +5,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help bootstrap models-large up test test-gpu test-slow proto lint fmt bench bench-spec clean distclean
+.PHONY: help bootstrap models-large up test test-gpu test-slow proto docs lint fmt bench bench-spec clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ test-slow: models-large ## tests marked slow (minutes on a 2-core CPU); large mo
 
 proto: bootstrap ## regenerate the gRPC stubs in libs/common from proto/
 	$(PY) tools/gen_proto.py
+
+docs: bootstrap ## regenerate docs/configuration.md from the settings classes
+	$(PY) tools/gen_config_docs.py
 
 lint: bootstrap ## ruff check and format check
 	$(PY) -m ruff check .
