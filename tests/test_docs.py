@@ -10,7 +10,7 @@ import pytest
 from jacana_asr.settings import AsrSettings
 from jacana_embeddings.settings import EmbeddingsSettings
 from jacana_engine.entrypoints.settings import EngineSettings
-from jacana_gateway.config import GatewaySettings
+from jacana_gateway.settings import GatewaySettings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

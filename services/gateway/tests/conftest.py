@@ -2,16 +2,20 @@
 
 - ``client``: a gateway app driven in-process (httpx ASGI transport, lifespan running)
   whose only engine address is dead: for everything decided before an engine call.
-- ``make_client(settings)`` / ``make_settings(...)`` / ``serve(settings)``: the same for
-  custom settings, or served by a real uvicorn on a free loopback port.
-- ``engine``: a :class:`RecordingEngine` on a free loopback port.
+- ``make_client(settings or app)`` / ``make_settings(...)`` / ``serve(settings)``: the
+  same for custom settings (or an app made from them, to look at its state), or served by
+  a real uvicorn on a free loopback port.
+- ``start_service(servicer, add_to_server, service)``: any gRPC test double on a free
+  loopback port, beside a health service that reports ``service`` SERVING;
+- ``engine`` / ``make_engine()``: a :class:`RecordingEngine` served that way (the
+  embeddings and ASR doubles are ``routes/conftest.py``'s).
 
 The recording engine is not a model. Each test scripts the exact messages it answers with
 (or an error, or a hang), so assertions are about the gateway's translation: the request
 the engine received, the HTTP/SSE framing built from known messages, and whether the call
 was cancelled when the HTTP client went away.
 
-Test modules import nothing from here (two conftest.py files exist in the repository);
+Test modules import nothing from here (conftest.py names repeat across the repository);
 everything is reached through fixtures.
 """
 
@@ -19,21 +23,24 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import httpx
 import pytest
 import uvicorn
+from fastapi import FastAPI
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from jacana_common.errors import grpc_details
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
 from jacana_common.pb.jacana.engine.v1 import engine_pb2_grpc
 from jacana_gateway.app import create_app
-from jacana_gateway.config import GatewaySettings
+from jacana_gateway.backends.engine import ENGINE_SERVICE
+from jacana_gateway.settings import GatewaySettings
 
 MODEL = "test-model"
 
@@ -50,8 +57,9 @@ def _settings(engines: dict[str, list[str]] | None = None, **overrides) -> Gatew
 
 
 @asynccontextmanager
-async def _asgi_client(config: GatewaySettings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(config)
+async def _asgi_client(config: GatewaySettings | FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the gateway app for ``config`` (or of that app itself), lifespan running."""
+    app = config if isinstance(config, FastAPI) else create_app(config)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
@@ -124,23 +132,18 @@ class RecordingEngine(engine_pb2_grpc.EngineServicer):
 
 
 @dataclass
-class RunningEngine:
-    servicer: RecordingEngine
+class RunningService:
+    """A test double served on a loopback port, with the health service beside it."""
+
+    servicer: Any
     server: grpc.aio.Server
     health: health.aio.HealthServicer
     address: str
+    service: str  # the name its health service reports on
 
-
-async def _start_engine() -> RunningEngine:
-    server = grpc.aio.server()
-    servicer = RecordingEngine()
-    engine_pb2_grpc.add_EngineServicer_to_server(servicer, server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    await health_servicer.set("jacana.engine.v1.Engine", health_pb2.HealthCheckResponse.SERVING)
-    return RunningEngine(servicer, server, health_servicer, f"127.0.0.1:{port}")
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse
+        await self.health.set(self.service, status.SERVING if serving else status.NOT_SERVING)
 
 
 @pytest.fixture
@@ -180,12 +183,22 @@ def script() -> type[Script]:
 
 
 @pytest.fixture
-async def make_engine() -> AsyncIterator[Callable]:
-    """Start recording engines on demand; all are stopped after the test."""
-    running: list[RunningEngine] = []
+async def start_service() -> AsyncIterator[Callable[..., Awaitable[RunningService]]]:
+    """``await start_service(servicer, add_to_server, service)``: serve a test double on a
+    free loopback port, SERVING; all are stopped after the test."""
+    running: list[RunningService] = []
 
-    async def start() -> RunningEngine:
-        running.append(await _start_engine())
+    async def start(servicer: Any, add_to_server: Callable, service: str) -> RunningService:
+        server = grpc.aio.server()
+        add_to_server(servicer, server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        running.append(
+            RunningService(servicer, server, health_servicer, f"127.0.0.1:{port}", service)
+        )
+        await running[-1].set_serving(True)
         return running[-1]
 
     yield start
@@ -194,5 +207,16 @@ async def make_engine() -> AsyncIterator[Callable]:
 
 
 @pytest.fixture
-async def engine(make_engine) -> RunningEngine:
+def make_engine(start_service) -> Callable[[], Awaitable[RunningService]]:
+    """Start recording engines on demand; all are stopped after the test."""
+
+    async def start() -> RunningService:
+        add = engine_pb2_grpc.add_EngineServicer_to_server
+        return await start_service(RecordingEngine(), add, ENGINE_SERVICE)
+
+    return start
+
+
+@pytest.fixture
+async def engine(make_engine) -> RunningService:
     return await make_engine()

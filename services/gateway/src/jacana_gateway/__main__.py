@@ -14,7 +14,7 @@ import uvicorn
 from jacana_common.interpreter import set_gil_switch_interval
 from jacana_common.logging import configure_logging
 from jacana_gateway.app import create_app
-from jacana_gateway.config import GatewaySettings
+from jacana_gateway.settings import GatewaySettings
 
 log = logging.getLogger("jacana_gateway")
 

@@ -1,7 +1,10 @@
-"""The FastAPI application: :func:`create_app` wires settings, engines, routes and errors.
+"""The FastAPI application: :func:`create_app` wires settings, backends, routes, middleware
+and errors.
 
-Nothing happens at import. The engine channels open in the app's lifespan (on the
+Nothing happens at import. The backends' channels open in the app's lifespan (on the
 server's event loop) and close when it ends, after in-flight requests have drained.
+Every route family (:mod:`jacana_gateway.routes`) is built the same way, from the app's
+:class:`GatewayState`.
 """
 
 from __future__ import annotations
@@ -12,15 +15,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from jacana_gateway import routes_ops, routes_v1, version
-from jacana_gateway.admission import Admission
-from jacana_gateway.audio_route import AsrBackends, audio_router
-from jacana_gateway.auth import BearerAuthMiddleware
-from jacana_gateway.body_limit import BodyLimitMiddleware
-from jacana_gateway.config import GatewaySettings
-from jacana_gateway.embeddings_route import EmbeddingsBackends, embeddings_router
-from jacana_gateway.engine_client import engine_pool
+from jacana_gateway import version
+from jacana_gateway.backends.asr import AsrBackends
+from jacana_gateway.backends.embeddings import EmbeddingsBackends
+from jacana_gateway.backends.engine import engine_pool
 from jacana_gateway.errors import install_error_handlers
+from jacana_gateway.middleware.admission import Admission
+from jacana_gateway.middleware.auth import BearerAuthMiddleware
+from jacana_gateway.middleware.body_limit import BodyLimitMiddleware
+from jacana_gateway.routes import ROUTE_FAMILIES
+from jacana_gateway.settings import GatewaySettings
 from jacana_gateway.state import GatewayState
 
 
@@ -38,11 +42,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await state.pool.start()
+        await state.start()
         try:
             yield
         finally:
-            await state.pool.close()
+            await state.close()
 
     app = FastAPI(
         title="Jacana gateway",
@@ -54,18 +58,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     app.state.gateway = state
     install_error_handlers(app)
-    app.include_router(routes_v1.build_router())
-    app.include_router(routes_ops.build_router())
-    # The router's lifespan opens and closes the embeddings channels; engine-served models
-    # embed over the engine pool, which the app's lifespan owns.
-    app.include_router(
-        embeddings_router(
-            state.embeddings, engines=state.pool, timeout_s=settings.request_timeout_s
-        )
-    )
-    app.include_router(
-        audio_router(state.asr, timeout_s=settings.request_timeout_s, other_kind=state.route_for)
-    )
+    for family in ROUTE_FAMILIES:
+        app.include_router(family.build_router(state))
     # Added last = runs first: authentication before reading any body.
     app.add_middleware(
         BodyLimitMiddleware,

@@ -1,4 +1,12 @@
-"""Every failure the client sees, in the OpenAI error shape.
+"""Every failure the client sees, in the OpenAI error shape: the error models, the errors
+more than one part of the gateway raises, and the mapping of exceptions to responses.
+
+The shape is ``{"error": {"message", "type", "param", "code"}}`` (:class:`ErrorBody`;
+:class:`ApiError` carries one). A check that refuses one field says why where the check
+lives (with :class:`ApiError` or :func:`jacana_common.errors.invalid_value`); the errors
+below are the gateway's shared vocabulary: unknown model, model of another kind, missing,
+unknown or unsupported parameter, body too large, too many requests, bad API key, an
+engine that misbehaved, a client that left.
 
 :func:`install_error_handlers` replaces FastAPI's defaults:
 - :class:`ApiError` -> its own status and body;
@@ -21,12 +29,98 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from jacana_common.errors import ApiError
-from jacana_gateway.disconnect import ClientDisconnected
 
 log = logging.getLogger(__name__)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(BaseModel):
+    """The OpenAI error object every failure is reported in."""
+
+    error: ErrorDetail
+
+
+# The error statuses of the OpenAPI document (a route's ``responses``).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (400, 401, 404, 413, 429, 503, 504)
+}
+
+
+class ClientDisconnected(Exception):
+    """The HTTP client went away before its response was complete."""
+
+
+def model_not_found(model: str) -> ApiError:
+    return ApiError(404, f"The model '{model}' does not exist.", "model", "model_not_found")
+
+
+def model_not_supported(model: str, kind: str, route: str) -> ApiError:
+    """``model`` is served here, but by ``route``; ``kind`` says what it is ("an embedding
+    model", "not a speech-to-text model")."""
+    return ApiError(
+        400, f"The model '{model}' is {kind}; use {route}.", "model", "model_not_supported"
+    )
+
+
+def missing_parameter(param: str) -> ApiError:
+    return ApiError(
+        400, f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
+    )
+
+
+def unknown_parameter(param: str) -> ApiError:
+    return ApiError(
+        400, f"Unrecognized request argument supplied: {param}", param, "unknown_parameter"
+    )
+
+
+def unsupported_parameter(param: str, why: str) -> ApiError:
+    """A well-formed value of ``param`` that asks for something Jacana does not do."""
+    return ApiError(400, f"Unsupported value for '{param}': {why}.", param, "unsupported_parameter")
+
+
+def invalid_api_key() -> ApiError:
+    return ApiError(
+        401,
+        "Missing or invalid API key: send 'Authorization: Bearer <key>'.",
+        None,
+        "invalid_api_key",
+    )
+
+
+def request_too_large(limit: int) -> ApiError:
+    return ApiError(
+        413, f"The request body is larger than {limit} bytes.", None, "request_too_large"
+    )
+
+
+def too_many_requests(limit: int) -> ApiError:
+    return ApiError(
+        429,
+        f"The server is at its limit of {limit} concurrent requests; retry later.",
+        None,
+        "too_many_requests",
+    )
+
+
+def engine_error(message: str) -> ApiError:
+    """The engine broke its side of the stream protocol (a 503: retrying may work)."""
+    return ApiError(503, message, None, "engine_error")
+
+
+def engine_unavailable(message: str) -> ApiError:
+    return ApiError(503, message, None, "engine_unavailable")
+
 
 _HTTP_CODES = {
     404: "not_found",

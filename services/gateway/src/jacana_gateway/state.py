@@ -1,14 +1,21 @@
-"""What one gateway app instance owns, reachable from handlers as ``app.state.gateway``."""
+"""What one gateway app instance owns, reachable from handlers as ``app.state.gateway``
+and handed to each route family's ``build_router``.
+
+The backends' channels are opened by :meth:`GatewayState.start` on the server's event
+loop (in the app's lifespan) and closed by :meth:`GatewayState.close` once in-flight
+requests have drained.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
-from jacana_gateway.admission import Admission
-from jacana_gateway.audio_route import AsrBackends
-from jacana_gateway.config import GatewaySettings
-from jacana_gateway.embeddings_route import EmbeddingsBackends
-from jacana_gateway.replica_pool import ReplicaPool
+from jacana_gateway.backends.asr import AsrBackends
+from jacana_gateway.backends.embeddings import EmbeddingsBackends
+from jacana_gateway.backends.replica_pool import ReplicaPool
+from jacana_gateway.middleware.admission import Admission
+from jacana_gateway.settings import GatewaySettings
 
 
 @dataclass
@@ -24,6 +31,15 @@ class GatewayState:
     started_at: int
     embeddings: EmbeddingsBackends = field(default_factory=lambda: EmbeddingsBackends({}))
     asr: AsrBackends = field(default_factory=lambda: AsrBackends({}))
+
+    async def start(self) -> None:
+        """Open the channels of every backend (connections are lazy: a service that is
+        down does not fail start-up)."""
+        await asyncio.gather(self.pool.start(), self.embeddings.start(), self.asr.start())
+
+    async def close(self) -> None:
+        """Close every backend's channels; calls still open on them end with CANCELLED."""
+        await asyncio.gather(self.pool.close(), self.embeddings.close(), self.asr.close())
 
     @property
     def models(self) -> list[str]:

@@ -1,0 +1,82 @@
+"""POST /v1/audio/transcriptions and /v1/audio/translations: OpenAI's speech-to-text API
+over the ASR services' gRPC API (``jacana.asr.v1.Asr``).
+
+Request handling, in order: the multipart form (400 naming the field,
+:mod:`jacana_gateway.schemas.audio`; a body over ``max_audio_body_bytes`` is a 413 from
+the body limit), the model served here (404 ``model_not_found``; a generation or embedding
+model is a 400 ``model_not_supported``), then the service: its INVALID_ARGUMENT -> 400
+naming ``file``, ``language`` or ``temperature``, RESOURCE_EXHAUSTED -> 429,
+DEADLINE_EXCEEDED -> 504, unreachable -> 503. A replica that answers UNAVAILABLE is
+skipped for the next one (transcribing is idempotent). A client that disconnects cancels
+the gRPC call. The reply is shown in the asked ``response_format``
+(:mod:`jacana_gateway.translate.audio`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from jacana_gateway.errors import model_not_found, model_not_supported
+from jacana_gateway.middleware.disconnect import cancel_on_disconnect
+from jacana_gateway.schemas.audio import RESPONSE_FORMATS, read_audio_request
+from jacana_gateway.state import GatewayState
+from jacana_gateway.translate.audio import RENDERERS, transcribe_request
+
+
+def _form_schema(task: str) -> dict[str, Any]:
+    """The multipart body in the OpenAPI document (the handler reads the form itself)."""
+    properties: dict[str, Any] = {
+        "file": {"type": "string", "format": "binary", "description": "The audio file."},
+        "model": {"type": "string", "description": "A speech-to-text model id."},
+        "language": {"type": "string", "description": "ISO-639-1 code of the speech."},
+        "prompt": {"type": "string", "description": "Text that conditions the decoding."},
+        "response_format": {"type": "string", "enum": list(RESPONSE_FORMATS)},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+    }
+    if task == "transcribe":
+        properties["timestamp_granularities[]"] = {
+            "type": "array",
+            "items": {"type": "string", "enum": ["segment"]},
+        }
+    schema = {"type": "object", "required": ["file", "model"], "properties": properties}
+    return {
+        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
+    }
+
+
+def build_router(state: GatewayState) -> APIRouter:
+    """``POST /v1/audio/transcriptions`` and ``/v1/audio/translations`` served by
+    ``state.asr``."""
+    router = APIRouter(prefix="/v1/audio", tags=["openai"])
+    services, timeout_s = state.asr, state.settings.request_timeout_s
+
+    async def serve(request: Request, task: str) -> Response:
+        body = await read_audio_request(request, task)
+        if body.model not in services:
+            route = state.route_for(body.model)
+            if route is None:
+                raise model_not_found(body.model)
+            raise model_not_supported(body.model, "not a speech-to-text model", route)
+        call = services.transcribe(
+            body.model, transcribe_request(body, uuid.uuid4().hex), timeout_s
+        )
+        async with cancel_on_disconnect(request.receive):
+            reply = await call
+        rendered = RENDERERS[body.response_format](reply, task)
+        return Response(rendered.content, media_type=rendered.media_type)
+
+    @router.post("/transcriptions", response_model=None, openapi_extra=_form_schema("transcribe"))
+    async def create_transcription(request: Request) -> Response:
+        """The speech of an audio file as text, in the language spoken."""
+        return await serve(request, "transcribe")
+
+    @router.post("/translations", response_model=None, openapi_extra=_form_schema("translate"))
+    async def create_translation(request: Request) -> Response:
+        """The speech of an audio file as English text."""
+        return await serve(request, "translate")
+
+    return router

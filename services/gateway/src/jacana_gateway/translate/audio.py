@@ -1,0 +1,141 @@
+"""/v1/audio/* between OpenAI and gRPC: the service's ``TranscribeRequest`` for a checked
+upload (:func:`transcribe_request`), and the reply as each ``response_format`` of OpenAI's
+audio API shows it: ``json``, ``text``, ``srt``, ``verbose_json``, ``vtt``.
+
+Pure functions, no I/O. The renderers take the service's :class:`TranscribeResponse` and
+the task and are registered by format name in :data:`RENDERERS`. Shapes follow OpenAI's:
+
+- json: ``{"text"}``, with ``usage`` (``{"type": "duration", "seconds"}``, whole seconds
+  rounded up) for transcriptions;
+- verbose_json: ``{"task", "language", "duration", "text", "segments", "usage"}``, the
+  language as its lowercase English name ("english"; always "english" for translations,
+  which have no ``usage``), each segment ``{id, seek, start, end, text, tokens,
+  temperature, avg_logprob, compression_ratio, no_speech_prob}``;
+- text: the text and a newline;
+- srt / vtt: one cue per segment, ``HH:MM:SS,mmm`` / ``HH:MM:SS.mmm`` times, the segment's
+  text stripped and with ``-->`` written ``->`` so that it cannot end a cue's timing line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jacana_common.pb.jacana.asr.v1 import asr_pb2 as pb
+from jacana_gateway.schemas.audio import AudioRequest
+
+_TASKS = {"transcribe": pb.TASK_TRANSCRIBE, "translate": pb.TASK_TRANSLATE}
+
+
+def transcribe_request(body: AudioRequest, request_id: str) -> pb.TranscribeRequest:
+    """``body`` as the service's TranscribeRequest. No ``model``: the gateway's name for
+    the model may differ from the service's."""
+    return pb.TranscribeRequest(
+        request_id=request_id,
+        audio=body.audio,
+        filename=body.filename,
+        language=body.language or "",
+        task=_TASKS[body.task],
+        prompt=body.prompt or "",
+        temperature=body.temperature,
+    )
+
+
+@dataclass(frozen=True)
+class Rendered:
+    content: str
+    media_type: str
+
+
+Renderer = Callable[[pb.TranscribeResponse, str], Rendered]
+
+
+def timestamp(seconds: float, decimal_marker: str) -> str:
+    """``3725.5`` -> ``"01:02:05,500"`` (SRT, marker ",") or ``"01:02:05.500"`` (VTT, ".")."""
+    millis = max(round(seconds * 1000), 0)
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    secs, millis = divmod(millis, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal_marker}{millis:03d}"
+
+
+def _cue_text(segment: pb.Segment) -> str:
+    return segment.text.strip().replace("-->", "->")
+
+
+def _usage(response: pb.TranscribeResponse, task: str) -> dict[str, Any]:
+    if task != "transcribe":
+        return {}
+    return {"usage": {"type": "duration", "seconds": math.ceil(response.duration)}}
+
+
+def _json(payload: dict[str, Any]) -> Rendered:
+    return Rendered(json.dumps(payload, ensure_ascii=False), "application/json")
+
+
+def segment_json(segment: pb.Segment) -> dict[str, Any]:
+    """One entry of verbose_json's ``segments``."""
+    return {
+        "id": segment.id,
+        "seek": segment.seek,
+        "start": segment.start,
+        "end": segment.end,
+        "text": segment.text,
+        "tokens": list(segment.tokens),
+        "temperature": segment.temperature,
+        "avg_logprob": segment.avg_logprob,
+        "compression_ratio": segment.compression_ratio,
+        "no_speech_prob": segment.no_speech_prob,
+    }
+
+
+def render_json(response: pb.TranscribeResponse, task: str) -> Rendered:
+    return _json({"text": response.text, **_usage(response, task)})
+
+
+def render_verbose_json(response: pb.TranscribeResponse, task: str) -> Rendered:
+    # A translation reports its output's language, as OpenAI does.
+    spoken = response.language_name or response.language
+    language = "english" if task == "translate" else spoken
+    return _json(
+        {
+            "task": task,
+            "language": language,
+            "duration": response.duration,
+            "text": response.text,
+            "segments": [segment_json(s) for s in response.segments],
+            **_usage(response, task),
+        }
+    )
+
+
+def render_text(response: pb.TranscribeResponse, task: str) -> Rendered:
+    return Rendered(response.text + "\n", "text/plain; charset=utf-8")
+
+
+def render_srt(response: pb.TranscribeResponse, task: str) -> Rendered:
+    cues = [
+        f"{n}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{_cue_text(s)}\n"
+        for n, s in enumerate(response.segments, start=1)
+    ]
+    return Rendered("\n".join(cues), "text/plain; charset=utf-8")
+
+
+def render_vtt(response: pb.TranscribeResponse, task: str) -> Rendered:
+    cues = [
+        f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{_cue_text(s)}\n\n"
+        for s in response.segments
+    ]
+    return Rendered("WEBVTT\n\n" + "".join(cues), "text/vtt; charset=utf-8")
+
+
+RENDERERS: dict[str, Renderer] = {
+    "json": render_json,
+    "text": render_text,
+    "srt": render_srt,
+    "verbose_json": render_verbose_json,
+    "vtt": render_vtt,
+}
