@@ -46,6 +46,7 @@ def test_engine_with_a_self_drafting_toy_is_exact_and_accepts_everything(toy):
     sp = SamplingParams(temperature=0.0, max_tokens=17, ignore_eos=True)
     assert engine.generate(prompts, sp) == [toy.greedy(p, 17) for p in prompts]
     s = engine.stats().speculative["draft_model"]
+    assert s.proposals > 0 and s.draft_tokens > 0
     assert s.acceptance_rate == 1.0 and s.mean_accepted_length == 4.0
 
 
@@ -89,3 +90,5 @@ def test_the_engine_warm_up_warms_its_proposer_and_leaves_the_speculator_alone(t
     prompts = [[3, 1, 4, 1, 5, 9, 2, 6]]
     sp = SamplingParams(temperature=0.0, max_tokens=9, ignore_eos=True)
     assert engine.generate(prompts, sp) == [toy.greedy(prompts[0], 9)]
+    s = engine.speculator.stats()["draft_model"]
+    assert s.proposals > 0 and s.accepted_tokens == s.draft_tokens > 0  # self-drafting

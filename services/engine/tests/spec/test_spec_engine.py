@@ -9,6 +9,7 @@ import pytest
 
 from jacana_engine.core.outputs import FinishReason
 from jacana_engine.sample.params import SamplingParams
+from jacana_engine.spec.acceptance import ProposerStats
 from jacana_engine.spec.config import SpeculativeConfig
 from jacana_engine.spec.proposer import Proposer
 from jacana_engine.spec.speculator import Speculator
@@ -50,6 +51,14 @@ def spec_engine(toy, proposer=None, k=4, **overrides):
     return engine
 
 
+def drafted(engine, name: str = "oracle") -> ProposerStats:
+    """The proposer's counters, asserting that it drafted: an equality with speculation
+    off proves nothing about verification if no draft was ever checked."""
+    stats = engine.stats().speculative[name]
+    assert stats.proposals > 0 and stats.draft_tokens > 0, f"{name} never drafted: {stats}"
+    return stats
+
+
 PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8], [1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89]]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
 
@@ -59,8 +68,7 @@ def test_greedy_is_token_exact_whatever_the_drafts(toy, wrong_at):
     engine = spec_engine(toy, OracleProposer(toy.LM, wrong_at=wrong_at))
     out = engine.generate(PROMPTS, GREEDY)
     assert out == [toy.greedy(p, 20) for p in PROMPTS]
-    stats = engine.stats().speculative["oracle"]
-    assert stats.proposals > 0
+    stats = drafted(engine)
     if not wrong_at:  # perfect drafts: k + 1 tokens a step (less where max_tokens caps k)
         assert stats.acceptance_rate == 1.0
         assert 4.5 < stats.mean_accepted_length <= 5.0
@@ -76,6 +84,7 @@ def test_model_free_proposers_are_exact_on_the_toy(toy):
         engine = toy.engine(speculative=cfg)
         prompt = [5, 6, 7, 8] * 6  # repetitive, so both find matches
         assert engine.generate([prompt], GREEDY) == [toy.greedy(prompt, 20)]
+        drafted(engine, name)
 
 
 def test_rejected_drafts_are_not_computed_twice_and_steps_shrink(toy):
@@ -90,9 +99,14 @@ def test_draft_longer_than_max_tokens_is_capped(toy):
     proposer = OracleProposer(toy.LM, length=50)
     engine = spec_engine(toy, proposer, k=8)
     for max_tokens in (1, 2, 3, 7):
+        before = engine.stats().speculative.get("oracle", ProposerStats())
         sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         out = engine.generate([PROMPTS[1]], sp)
         assert out == [toy.greedy(PROMPTS[1], max_tokens)]
+        after = engine.stats().speculative.get("oracle", ProposerStats())
+        # the prefill samples the first token, one verification step the last: the
+        # drafts in between are capped to the max_tokens - 2 tokens still wanted
+        assert after.draft_tokens - before.draft_tokens == max(0, max_tokens - 2)
 
 
 def test_draft_through_a_stop_token_stops_there(toy):
@@ -111,6 +125,7 @@ def test_draft_through_a_stop_token_stops_there(toy):
             tokens += o.new_token_ids
             last = o
     assert tokens == ref[:stop_at]
+    assert drafted(engine).accepted_tokens > 0
     assert last.finished and last.finish_reason is FinishReason.STOP
     assert last.matched_stop == ref[stop_at]
     engine.step()  # the proposer hears of the finished request on the next step
@@ -151,9 +166,10 @@ def test_dynamic_k_stops_drafting_when_nothing_is_accepted(toy):
 
 def test_sampling_with_speculation_runs_and_is_seed_reproducible(toy):
     sp = SamplingParams(temperature=1.0, seed=7, max_tokens=24, ignore_eos=True)
-    a = spec_engine(toy, OracleProposer(toy.LM)).generate(PROMPTS, sp)
-    b = spec_engine(toy, OracleProposer(toy.LM)).generate(PROMPTS, sp)
+    engines = [spec_engine(toy, OracleProposer(toy.LM)) for _ in range(2)]
+    a, b = (e.generate(PROMPTS, sp) for e in engines)
     assert a == b
+    assert drafted(engines[0]) == drafted(engines[1])
     assert all(len(x) == 24 for x in a)
 
 
@@ -163,6 +179,8 @@ def test_preemption_with_drafts_keeps_greedy_output(toy):
     sp = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
     assert engine.generate(PROMPTS, sp) == [toy.greedy(p, 30) for p in PROMPTS]
     assert engine.scheduler.num_preemptions_total > 0
+    stats = drafted(engine)
+    assert 0 < stats.accepted_tokens < stats.draft_tokens  # drafts wrong from offset 2
 
 
 def test_sampled_tokens_keep_the_target_distribution_end_to_end(toy):
@@ -209,8 +227,7 @@ def test_rejected_drafts_give_their_blocks_back(toy, wrong_at):
         assert bm.num_free_blocks + bm.num_used_blocks == bm.num_total_blocks
     assert verified_steps > 0
     assert list(outs.values()) == [toy.greedy(p, 20) for p in PROMPTS]
+    stats = drafted(engine)
     if wrong_at:
-        assert engine.stats().speculative["oracle"].draft_tokens > (
-            engine.stats().speculative["oracle"].accepted_tokens
-        )
+        assert stats.draft_tokens > stats.accepted_tokens
     assert bm.num_free_blocks == bm.num_total_blocks

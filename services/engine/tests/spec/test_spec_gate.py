@@ -168,6 +168,8 @@ def test_engine_pauses_speculation_that_does_not_pay(toy):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     sp = SamplingParams(temperature=0.0, max_tokens=80, ignore_eos=True)
     assert engine.generate([prompt], sp) == [toy.greedy(prompt, 80)]
+    s = engine.stats().speculative["slow-wrong"]
+    assert s.proposals > 0 and s.draft_tokens > 0 and s.accepted_tokens == 0
     assert gate.shut_total >= 1 and gate.phase is Phase.SHUT
     # the first window proposed; then the per-request back-off and the gate kept it quiet
     assert 1 <= proposer.calls <= gate.window + 2

@@ -86,6 +86,7 @@ def test_greedy_and_sampled_speculation_on_cuda(checkpoint):
         out = engine.generate(prompts, greedy)
         elapsed = time.perf_counter() - start
         s = engine.stats().speculative[proposer]
+        assert s.proposals > 0 and s.draft_tokens > 0, (proposer, s)
         report[proposer] = {
             "s": round(elapsed, 3),
             "steps": engine.stats().steps_total,

@@ -78,8 +78,9 @@ def test_drafter_killed_and_restarted(toy):
         reference = toy.greedy(PROMPT, 24)
         assert engine.generate([PROMPT], SP) == [reference]
         remote = engine.speculator.proposer
-        up = engine.stats().speculative["ngram"].proposals
-        assert up > 0 and remote.connected
+        drafted = engine.stats().speculative["ngram"]
+        up = drafted.proposals
+        assert up > 0 and drafted.accepted_tokens > 0 and remote.connected
 
         proc.kill()
         proc.wait(timeout=10)

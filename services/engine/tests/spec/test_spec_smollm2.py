@@ -88,3 +88,6 @@ def test_stop_string_inside_an_accepted_draft(smollm2_engine, prompts, reference
                 last = o
         assert text == expected, proposer
         assert last.finish_reason is FinishReason.STOP and last.matched_stop == stop
+        if proposer != "none":  # the stop string was reached inside verified drafts
+            s = engine.stats().speculative[proposer]
+            assert s.proposals > 0 and s.accepted_tokens > 0, s
