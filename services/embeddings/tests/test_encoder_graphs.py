@@ -89,7 +89,6 @@ def test_concurrent_batches_in_one_bucket_keep_their_own_vectors(graphed, embedd
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_captured_graphs_replay_new_batches_on_cuda(model_dir):
     device = torch.device("cuda")
     kwargs = dict(model_dir=model_dir, model_id=DEFAULT_MODEL_ID, device="cuda", dtype="float16")
@@ -104,7 +103,6 @@ def test_captured_graphs_replay_new_batches_on_cuda(model_dir):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_threads_replaying_different_buckets_keep_their_own_vectors_on_cuda(model_dir):
     # One memory pool: a bucket's output may be another bucket's scratch, so a replay
     # queued between another bucket's replay and its copy-out would overwrite it.

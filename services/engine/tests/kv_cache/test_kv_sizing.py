@@ -133,7 +133,6 @@ def test_settings_take_one_budget_and_bound_the_fraction(monkeypatch, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("fraction", [0.05, None])
 def test_cuda_pool_is_a_fraction_of_the_memory_free_after_the_weights(tmp_path, caplog, fraction):
     import json

@@ -463,7 +463,6 @@ async def test_async_embed_batches_rejects_atomically_and_cancels(qwen3_embeddin
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_qwen3_embedding_on_cuda(tmp_path):
     """Triton attention and CUDA graphs (a step of 1-token inputs is a decode-shaped batch
     that replays a graph) vs transformers on CPU in float32; bfloat16 within its noise

@@ -314,7 +314,6 @@ def test_min_tokens_is_token_exact_with_transformers_min_new_tokens(smollm2_engi
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_rows_keep_their_tokens_whatever_path_their_neighbours_take(tmp_path):
     """On CUDA plain rows sample in the device kernel and processed rows in the full
     sampler; a seeded row's path, hence its tokens, must not depend on its neighbours."""

@@ -21,10 +21,7 @@ from jacana_engine.core.engine import LLMEngine
 from jacana_engine.sample.params import SamplingParams
 from jacana_engine.spec.config import SpeculativeConfig
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
+pytestmark = pytest.mark.gpu  # skipped without a CUDA device (root conftest.py)
 transformers = pytest.importorskip("transformers")
 
 

@@ -7,10 +7,7 @@ import torch
 
 from jacana_engine.tuning.gpu_timing import replay_seconds, sustained_replay_seconds
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = pytest.mark.gpu  # skipped without a CUDA device (root conftest.py)
 
 
 def test_sustained_pace_agrees_with_short_timings_of_the_same_graph():
