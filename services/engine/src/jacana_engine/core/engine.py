@@ -12,19 +12,19 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
 from typing import Literal
 
 from jacana_engine.config import EngineConfig
 from jacana_engine.core.errors import InvalidRequestError
+from jacana_engine.core.model_info import ModelInfo
 from jacana_engine.core.outputs import FinishReason, RequestOutput, TokenLogprob
 from jacana_engine.core.request_checks import check_token_ids, resolve_max_tokens
 from jacana_engine.core.scheduler import Scheduler
 from jacana_engine.core.sequence import Sequence, SequenceStatus
 from jacana_engine.core.stats import EngineStats, ThroughputMeter
+from jacana_engine.core.stop_rules import apply_token
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.models.base import CausalLM
-from jacana_engine.pooling.methods import PoolingSpec
 from jacana_engine.pooling.requests import (
     EmbeddingOutput,
     embedding_outputs,
@@ -43,26 +43,6 @@ from jacana_engine.worker.decode_overlap import LaunchedStep, overlappable, plan
 from jacana_engine.worker.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """Facts about the served model, for clients (``GetModelInfo``)."""
-
-    model_id: str
-    architecture: str
-    max_model_len: int
-    vocab_size: int
-    dtype: str
-    device: str
-    eos_token_ids: tuple[int, ...]
-    has_chat_template: bool
-    pooling: PoolingSpec | None = None  # set when the engine serves embeddings
-    hidden_size: int = 0  # the length of an embedding
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.eos_token_ids[0] if self.eos_token_ids else None
 
 
 class LLMEngine:
@@ -430,47 +410,11 @@ class LLMEngine:
         first = seq.num_output_tokens == 0
         if first:  # the prompt is done: count what was computed of it, once
             self._prompt_tokens_total += seq.num_prompt_tokens - seq.num_cached_tokens
-        sp = seq.sampling_params
-        detok = seq.detokenizer
-        new_ids: list[int] = []
-        text = ""
-        reason: FinishReason | None = None
-        matched: str | int | None = None
-        if token_id in sp.stop_token_ids or (not sp.ignore_eos and token_id in self.eos_token_ids):
-            reason, matched = FinishReason.STOP, token_id
-        else:
-            seq.output_token_ids.append(token_id)
-            new_ids.append(token_id)
-            if detok is not None:
-                text, stop = detok.push(token_id)
-                if stop is not None:
-                    reason, matched = FinishReason.STOP, stop
-            if reason is None and seq.num_output_tokens >= seq.max_tokens:
-                reason = FinishReason.LENGTH
-        if reason is not None:
-            if detok is not None:  # release text held back as a possible stop string start
-                tail = detok.flush()
-                text += tail.text
-                if tail.stop is not None:
-                    reason, matched = FinishReason.STOP, tail.stop
-            seq.matched_stop = matched
-            self.scheduler.finish(seq, reason)
+        out = apply_token(seq, token_id, logprob, self.eos_token_ids, first)
+        if out.finished:
+            self.scheduler.finish(seq, out.finish_reason)
             self._requests_finished_total += 1
-        return RequestOutput(
-            request_id=seq.request_id,
-            new_token_ids=new_ids,
-            new_text=text,
-            finished=reason is not None,
-            finish_reason=reason,
-            num_prompt_tokens=seq.num_prompt_tokens,
-            num_output_tokens=seq.num_output_tokens,
-            num_cached_tokens=seq.num_cached_tokens,
-            matched_stop=matched,
-            logprobs=None if sp.logprobs is None else [logprob] if new_ids and logprob else [],
-            prompt_logprobs=seq.prompt_logprobs
-            if first and sp.prompt_logprobs is not None
-            else None,
-        )
+        return out
 
     # ---- conveniences -------------------------------------------------------------------
 
