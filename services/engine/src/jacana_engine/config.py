@@ -45,31 +45,6 @@ class EngineConfig:
         shape and row count at start-up and runs the faster (``layers/decode_gemm.py``);
         "torch" always cuBLAS (transformers' own GEMMs, so greedy output follows its
         rounding more often: ``bench/results/gpu_targets.md``).
-    fuse_norm_gemm: with ``decode_gemm="auto"``, also time each RMSNorm folded into the
-        skinny kernel next to it, into the end of the o/down projection before it (the
-        last program normalizes) or the start of the QKV/gate-up projection after it, and
-        fold it where faster (opt-in: on an H200 the tuner keeps the separate kernels at
-        every Qwen3-8B row count; the start folds at Qwen3-0.6B's one and two rows).
-    split_norm: with ``decode_gemm="auto"``, each RMSNorm between two projections that
-        both run a row count on the skinny kernel (o -> gate/up, down -> the next QKV) runs
-        inside them: the producer's programs store the residual sum and their partial
-        sums of squares in torch's order, the consumer normalizes its input as it loads
-        it, with the norm kernel's bits (``RMSNorm.split_between_gemms``; two launches
-        fewer per layer; only onto consumer tiles of 8 weight rows or more). Opt-in: on
-        an H200 it broke even on the Qwen3-8B and 0.6B batch-1 graphs (4.074 -> 4.072 ms,
-        0.747 -> 0.749). Taken before ``fuse_norm_gemm``'s folds where both apply.
-    fold_norm_weights: each decoder layer's two RMSNorm weights are multiplied into the
-        columns of the projection after them (QKV, gate/up) at load, rounded once, and the
-        norms keep a weight of ones; then at one row, where the projections around a norm
-        both run on the skinny kernel, the norm has no launch: o/down add the residual in
-        their epilogue and QKV/gate-up scale their product by 1/rms of x, summed as x
-        loads (``RMSNorm.weight_in_consumer``). Opt-in: it changes the rounding (the
-        folded weight, the unrounded normalized x) everywhere, and on an H200 one run of
-        two put a SmolLM2 greedy token 4 bf16 ulps behind transformers' top, outside the
-        parity oracle's two (``tests/test_gpu_engine.py``, ``JACANA_PARITY_FOLDED=1``);
-        there the 36-layer Qwen3-8B chain of the one-row picks took 3.404 against 3.452
-        ms, the decode graph 3.906 against 3.948, the served step no faster at the card's
-        power cap (Qwen3-0.6B 0.76 -> 0.73 ms).
     tune_in_graph: with ``decode_gemm="auto"`` and a batch-1 decode graph, time each
         weight shape's one-row choices (cuBLAS and the skinny candidates) inside that
         graph, shape after shape (``layers/graph_picks.py``), instead of keeping the picks
@@ -94,13 +69,6 @@ class EngineConfig:
         cuDNN does, whatever the CUDA graphs' split count, so its bits are cuDNN's; off,
         each tile may be its own split, merged after: faster at small batches (SmolLM2's
         shapes at batch 1 on an H200: 0.74 -> 0.54 ms per token), rounding otherwise.
-    l2_prefetch_bytes: with ``pdl``, every one-row skinny GEMM the tuner picked with a
-        dependent launch (on the tile kernel, not a folded one) also asks L2, before its
-        wait, to prefetch about this many bytes of its weight in all, an equal share of
-        each row (``SkinnyConfig``, ``skinny_gemm.l2_prefetch_plan``), so HBM streams
-        weights while the kernel before it runs; 0: off (opt-in; a fixed 2 or 8 KB a row
-        made a Qwen3-8B batch-1 step 0.3 and 0.6 ms slower on an H200, and so did a
-        launch's total of 4 to 32 MiB, by 0.13 to 0.53 ms).
     tuning_cache: a JSON file where the ``decode_gemm="auto"`` choices are kept per GPU,
         software and shape, so a restart skips the timing (``layers/tuning_cache.py``);
         None times at every start.
@@ -154,14 +122,10 @@ class EngineConfig:
     attention_backend: str = "auto"
     linear_backend: str = "auto"
     decode_gemm: str = "auto"
-    fuse_norm_gemm: bool = False
-    split_norm: bool = False
-    fold_norm_weights: bool = False
     tune_in_graph: bool = True
     pdl: bool = True
     fuse_rope_attention: bool = True
     exact_decode_attention: bool = True
-    l2_prefetch_bytes: int = 0
     tuning_cache: str | None = None
     enforce_eager: bool = False
     overlap_decode: bool = True

@@ -11,21 +11,15 @@ from jacana_engine.entrypoints.settings import EngineSettings
 def test_env_reaches_the_engine_config(monkeypatch):
     monkeypatch.setenv("JACANA_ENGINE_STREAM_INTERVAL", "4")
     monkeypatch.setenv("JACANA_ENGINE_DECODE_GEMM", "torch")
-    monkeypatch.setenv("JACANA_ENGINE_FUSE_NORM_GEMM", "true")
     monkeypatch.setenv("JACANA_ENGINE_PDL", "false")
     monkeypatch.setenv("JACANA_ENGINE_FUSE_ROPE_ATTENTION", "false")
-    monkeypatch.setenv("JACANA_ENGINE_L2_PREFETCH_BYTES", "4096")
-    monkeypatch.setenv("JACANA_ENGINE_SPLIT_NORM", "true")
-    monkeypatch.setenv("JACANA_ENGINE_FOLD_NORM_WEIGHTS", "true")
     monkeypatch.setenv("JACANA_ENGINE_TUNE_IN_GRAPH", "false")
     monkeypatch.setenv("JACANA_ENGINE_PREFILL_GRAPH_TOKENS", "1024")
     monkeypatch.setenv("JACANA_ENGINE_WARM_UP", "false")
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (4, "torch")
-    assert (config.fuse_norm_gemm, config.pdl, config.fuse_rope_attention) == (True, False, False)
-    assert config.l2_prefetch_bytes == 4096
-    assert (config.split_norm, config.tune_in_graph) == (True, False)
-    assert config.fold_norm_weights is True
+    assert (config.pdl, config.fuse_rope_attention) == (False, False)
+    assert config.tune_in_graph is False
     assert config.prefill_graph_tokens == 1024
     assert config.warm_up is False
 
@@ -33,10 +27,8 @@ def test_env_reaches_the_engine_config(monkeypatch):
 def test_defaults_are_the_measured_gpu_path():
     config = EngineSettings.load().engine_config()
     assert (config.stream_interval, config.decode_gemm) == (1, "auto")
-    assert (config.fuse_norm_gemm, config.pdl, config.fuse_rope_attention) == (False, True, True)
-    assert config.l2_prefetch_bytes == 0
-    assert (config.split_norm, config.tune_in_graph) == (False, True)
-    assert config.fold_norm_weights is False  # it changes the rounding
+    assert (config.pdl, config.fuse_rope_attention) == (True, True)
+    assert config.tune_in_graph is True
     assert config.prefill_graph_tokens == 2048
     assert config.warm_up is None  # on CUDA only
     assert config.tuning_cache == "~/.cache/jacana/decode_gemm_tuning.json"

@@ -192,65 +192,23 @@ def test_model_on_triton_kernels_matches_torch(device, seed, paged_driver):
         tokens = [int(lg[-1].argmax()) for lg in step["torch"]]
 
 
-@pytest.mark.parametrize("fold_into", ["start", "end", "split", "weights"])
-def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
-    device, seed, paged_driver, fold_into, monkeypatch
+def test_decode_steps_on_skinny_kernels_with_the_activation_folded_match_the_plain_ones(
+    device, seed, paged_driver
 ):
-    """The same tiny Qwen3 twice on the Triton path, one copy with every norm folded into
-    a skinny kernel, for 1- and 2-row steps (as the tuner would set them): into the start
-    of the QKV and gate/up projections after it, or into the end of the o and down
-    projections before it, or split over both (every projection on the skinny kernel;
-    ``split_norms``) (all but the first layer's input norm, which follows the
-    embeddings), or, with the norms' weights multiplied into the projections after them
-    (``fold_norm_weights``; every projection on the skinny kernel), run inside the two
-    projections at one row, with SiLU-and-mul folded into the down projection's loads
-    either way. The prefill (10 rows) runs unfolded in both (but for the folded weights
-    and unit norms); the decode steps' logits agree."""
+    """The same tiny Qwen3 twice on the Triton path, one copy with every projection on the
+    skinny kernel for 1- and 2-row steps (as the tuner would set them), SiLU-and-mul
+    folded into the down projection's loads. The prefill (10 rows) runs on the plain
+    GEMMs in both; the decode steps' logits agree."""
     from jacana_engine.kernels.skinny_gemm import pick_config
     from jacana_engine.layers.linear import Linear
-    from jacana_engine.tuning.decode_gemm import fold_norm_weights, split_norms
 
     if device.type == "cuda":
         pytest.skip("the paged test driver builds host tensors (GPU parity: test_gpu_engine)")
-    cfg = tiny_qwen3()
     models = [random_triton_qwen3(seed, device) for _ in range(2)]  # the same weights twice
-    folded = 0
     for module in models[1].modules():
         if isinstance(module, Linear):
             n, k = module.weight.shape
-            configs = {m: pick_config(m, n, k) for m in (1, 2)}
-            if k == cfg.intermediate_size or fold_into in ("split", "weights"):  # down: SiLU in
-                module.skinny_configs = configs
-            if fold_into in ("split", "weights") and module.follows_norm:
-                folded += 1
-            elif fold_into == "start" and module.follows_norm:
-                module.norm_configs = configs
-                folded += 1
-            elif fold_into == "end" and module.precedes_norm:
-                module.norm_tail_configs = configs
-                folded += 1
-    assert folded == 2 * cfg.num_hidden_layers
-    splits = []
-    if fold_into == "split":
-        split_norms(models[1])
-        # the tiny hidden size has fewer torch reduction threads a row than a real one
-        monkeypatch.setattr("jacana_engine.layers.norm.MIN_SPLIT_PROGRAMS", 1)
-        real = Linear.forward_with_stats
-
-        def spy(self, x, *args, **kwargs):
-            splits.append(x.shape[0])
-            return real(self, x, *args, **kwargs)
-
-        monkeypatch.setattr(Linear, "forward_with_stats", spy)
-    if fold_into == "weights":
-        assert fold_norm_weights(models[1]) == 2 * cfg.num_hidden_layers
-        real_deferred = Linear.deferred_norm_forward
-
-        def deferred_spy(self, x, *args, **kwargs):
-            splits.append(x.shape[0])
-            return real_deferred(self, x, *args, **kwargs)
-
-        monkeypatch.setattr(Linear, "deferred_norm_forward", deferred_spy)
+            module.skinny_configs = {m: pick_config(m, n, k) for m in (1, 2)}
     prompts = [[1, 5, 9, 13, 2, 7], [3, 4, 40, 2]]
     drivers = [paged_driver(m, block_size=BLOCK, num_blocks=16) for m in models]
     logits = [d.step(list(enumerate(prompts))) for d in drivers]
@@ -260,10 +218,6 @@ def test_decode_steps_with_folded_norms_and_activation_match_the_plain_ones(
         for got, want in zip(step[1], step[0], strict=True):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         tokens = [int(lg[-1].argmax()) for lg in step[0]] + tokens[rows:]
-    if fold_into == "split":  # every norm of a step but the first and the last
-        assert splits == [r for r in (2, 1, 2) for _ in range(2 * cfg.num_hidden_layers - 1)]
-    if fold_into == "weights":  # the same norms, of the one-row step alone
-        assert splits == [1] * (2 * cfg.num_hidden_layers - 1)
 
 
 def _tiny_llama() -> ModelConfig:

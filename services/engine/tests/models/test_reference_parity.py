@@ -135,25 +135,3 @@ def test_mixed_batch_equals_separate_runs(ours, prompt_ids, paged_driver):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
 
-
-def test_norm_weights_folded_into_the_projections_keep_transformers_tokens(
-    hf, prompt_ids, paged_driver
-):
-    """``fold_norm_weights`` (EngineConfig.fold_norm_weights) changes only the rounding:
-    on SmolLM2's real weights in float32, with every decoder norm's weight in its
-    projection's, the prompt logits stay within 1e-3 of transformers' and two prompts'
-    greedy continuations stay token-exact (CPU: the unit-weight norm, then the folded
-    projection; the one-row skinny path is the GPU's)."""
-    from jacana_engine.tuning.decode_gemm import fold_norm_weights
-
-    folded = load_model(EngineConfig(model=str(SMOLLM2_DIR / GGUF_NAME), dtype="float32"))
-    assert fold_norm_weights(folded) == 2 * len(folded.model.layers)
-    model, tok = hf
-    ids = prompt_ids[-1]
-    (logits,) = paged_driver(folded).step([(0, ids)])
-    with torch.inference_mode():
-        ref = model(torch.tensor([ids])).logits[0].float()
-    assert (logits - ref).abs().max().item() < 1e-3
-    two = [prompt_ids[0], prompt_ids[-1]]
-    generations = paged_driver(folded, block_size=16).generate(two, NEW_TOKENS)
-    assert_greedy_matches_transformers(model, tok, two, generations, NEW_TOKENS)

@@ -5,10 +5,7 @@ engine's default on Hopper, the timed skinny decode GEMM launched with programma
 dependent launch, its one-row picks timed in the graph (``decode_gemm="auto"``,
 ``pdl=True``, ``tune_in_graph=True``: mode "graphs-skinny-pdl"; eager
 steps never use it; without PDL the kernels give the same bits, which
-``test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu`` checks); with
-``JACANA_PARITY_FOLDED=1`` also the same with the opt-in ``fold_norm_weights`` (mode
-"graphs-skinny-pdl-folded": on an H200 one run of two put a SmolLM2 token 4 bf16 ulps
-behind transformers' top, so it stays opt-in and out of the default set). These fold
+``test_pdl_launches_keep_the_bits_in_a_cuda_graph_gpu`` checks). These fold
 RoPE and the KV store into decode attention, the default (``fuse_rope_attention``);
 cuBLAS graphs with the rope kernel instead are mode "graphs-rope-kernel". SmolLM2 also
 runs eagerly on the torch attention backend (float32 SDPA over the gathered cache: mode
@@ -301,23 +298,6 @@ def _engine(
     )
 
 
-def _opt_in_modes(model_path: str, load_format: str) -> dict[str, LLMEngine]:
-    """The opt-in "graphs-skinny-pdl-folded" mode where ``JACANA_PARITY_FOLDED=1`` asks for
-    it (module docstring), else none."""
-    if os.environ.get("JACANA_PARITY_FOLDED") != "1":
-        return {}
-    folded = _engine(
-        model_path,
-        load_format,
-        eager=False,
-        decode_gemm="auto",
-        pdl=True,
-        tune_in_graph=True,
-        fold_norm_weights=True,
-    )
-    return {"graphs-skinny-pdl-folded": folded}
-
-
 def _check_and_report(
     name: str, hf, ref, prompts, engines: dict[str, LLMEngine], run_to_run: list[list[list[int]]]
 ) -> None:
@@ -406,7 +386,6 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
         "graphs-rope-kernel": _engine(
             str(peaked_qwen3), "safetensors", eager=False, fuse_rope_attention=False
         ),
-        **_opt_in_modes(str(peaked_qwen3), "safetensors"),
     }
     _check_and_report("random-qwen3", hf, ref, prompts, engines, run_to_run)
 
@@ -433,6 +412,5 @@ def test_smollm2_matches_transformers():
         ),
         "graphs-rope-kernel": _engine(str(gguf), "gguf", eager=False, fuse_rope_attention=False),
         "eager-torch-attention": _engine(str(gguf), "gguf", eager=True, attention_backend="torch"),
-        **_opt_in_modes(str(gguf), "gguf"),
     }
     _check_and_report("smollm2-135m", hf, ref, prompts, engines, run_to_run)

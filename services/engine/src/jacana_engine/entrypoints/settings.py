@@ -95,27 +95,6 @@ class EngineSettings(ServiceSettings):
         description="Decode-sized GEMMs on CUDA: auto times cuBLAS against the skinny "
         "Triton kernel per weight shape at start-up and runs the faster; torch is cuBLAS.",
     )
-    fuse_norm_gemm: bool = Field(
-        False,
-        description="With decode_gemm auto: also time each RMSNorm folded into the skinny "
-        "kernel next to it, into the end of the o/down projection before it or the start of "
-        "the QKV/gate-up projection after it, and fold it where faster (on an H200 the tuner "
-        "keeps the separate kernels at every Qwen3-8B row count).",
-    )
-    split_norm: bool = Field(
-        False,
-        description="With decode_gemm auto: each RMSNorm between two projections that "
-        "both run on the skinny kernel runs inside them (the first stores the residual sum "
-        "and partial sums of squares, the second normalizes as it loads, with the norm "
-        "kernel's bits): two launches fewer per layer (opt-in: it broke even on an H200).",
-    )
-    fold_norm_weights: bool = Field(
-        False,
-        description="Multiply each decoder layer's RMSNorm weights into the QKV and "
-        "gate/up weights at load, so that at one row the norms need no launch of their own "
-        "(opt-in: it changes the rounding; on an H200 one run of two put a SmolLM2 greedy "
-        "token 4 bf16 ulps behind transformers' top).",
-    )
     tune_in_graph: bool = Field(
         True,
         description="With decode_gemm auto: time each weight shape's one-row GEMM choices "
@@ -144,15 +123,6 @@ class EngineSettings(ServiceSettings):
         "behind transformers' SDPA on Hopper does (its bits); off: split per KV tile, "
         "faster at small batches (SmolLM2's shapes at batch 1 on an H200: 0.74 -> 0.54 "
         "ms per token).",
-    )
-    l2_prefetch_bytes: int = Field(
-        0,
-        ge=0,
-        le=1 << 30,
-        description="With pdl: every one-row skinny GEMM picked with a dependent launch "
-        "also asks L2, before its wait, to prefetch about this many bytes of its weight in "
-        "all (an equal share of each row), so HBM streams weights while the kernel before "
-        "it runs; 0: off (slower on an H200 at every size tried).",
     )
     tuning_cache: str = Field(
         "~/.cache/jacana/decode_gemm_tuning.json",
@@ -336,14 +306,10 @@ class EngineSettings(ServiceSettings):
             attention_backend=self.attention_backend,
             linear_backend=self.linear_backend,
             decode_gemm=self.decode_gemm,
-            fuse_norm_gemm=self.fuse_norm_gemm,
-            split_norm=self.split_norm,
-            fold_norm_weights=self.fold_norm_weights,
             tune_in_graph=self.tune_in_graph,
             pdl=self.pdl,
             fuse_rope_attention=self.fuse_rope_attention,
             exact_decode_attention=self.exact_decode_attention,
-            l2_prefetch_bytes=self.l2_prefetch_bytes,
             tuning_cache=self.tuning_cache or None,
             enforce_eager=self.enforce_eager,
             overlap_decode=self.overlap_decode,

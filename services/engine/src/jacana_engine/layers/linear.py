@@ -35,14 +35,6 @@ class Linear(nn.Linear):
     gemm: LinearBackend = TorchLinear()
     # read-only defaults (instances get their own dict), so no layer mutates a shared one
     skinny_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
-    # the row counts whose RMSNorm before this layer folds into the skinny kernel
-    # (``normed_forward``; set by the tuner with ``fuse_norm``), with their configs
-    norm_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
-    follows_norm = False  # an RMSNorm computes this layer's input (set by the model)
-    # the row counts whose RMSNorm after this layer (with its residual add) folds into the
-    # end of its skinny kernel (``forward_then_norm``; set by the tuner with ``fuse_norm``)
-    norm_tail_configs: Mapping[int, SkinnyConfig] = MappingProxyType({})
-    precedes_norm = False  # an RMSNorm takes this layer's output (set by the model)
     # its input is a gated MLP's gate then up, [T, 2 * in] (``gated_forward``; set by the
     # model), so the tuner times the skinny kernel with the activation folded in
     gated_input = False
@@ -69,96 +61,6 @@ class Linear(nn.Linear):
         [T, 2 * in], gate then up, multiplied as ``silu(gate) * up``."""
         return self._on_skinny(x, config or self.skinny_configs.get(x.shape[0]), gated=gated)
 
-    def normed_forward(
-        self,
-        x: torch.Tensor,  # [T, in]: the norm's input (the residual add's other term)
-        residual: torch.Tensor | None,  # [T, in] added to x first; None: x alone
-        norm_weight: torch.Tensor,  # [in]
-        eps: float,
-        config: SkinnyConfig,
-        *,
-        stats: torch.Tensor | None = None,  # [T, P] float32 from ``forward_with_stats``
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # ([T, out], the new residual [T, in])
-        """``self(rms_norm(x + residual))`` and ``x + residual`` in one skinny-kernel launch
-        (``kernels.skinny_gemm.NormPrologue``); without a residual the new one is x. With
-        ``stats`` (and no residual) x is the producer's sum and the norm's statistics are
-        its partial sums, so the kernel reads x once."""
-        from jacana_engine.kernels.skinny_gemm import NormPrologue
-
-        residual_out = None if residual is None else torch.empty_like(residual)
-        prologue = NormPrologue(norm_weight, eps, residual, residual_out, stats)
-        y = self._on_skinny(x, config, norm=prologue)
-        return y, (x if residual_out is None else residual_out)
-
-    def forward_with_stats(
-        self,
-        x: torch.Tensor,  # [T, in] ([T, 2 * in], gate then up, with ``gated``)
-        residual: torch.Tensor,  # [T, out]; overwritten with self(x) + residual
-        config: SkinnyConfig,
-        *,
-        gated: bool = False,
-    ) -> torch.Tensor:  # [T, P] float32: each program's sum of squares of its columns
-        """``self(x) + residual``, stored into ``residual``, and the partial statistics of
-        the RMSNorm that follows, in one skinny-kernel launch
-        (``kernels.skinny_gemm.ResidualStats``); the next layer finishes the norm with
-        ``normed_forward(stats=...)``; ``config`` must be ``stats_config``'s. Layers with a
-        bias have no such launch."""
-        from jacana_engine.kernels.skinny_gemm import ResidualStats, stats_columns
-
-        if self.bias is not None:
-            raise ValueError("a layer with a bias cannot fold the norm after it")
-        columns = stats_columns(self.out_features, x.shape[0])
-        stats = torch.empty(x.shape[0], columns, dtype=torch.float32, device=x.device)
-        tail = ResidualStats(residual, stats)
-        self._on_skinny(x, config, gated=gated, then_stats=tail, out=residual)
-        return stats
-
-    def forward_then_norm(
-        self,
-        x: torch.Tensor,  # [T, in] ([T, 2 * in], gate then up, with ``gated``)
-        residual: torch.Tensor,  # [T, out]; overwritten with the new residual
-        norm_weight: torch.Tensor,  # [out]
-        eps: float,
-        config: SkinnyConfig,
-        *,
-        gated: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # (normed [T, out], new residual [T, out])
-        """``(rms_norm(self(x) + residual), self(x) + residual)`` in one skinny-kernel launch
-        (``kernels.skinny_gemm.NormEpilogue``: the last program to finish normalizes).
-        Layers with a bias have no such launch (the bias would come before the add)."""
-        from jacana_engine.kernels.skinny_gemm import NormEpilogue
-
-        if self.bias is not None:
-            raise ValueError("a layer with a bias cannot fold the norm after it")
-        tail = NormEpilogue(norm_weight, eps, residual, residual)
-        return self._on_skinny(x, config, gated=gated, then_norm=tail), residual
-
-    def forward_plus(
-        self,
-        x: torch.Tensor,  # [T, in] ([T, 2 * in], gate then up, with ``gated``)
-        residual: torch.Tensor,  # [T, out]
-        config: SkinnyConfig,
-        *,
-        gated: bool = False,
-    ) -> torch.Tensor:  # [T, out]: the new residual
-        """``self(x) + residual`` (rounded as HF's residual add) in one skinny-kernel
-        launch (``skinny_linear(then_residual=...)``), into a new tensor. Layers with a
-        bias have no such launch (the bias would come before the add)."""
-        if self.bias is not None:
-            raise ValueError("a layer with a bias cannot add the residual in its kernel")
-        return self._on_skinny(x, config, gated=gated, then_residual=residual)
-
-    def deferred_norm_forward(
-        self, x: torch.Tensor, eps: float, config: SkinnyConfig
-    ) -> torch.Tensor:  # [T, out]
-        """``self(rms_norm(x))`` for a norm whose weight this layer's weight already holds
-        (``decode_gemm.fold_norm_weights``): the product of x as it loads, scaled by each
-        row's 1/rms, its squares summed in the same loop
-        (``NormPrologue(None, eps, deferred=True)``); one launch, x never normalized."""
-        from jacana_engine.kernels.skinny_gemm import NormPrologue
-
-        return self._on_skinny(x, config, norm=NormPrologue(None, eps, deferred=True))
-
     def gated_forward(
         self,
         gate_up: torch.Tensor,  # [T, 2 * in]: a gated MLP's gate, then up
@@ -183,8 +85,7 @@ class Linear(nn.Linear):
     def _on_skinny(
         self, x: torch.Tensor, config: SkinnyConfig | None, **kernel_args: Any
     ) -> torch.Tensor:  # [T, out]
-        """``skinny_linear`` of x (its ``gated``, ``norm``, ``then_norm``, ``then_stats``,
-        ``then_residual`` or ``out`` in ``kernel_args``; ``gated`` dropped where x is
+        """``skinny_linear`` of x (its ``gated`` in ``kernel_args``, dropped where x is
         activated already) with this layer's weight, plus its bias."""
         from jacana_engine.kernels.skinny_gemm import skinny_linear
 

@@ -57,14 +57,6 @@ class DecoderLayer(nn.Module):
         self.self_attn = DecoderAttention(config, backend, ops)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, ops)
-        # The norms sit between these projections and may fold into their kernels: into
-        # the start of the one after (RMSNorm.then) or the end of the one before (between).
-        self.self_attn.qkv_proj.follows_norm = True
-        self.mlp.gate_up_proj.follows_norm = True
-        self.self_attn.o_proj.precedes_norm = True
-        self.mlp.down_proj.precedes_norm = True  # the next layer's input norm, or the last
-        self.input_layernorm.feeds(self.self_attn.qkv_proj)  # fold_norm_weights' pairs
-        self.post_attention_layernorm.feeds(self.mlp.gate_up_proj)
 
     def forward(
         self,
@@ -76,8 +68,8 @@ class DecoderLayer(nn.Module):
         producer: Linear | None = None,  # the previous layer's down projection
     ) -> tuple[torch.Tensor, torch.Tensor]:  # (gate_up [T, 2 * inter], residual [T, hidden])
         """The block up to its down projection, whose input it returns: the next layer (or
-        the final norm) runs that projection with its own input norm after it, so that the
-        norm may fold into the projection's kernel (``RMSNorm.between``). Where gate_up's
+        the final norm) runs that projection with its own input norm after it
+        (``RMSNorm.between``), the activation folded into its launch. Where gate_up's
         launch activates (``SkinnyConfig.activates``) that input is [T, inter], activated."""
         if producer is None:
             qkv, residual = self.input_layernorm.then(self.self_attn.qkv_proj, x, residual)

@@ -16,23 +16,12 @@ config, only where that was clearly faster (``Linear.skinny_configs``); the choi
 depends on M alone, so eager and graph-replayed steps of one batch size run the same
 kernels.
 
-With ``fuse_norm`` the layers that follow an RMSNorm (``Linear.follows_norm``: QKV and
-gate/up) also time the skinny kernel with the norm folded in (``NormPrologue``: one
-launch for the residual add, the norm and the GEMM) against the separate norm kernel
-plus the faster GEMM, and keep the fused launch per row count where it is faster
-(``Linear.norm_configs``). Opt-in: on an H200 it won only at Qwen3-0.6B's sizes. The
-layers that precede one (``Linear.precedes_norm``: o and down) time it folded into the
-end of their kernel instead (``NormEpilogue``: the last program to finish normalizes the
-rows) against their GEMM plus the norm kernel (``Linear.norm_tail_configs``); a norm
-folded there runs before the next layer's prologue is considered (``RMSNorm.between``).
-
 With ``pdl`` (``kernels/_pdl.py``) each candidate is also timed launched dependently, and
 such a launch is kept where it is at least as fast as cuBLAS (``PDL_MARGIN``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import statistics
 from collections import defaultdict
@@ -55,7 +44,6 @@ MARGIN = 0.9  # the skinny kernel must take at most this fraction of cuBLAS's ti
 # ... unless launched with PDL: then the kernels around it overlap its launch as well,
 # and a cuBLAS launch in their midst would break that chain
 PDL_MARGIN = 1.0
-_FOLDED = ("fused", "separate")  # how a norm fold's log line names its two sides
 SKINNY_MAX_ROWS = 16  # kernels.skinny_gemm.MAX_M, without importing Triton here
 _TRIALS = 3
 
@@ -64,12 +52,10 @@ def tune_decode_gemms(
     model: nn.Module,
     rows: Iterable[int],
     *,
-    fuse_norm: bool = False,
     pdl: bool = False,
     cache: TuningCache | None = None,
 ) -> dict[tuple, dict[int, SkinnyConfig]]:
-    """Set ``skinny_configs`` (and with ``fuse_norm`` ``norm_configs`` and
-    ``norm_tail_configs``) on every CUDA :class:`Linear` of ``model``, trying the row
+    """Set ``skinny_configs`` on every CUDA :class:`Linear` of ``model``, trying the row
     counts ``rows`` (those the decode graphs run); returns, per (out, in, dtype) shape,
     the row counts that go to the skinny kernel and the launch config of each. ``pdl``
     adds each candidate launched with programmatic dependent launch
@@ -91,10 +77,6 @@ def tune_decode_gemms(
     picked = {}
     for shape, layers in groups.items():
         picked[shape] = _tune_shape(layers, rows, pdl, cache)
-        if fuse_norm and all(layer.follows_norm for layer in layers):
-            _tune_norm_fusion(layers, rows, pdl, cache)
-        if fuse_norm and all(layer.precedes_norm and layer.bias is None for layer in layers):
-            _tune_norm_tail(layers, rows, pdl, cache)
     return picked
 
 
@@ -140,9 +122,7 @@ def _time_shape(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, S
 
         return [cublas], skinny
 
-    return _pick_per_row(
-        layers, rows, pdl, "decode GEMM", ("skinny", "cuBLAS"), runs_for, _margin, folded=True
-    )
+    return _pick_per_row(layers, rows, pdl, runs_for)
 
 
 def _fastest(
@@ -166,112 +146,18 @@ def _margin(cfg: SkinnyConfig) -> float:
     return PDL_MARGIN if cfg.pdl else MARGIN
 
 
-def _tune_norm_fusion(
-    layers: list[Linear], rows: list[int], pdl: bool = False, cache: TuningCache | None = None
-) -> None:
-    """Set ``norm_configs`` on every layer: the row counts where :func:`_time_norm_fusion`
-    (or the cache's memory of it) found folding the norm in faster."""
-    fused = _remembered(
-        cache, "norm", layers, rows, pdl, lambda: _time_norm_fusion(layers, rows, pdl)
-    )
-    for layer in layers:
-        layer.norm_configs = dict(fused)
-
-
-def _time_norm_fusion(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, SkinnyConfig]:
-    """Per row count, the norm folded into the start of the skinny kernel (each candidate
-    config) against the residual-add + RMSNorm kernel followed by the GEMM the layers
-    already run (cuBLAS or their skinny config); the row counts where folding is faster,
-    with the config."""
-    from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
-    from jacana_engine.kernels.skinny_gemm import can_use
-
-    weight = layers[0].weight  # [N, K]
-    k = weight.shape[1]
-    norm_weight = torch.ones(k, device=weight.device, dtype=weight.dtype)
-
-    def runs_for(m: int) -> tuple[list[Callable], Callable] | None:
-        x = torch.randn(m, k, device=weight.device, dtype=weight.dtype)  # [M, K]
-        if not can_use(x, weight):
-            return None
-        residual = torch.randn_like(x)
-
-        def norm(_: Linear) -> Any:
-            return fused_add_rms_norm(x, residual, norm_weight, 1e-6)
-
-        def folded(layer: Linear, cfg: SkinnyConfig) -> Any:
-            return layer.normed_forward(x, residual, norm_weight, 1e-6, cfg)
-
-        return [norm, lambda layer: layer(x)], folded
-
-    return _pick_per_row(layers, rows, pdl, "RMSNorm + decode GEMM", _FOLDED, runs_for)
-
-
-def _tune_norm_tail(
-    layers: list[Linear], rows: list[int], pdl: bool = False, cache: TuningCache | None = None
-) -> None:
-    """Set ``norm_tail_configs`` on every layer: the row counts where
-    :func:`_time_norm_tail` (or the cache's memory of it) found folding the norm after
-    the layers into the end of their kernel faster."""
-    fused = _remembered(
-        cache, "norm-tail", layers, rows, pdl, lambda: _time_norm_tail(layers, rows, pdl)
-    )
-    for layer in layers:
-        layer.norm_tail_configs = dict(fused)
-
-
-def _time_norm_tail(layers: list[Linear], rows: list[int], pdl: bool) -> dict[int, SkinnyConfig]:
-    """Per row count, the norm folded into the end of the skinny kernel (the last program
-    normalizes; each candidate config) against the GEMM the layers already run followed
-    by the residual-add + RMSNorm kernel; the row counts where folding is faster, with
-    the config."""
-    from jacana_engine.kernels.activation import silu_and_mul
-    from jacana_engine.kernels.rmsnorm import fused_add_rms_norm
-    from jacana_engine.kernels.skinny_gemm import can_use
-
-    weight = layers[0].weight  # [N, K]
-    n, k = weight.shape
-    gated = _gated(layers)
-    norm_weight = torch.ones(n, device=weight.device, dtype=weight.dtype)
-
-    def runs_for(m: int) -> tuple[list[Callable], Callable] | None:
-        x = torch.randn(m, 2 * k if gated else k, device=weight.device, dtype=weight.dtype)
-        if not can_use(x.new_empty(m, k), weight):
-            return None
-        y = torch.randn(m, n, device=weight.device, dtype=weight.dtype)  # [M, N]
-        residual = torch.randn_like(y)
-
-        def gemm(layer: Linear) -> Any:
-            return layer.gated_forward(x, silu_and_mul) if gated else layer(x)
-
-        def norm(_: Linear) -> Any:
-            return fused_add_rms_norm(y, residual, norm_weight, 1e-6)
-
-        def folded(layer: Linear, cfg: SkinnyConfig) -> Any:
-            return layer.forward_then_norm(x, residual, norm_weight, 1e-6, cfg, gated=gated)
-
-        return [gemm, norm], folded
-
-    return _pick_per_row(layers, rows, pdl, "decode GEMM + RMSNorm", _FOLDED, runs_for)
-
-
 def _pick_per_row(
     layers: list[Linear],
     rows: list[int],
     pdl: bool,
-    what: str,
-    names: tuple[str, str],
     runs_for: Callable[[int], tuple[list[Callable], Callable] | None],
-    margin: Callable[[SkinnyConfig], float] = lambda cfg: 1.0,
-    folded: bool = False,
 ) -> dict[int, SkinnyConfig]:
     """Per row count m, the launches the layers run now against one skinny launch with
     each candidate config; ``runs_for(m)`` gives (the present runs, each ``run(layer)``;
     the skinny run, ``run(layer, config)``), or None where the kernel cannot take m rows.
-    The fastest candidate is kept where it takes under ``margin(config)`` times the
-    present runs' time; returns those row counts with their config. ``names`` (kept,
-    present) label the log line; ``folded`` adds the folded kernel's candidates (a plain
-    or gated product: it folds no norm)."""
+    The fastest candidate (the folded kernel's among them) is kept where it takes under
+    ``_margin(config)`` times the present runs' time; returns those row counts with their
+    config."""
     from jacana_engine.kernels.skinny_gemm import candidate_configs
 
     weight = layers[0].weight
@@ -284,18 +170,18 @@ def _pick_per_row(
             continue
         present_runs, skinny = runs
         present = sum(_time(layers, run) for run in present_runs)
-        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl, folded=folded), skinny)
+        fastest = _fastest(layers, candidate_configs(m, n, k, pdl=pdl, folded=True), skinny)
         if fastest is None:
             continue
         best, cfg = fastest
-        if best < margin(cfg) * present:
+        if best < _margin(cfg) * present:
             picked[m] = cfg
         per_layer = 1e6 / len(layers)  # seconds per pass -> us per call
         report.append(
-            f"M={m} {names[0] if m in picked else names[1]} ({names[0]} {config_label(cfg)} "
-            f"{best * per_layer:.2f} us, {names[1]} {present * per_layer:.2f} us)"
+            f"M={m} {'skinny' if m in picked else 'cuBLAS'} (skinny {config_label(cfg)} "
+            f"{best * per_layer:.2f} us, cuBLAS {present * per_layer:.2f} us)"
         )
-    log.info("%s %dx%d %s: %s", what, n, k, weight.dtype, "; ".join(report))
+    log.info("decode GEMM %dx%d %s: %s", n, k, weight.dtype, "; ".join(report))
     return picked
 
 
@@ -338,73 +224,11 @@ def _remembered(
     return choice
 
 
-def prefetch_to_l2(model: nn.Module, nbytes: int) -> int:
-    """Give every one-row skinny config the tuner picked with a dependent launch
-    (``skinny_configs[1]`` with ``pdl``) ``l2_prefetch_bytes=nbytes`` (see
-    ``SkinnyConfig``); returns how many layers changed. Other row counts keep theirs: at
-    one row the programs wait longest for the kernel before them. Folded picks
-    (``k_fold``) keep theirs too: their kernel has no L2 prefetch."""
-    changed = 0
-    for module in model.modules():
-        if not isinstance(module, Linear):
-            continue
-        cfg = module.skinny_configs.get(1)
-        if cfg is not None and cfg.pdl and cfg.k_fold == 1:
-            module.skinny_configs = {
-                **module.skinny_configs,
-                1: dataclasses.replace(cfg, l2_prefetch_bytes=nbytes),
-            }
-            changed += 1
-    log.info("L2 prefetch of %d bytes a launch before the wait: %d layers", nbytes, changed)
-    return changed
-
-
-def split_norms(model: nn.Module) -> int:
-    """Let every RMSNorm of ``model`` split itself over the skinny kernels of the
-    projections around it where both run a row count there
-    (``RMSNorm.split_between_gemms``); returns how many were marked (q/k norms among
-    them, which never run ``between`` and so never split)."""
-    from jacana_engine.layers.norm import RMSNorm
-
-    norms = [module for module in model.modules() if isinstance(module, RMSNorm)]
-    for norm in norms:
-        norm.split_between_gemms = True
-    log.info("RMSNorms marked to split over the skinny GEMMs around them: %d", len(norms))
-    return len(norms)
-
-
-def fold_norm_weights(model: nn.Module) -> int:
-    """Multiply each RMSNorm's weight into the projection that reads it, where the model
-    names one (``RMSNorm.consumer``: a decoder layer's QKV and gate/up), rounded once
-    (``layers.norm.fold_norm_weight``), leave the norm a weight of ones and mark it
-    ``weight_in_consumer``; returns how many were folded now (a norm folded before is
-    left as it is). Every path keeps computing the same function (norm(x) with unit
-    weight, then the folded projection); at one row, where the projections around the
-    norm both run on the skinny kernel, ``RMSNorm.between`` then needs no launch for it."""
-    from jacana_engine.layers.norm import RMSNorm, fold_norm_weight
-
-    folded = 0
-    with torch.no_grad():
-        for module in model.modules():
-            if not isinstance(module, RMSNorm) or module.consumer is None:
-                continue
-            if module.weight_in_consumer:  # folding twice would square the weight
-                continue
-            weight = module.consumer.weight
-            weight.copy_(fold_norm_weight(weight, module.weight))
-            module.weight.fill_(1.0)
-            module.weight_in_consumer = True
-            folded += 1
-    log.info("RMSNorm weights folded into the projections after them: %d", folded)
-    return folded
-
-
 def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str]]]:
     """What the tuner chose, per weight shape ("NxK", " gated" for a gated input): the row
-    counts that run on the skinny kernel (``skinny``), fold the norm before the layer into
-    its start (``norm_start``) or the norm after it into its end (``norm_end``), each with
-    its launch config's label; row counts absent from ``skinny`` run on cuBLAS. For
-    benchmark records: the choice can differ run to run where candidates time close."""
+    counts that run on the skinny kernel (``skinny``), each with its launch config's
+    label; row counts absent from ``skinny`` run on cuBLAS. For benchmark records: the
+    choice can differ run to run where candidates time close."""
     described: dict[str, dict[str, dict[int, str]]] = {}
     for module in model.modules():
         if not isinstance(module, Linear):
@@ -413,16 +237,12 @@ def describe_decode_gemms(model: nn.Module) -> dict[str, dict[str, dict[int, str
         name = f"{n}x{k}{' gated' if module.gated_input else ''}"
         if name in described:  # every layer of a shape holds the same choice
             continue
-        picks = {
-            "skinny": module.skinny_configs,
-            "norm_start": module.norm_configs,
-            "norm_end": module.norm_tail_configs,
-        }
-        described[name] = {
-            kind: {m: config_label(cfg) for m, cfg in sorted(configs.items())}
-            for kind, configs in picks.items()
+        configs = module.skinny_configs
+        described[name] = (
+            {"skinny": {m: config_label(cfg) for m, cfg in sorted(configs.items())}}
             if configs
-        }
+            else {}
+        )
     return described
 
 
@@ -431,8 +251,7 @@ def config_label(cfg: SkinnyConfig) -> str:
     ``2x2048 pdl ahead``, ``8x1024 pdl fold8`` (the folded kernel), ``2x4096 pdl fold8
     act`` (activating a gate_up's pairs)."""
     prefetch = f" pdl+{cfg.prefetch_tiles}" if cfg.prefetch_tiles != 1 else " pdl"
-    l2 = f" l2:{cfg.l2_prefetch_bytes}" if cfg.l2_prefetch_bytes else ""
     ahead = " ahead" if cfg.lookahead else ""
     fold = f" fold{cfg.k_fold}" if cfg.k_fold > 1 else ""
     act = " act" if cfg.activates else ""
-    return f"{cfg.block_n}x{cfg.block_k}{prefetch + l2 if cfg.pdl else ''}{ahead}{fold}{act}"
+    return f"{cfg.block_n}x{cfg.block_k}{prefetch if cfg.pdl else ''}{ahead}{fold}{act}"

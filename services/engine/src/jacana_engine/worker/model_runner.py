@@ -43,9 +43,6 @@ from jacana_engine.sample.sampler import (
 from jacana_engine.tuning.cache import TuningCache
 from jacana_engine.tuning.decode_gemm import (
     SKINNY_MAX_ROWS,
-    fold_norm_weights,
-    prefetch_to_l2,
-    split_norms,
     tune_decode_gemms,
 )
 from jacana_engine.tuning.graph_picks import tune_one_row_in_graph
@@ -198,8 +195,6 @@ class ModelRunner:
         self.max_model_len = max_model_len
         if config.decode_gemm not in ("auto", "torch"):
             raise ValueError(f"decode_gemm must be 'auto' or 'torch', not {config.decode_gemm!r}")
-        if config.fold_norm_weights:  # before tuning and capture: both see the layers as run
-            fold_norm_weights(self.model)
         self.graphs = self._capture_graphs(config)
         self.prefill_graphs = self._capture_prefill_graphs(config)
         # Eager steps with prompt tokens pad their rows to these (``row_buckets.py``):
@@ -336,12 +331,9 @@ class ModelRunner:
             tune_decode_gemms(
                 self.model,
                 sorted(r for r in rows if r <= SKINNY_MAX_ROWS),
-                fuse_norm=config.fuse_norm_gemm,
                 pdl=self.dependent_launch,
                 cache=cache,
             )
-            if config.split_norm:
-                split_norms(self.model)
             if config.tune_in_graph and 1 in self._graph_sizes:
                 tune_one_row_in_graph(
                     self.model,
@@ -351,8 +343,6 @@ class ModelRunner:
                     screen_seconds=self.one_row_screen_seconds,
                     sustained_seconds=self.one_row_sustained_seconds,
                 )
-            if config.l2_prefetch_bytes:  # onto the final one-row picks
-                prefetch_to_l2(self.model, config.l2_prefetch_bytes)
             self.tuning_seconds = time.perf_counter() - tuning_started
             log.info("decode GEMMs tuned in %.1f s", self.tuning_seconds)
         graphs = self.decode_graphs(self._graph_sizes, widths, head=True)
