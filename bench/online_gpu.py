@@ -12,9 +12,14 @@ whole vocabulary: every token is one word of text, one SSE chunk.
 
 Per rep: output tok/s (usage.completion_tokens over wall time), median TTFT (request
 sent -> first text chunk) and median TPOT ((last chunk - first chunk) / (tokens - 1)).
-Compare with ``offline_gpu.py --workloads c64`` (same shapes, engine in-process).
+The result is the share of the offline figure: where ``<out>/offline_gpu/<hardware>.json``
+holds this model's ``c64`` (same shapes, engine in-process; run it first, in the same
+session on the same card), the online tok/s are set against it. ``--tuning-cache`` (the
+same file as the offline run's) spares the engine's start-up its decode-GEMM timing.
 
-Usage: python bench/online_gpu.py --model qwen3-8b [--reps 3] [--out DIR]
+Writes ``<out>/online_gpu/<hardware>.json`` and ``.md`` (``--out``, default bench/results).
+
+Usage: python bench/online_gpu.py --model qwen3-8b [--reps 3] [--out DIR] [--tuning-cache F]
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ from common import (
     config_dir,
     environment,
     fmt_spread,
+    hardware,
     random_prompts,
+    results_paths,
     spread,
     triton_cache_kernels,
     write_results,
@@ -159,8 +166,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     model_dir = synthetic_model_dir(args.model)
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     engine_port, gateway_port = _free_port(), _free_port()
-    logs = args.out if args.out else Path(tempfile.mkdtemp(prefix="online-logs-"))
+    logs = args.logs or Path(tempfile.mkdtemp(prefix="online-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
+    tuning = {"JACANA_ENGINE_TUNING_CACHE": str(args.tuning_cache)} if args.tuning_cache else {}
     engine = _start(
         "jacana_engine",
         {
@@ -175,6 +183,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "JACANA_ENGINE_MAX_MODEL_LEN": "2048",
             "JACANA_ENGINE_MAX_NUM_SEQS": str(args.concurrency),
             "JACANA_ENGINE_MAX_NUM_BATCHED_TOKENS": str(args.max_batched_tokens),
+            **tuning,
         },
         logs / "online_engine.log",
     )
@@ -225,6 +234,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {**summary, "reps": reps}
 
 
+def offline_share(root: Path, machine: str, model: str, online_tok_s: float) -> dict[str, Any]:
+    """The online tok/s against ``offline_gpu``'s c64 of ``model`` on ``machine`` under
+    ``root`` (its median), or {} where that result is missing."""
+    path = results_paths(root, "offline_gpu", machine)[0]
+    try:
+        c64 = json.loads(path.read_text())["models"][model]["results"]["c64"]
+        offline = c64["jacana"]["output_tok_s"]["median"]
+    except (OSError, KeyError, ValueError):
+        return {}
+    return {"offline_result": str(path), "offline_c64_tok_s": offline,
+            "online_share": online_tok_s / offline}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-8b")
@@ -235,19 +257,29 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--kv-gib", type=float, default=24.0)
     parser.add_argument("--max-batched-tokens", type=int, default=8192)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root")
+    parser.add_argument("--logs", type=Path, help="engine and gateway logs (default: a temp dir)")
+    parser.add_argument("--tuning-cache", type=Path, help="JACANA_ENGINE_TUNING_CACHE")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--start-timeout", type=float, default=150.0)
-    parser.add_argument("--name", default="online_gpu", help="results file stem")
     args = parser.parse_args()
     result = asyncio.run(run(args))
+    machine = hardware(args.device)
+    share = offline_share(args.out, machine, args.model, result["output_tok_s"]["median"])
     doc = {
         "environment": environment(),
         "model": args.model,
         "shape": {k: getattr(args, k) for k in ("concurrency", "requests", "prompt", "new_tokens")},
         "gateway_streaming": result,
         "engine_stream_interval": int(os.environ.get("JACANA_ENGINE_STREAM_INTERVAL", "1")),
+        **share,
     }
+    against = (
+        f"**{share['online_share']:.0%}** of the offline c64's {share['offline_c64_tok_s']:,.0f} "
+        f"tok/s (`{share['offline_result']}`)."
+        if share
+        else "No offline c64 result of this model on this hardware to set it against."
+    )
     table = "\n".join(
         [
             "# Online GPU benchmark: streaming /v1/completions through gateway + gRPC",
@@ -262,6 +294,8 @@ def main() -> None:
             f"| {fmt_spread(result['output_tok_s'], 0)} | {fmt_spread(result['ttft_ms'], 1)} | "
             f"{fmt_spread(result['tpot_ms'], 2)} |",
             "",
+            f"Online output tok/s (median): {against}",
+            "",
             "Each rep in the order run (kernels compiled: new entries in the Triton cache "
             "while it ran):",
             "",
@@ -274,7 +308,7 @@ def main() -> None:
             ),
         ]
     )
-    write_results(args.out, args.name, doc, table)
+    write_results(args.out, "online_gpu", doc, table, machine)
     print(table)
 
 

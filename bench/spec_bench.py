@@ -26,8 +26,11 @@ Grids:
 - ``gpu``: SmolLM2-135M and Qwen2.5-Coder-0.5B (n-gram, suffix, self-drafting) at
   concurrency 1, 8 and 32, plus ``verify_cost`` on dummy Qwen3-8B weights (bf16).
 
+Writes ``<out>/spec_bench/<hardware>.json`` and ``.md`` (``--out``, default bench/results;
+hardware: ``cpu-<logical CPUs>core`` on the CPU, the GPU's model, e.g. ``h200``, on CUDA);
+``--workload`` and ``--concurrency`` narrow the grid and overwrite the same file.
 ``--smoke`` runs a grid at tiny sizes (few tokens, one repetition, a tiny dummy model) to
-check it works, writing to a temporary folder.
+check it works, writing under a temporary folder.
 
 Usage: python bench/spec_bench.py [--grid cpu|gpu] [--device cpu|cuda] [--smoke]
        [--reps N] [--max-tokens N] [--out DIR]
@@ -55,6 +58,7 @@ from common import (
     environment,
     fmt_ratio,
     fmt_spread,
+    hardware,
     package_versions,
     random_prompts,
     spread,
@@ -157,14 +161,8 @@ def gpu_grid(smoke: bool) -> Grid:
     return grid
 
 
-def cpu_speed_grid(smoke: bool) -> Grid:
-    """The CPU grid's speed groups alone (to re-measure speed after an engine change)."""
-    return Grid(speed=cpu_grid(smoke).speed)
-
-
 GRIDS: dict[str, Callable[[bool], Grid]] = {
     "cpu": cpu_grid,
-    "cpu-speed": cpu_speed_grid,
     "gpu": gpu_grid,
 }
 
@@ -718,15 +716,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "keep, as a running server's would (default: on for the gpu grid)",
     )
     p.add_argument("--threads", type=int, default=1, help="torch threads on CPU")
-    p.add_argument("--out", type=Path, default=None, help="default bench/results")
-    p.add_argument("--name", default=None, help="results file stem (default spec_<grid>)")
+    p.add_argument("--out", type=Path, default=None, help="results root (bench/results)")
     args = p.parse_args(argv)
     args.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     args.reps = args.reps or (1 if args.smoke else 2)
     args.max_tokens = args.max_tokens or (6 if args.smoke else 48)
     if args.out is None:
         args.out = Path(tempfile.gettempdir()) / "spec-bench-smoke" if args.smoke else RESULTS_DIR
-    args.name = args.name or f"spec_{args.grid}"
     if args.warmup is None:
         args.warmup = args.grid == "gpu"
     return args
@@ -802,9 +798,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     else:
         doc["machine"] = environment()
         doc["versions"] = doc["machine"]
-    json_path, md_path = write_results(args.out, args.name, doc, render(doc))
+    machine = hardware(args.device)
+    write_results(args.out, "spec_bench", doc, render(doc), machine)
     print(render(doc))
-    print(f"[spec] {doc['elapsed_s']:.0f}s; wrote {json_path} and {md_path}", flush=True)
+    print(f"[spec] {doc['elapsed_s']:.0f}s", flush=True)
     return doc
 
 

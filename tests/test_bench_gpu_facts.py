@@ -4,10 +4,8 @@ one does (the CPU machines have none), one that fails, and none at all."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import common
 
 ANSWER = "580.95.05, 700.00 W, 1980 MHz, 1980 MHz, 3201 MHz"

@@ -4,12 +4,8 @@ idle time and gap causes are known."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import step_timeline
 
 
