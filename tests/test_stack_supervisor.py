@@ -21,19 +21,19 @@ ROOT = Path(__file__).resolve().parents[1]
 STACK_PY = ROOT / "scripts" / "stack.py"
 
 
-def _load_stack():
-    # stack.py imports its neighbour supervisor.py, as `python scripts/stack.py` finds it
-    if str(STACK_PY.parent) not in sys.path:
-        sys.path.append(str(STACK_PY.parent))  # after tests/, whose stack.py is another
-    spec = importlib.util.spec_from_file_location("jacana_stack", STACK_PY)
+def _load(name: str, path: Path):
+    """The module at ``path``, loaded by path and registered as ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["jacana_stack"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-stack = _load_stack()
-supervisor = sys.modules["supervisor"]  # imported by stack.py
+# stack.py imports its neighbour supervisor.py, as `python scripts/stack.py` finds it;
+# tests/ has a stack.py of its own, so scripts/ is not put on the path
+supervisor = _load("supervisor", STACK_PY.parent / "supervisor.py")
+stack = _load("jacana_stack", STACK_PY)
 
 
 def child(code: str) -> list[str]:
@@ -138,7 +138,6 @@ def test_sigterm_to_the_supervisor_stops_everything(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     driver = textwrap.dedent(f"""
         import asyncio, os, sys
-        sys.path.insert(0, {str(STACK_PY.parent)!r})
         import supervisor
 
         async def ready():
@@ -153,8 +152,9 @@ def test_sigterm_to_the_supervisor_stops_everything(tmp_path):
         sys.exit(asyncio.run(supervisor.supervise([svc], start_timeout_s=30, grace_s=5,
                                              on_ready=lambda: print('READY', flush=True))))
     """)
+    env = {**os.environ, "PYTHONPATH": str(STACK_PY.parent)}  # where the driver finds supervisor
     proc = subprocess.Popen(
-        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env
     )
     try:
         deadline = time.monotonic() + 30
