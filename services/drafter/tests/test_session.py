@@ -82,15 +82,3 @@ def test_settings_validate_ngram_range():
 
     with pytest.raises(SettingsError, match="NGRAM_MIN"):
         DrafterSettings.load(ngram_min=5, ngram_max=2)
-
-
-def test_every_setting_is_in_the_readme():
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    missing = [
-        f"JACANA_DRAFTER_{name.upper()}"
-        for name in DrafterSettings.model_fields
-        if f"JACANA_DRAFTER_{name.upper()}" not in readme
-    ]
-    assert not missing
