@@ -43,10 +43,10 @@ fmt: bootstrap ## apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-bench: bootstrap ## CPU decode benchmark, Jacana vs transformers (writes bench/results/)
+bench: bootstrap ## CPU decode benchmark, Jacana vs transformers (writes bench/results/decode_cpu/)
 	$(PY) bench/decode_cpu.py
 
-bench-spec: models-large ## speculative decoding off vs on, CPU grid (about 20 min; bench/results/)
+bench-spec: models-large ## speculative decoding off vs on, CPU grid (about 20 min; bench/results/spec_bench/)
 	$(PY) bench/spec_bench.py --grid cpu
 
 clean: ## remove caches, logs and build output (keeps .venv)
