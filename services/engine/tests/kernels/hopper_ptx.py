@@ -1,7 +1,6 @@
 """Compiles Triton kernels for an H100/H200 (sm90) without a GPU
 (``kernels/offline_compile.py``) and prints, as JSON, how many bfloat16 FMAs
-(``fma.rn.bf16``) and L2 bulk prefetches (``cp.async.bulk.prefetch.L2``) each one's PTX
-holds, and its reads of the global timer (``%globaltimer``). Run as a script, outside
+(``fma.rn.bf16``) and chosen other instructions each one's PTX holds. Run as a script, outside
 the CPU interpreter (``TRITON_INTERPRET`` unset): ``python hopper_ptx.py``.
 
 Cases:
@@ -11,18 +10,12 @@ Cases:
 - ``cast_rounding``: the rotation written with casts for its roundings,
   ``(x1 * cos).to(bf16) - (x2 * sin).to(bf16)``, compiled with contraction. LLVM narrows
   each product to a bf16 multiply and fuses one into the subtraction;
-- ``skinny_pdl`` / ``skinny_pdl_l2``: the skinny GEMM at one row (8B o_proj's 8x1024,
-  PDL, two tiles loaded before the wait), without and with 2 KB of each row prefetched to
-  L2 (``SkinnyConfig.l2_prefetch_bytes``);
+- ``skinny_pdl``: the skinny GEMM's tile kernel at one row (8B o_proj's 8x1024, PDL,
+  two tiles loaded before the wait);
 - ``skinny_2x2048`` / ``skinny_2x2048_ahead``: the 8B qkv's 2x2048 with PDL, without and
   with ``lookahead``;
-- ``skinny_split_producer`` / ``skinny_split_consumer``: a norm split over two skinny
-  GEMMs (``ResidualStats`` then ``NormPrologue(stats=...)``) at the 8B's one-row tiles;
-- ``skinny_traced``: ``skinny_pdl``'s tile with per-program timestamps
-  (``kernels/_trace.py``, ``TRACE=True``);
-- ``skinny_folded_act`` / ``skinny_folded_through_l1``: the folded one-row kernel at the
-  8B gate_up's 2x4096, activating its pairs with the weight loads past L1 (``.cg``, the
-  default), and neither;
+- ``skinny_folded_act`` / ``skinny_folded``: the activating and the folded one-row
+  kernels at the 8B gate_up's 2x4096;
 - ``argmax_pdl``: the greedy argmax over bf16 logits, launched dependently, with its
   token copies (``TokenCopies``).
 - ``rope_qk_norm_pairs`` / ``rope_qk_norm_quads``: the rope kernel with the q/k norm in
@@ -59,7 +52,7 @@ def _cast_rounding(x_ptr, cos_ptr, sin_ptr, out_ptr, BLOCK: tl.constexpr):
 
 
 INSTRUCTIONS = (
-    "fma.rn.bf16", "cp.async.bulk.prefetch.L2", "griddepcontrol.wait", "atom.", "%globaltimer",
+    "fma.rn.bf16", "griddepcontrol.wait", "atom.",
     "ld.global.cg", "ex2.approx",
 )  # fmt: skip
 
@@ -124,18 +117,10 @@ def _folded_rotation(has_norm: bool) -> dict:
     )
 
 
-def _skinny(l2_bytes: int) -> dict:
-    from jacana_engine.kernels.skinny_gemm import SkinnyConfig
-
-    return _skinny_config(
-        SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2, l2_prefetch_bytes=l2_bytes)
-    )
-
-
-def _skinny_config(cfg, shape: tuple[int, int] = (4096, 4096), **constexprs) -> dict:
+def _skinny_config(cfg, **constexprs) -> dict:
     from jacana_engine.kernels.offline_compile import compile_skinny
 
-    return _summary(compile_skinny(cfg, shape=shape, constexprs=constexprs))
+    return _summary(compile_skinny(cfg, constexprs=constexprs))
 
 
 def _argmax() -> dict:
@@ -157,30 +142,16 @@ def main() -> None:
         "folded_rotation_qk_norm": _folded_rotation(True),
         "cast_rounding": _counts(_cast_rounding, {"BLOCK": 128}, {"cos_ptr": "*fp32",
                                                                   "sin_ptr": "*fp32"}),
-        "skinny_pdl": _skinny(0),
-        "skinny_pdl_l2": _skinny(8 << 20),  # 2 KB of each 8 KB row of a 4096 x 4096 weight
-        "skinny_2x2048": _skinny_config(SkinnyConfig(1, 2, 2048, False, pdl=True), (6144, 4096)),
+        "skinny_pdl": _skinny_config(SkinnyConfig(1, 8, 1024, False, pdl=True, prefetch_tiles=2)),
+        "skinny_2x2048": _skinny_config(SkinnyConfig(1, 2, 2048, False, pdl=True)),
         "skinny_2x2048_ahead": _skinny_config(
-            SkinnyConfig(1, 2, 2048, False, pdl=True, lookahead=True), (6144, 4096)
+            SkinnyConfig(1, 2, 2048, False, pdl=True, lookahead=True)
         ),
-        # a norm split over the 8B's o and gate_up projections at one row: the producer
-        # on torch's 512 reduction threads, the consumer adding their 512 sums
-        "skinny_split_producer": _skinny_config(
-            SkinnyConfig(1, 8, 1024, False, pdl=True), TAIL=2, ROW_ORDER=1, ORDER_WIDTH=512
-        ),
-        "skinny_split_consumer": _skinny_config(
-            SkinnyConfig(1, 8, 1024, False, pdl=True), NORM=3, BLOCK_TAIL=512
-        ),
-        # with per-program timestamps (kernels/_trace.py): four reads of the global timer
-        "skinny_traced": _skinny_config(SkinnyConfig(1, 8, 1024, False, pdl=True), TRACE=True),
-        # the 8B gate_up's 2x4096 on the folded kernel, activating, its weight past L1
-        # (the default), and neither
+        # the 8B gate_up's 2x4096 on the folded kernel, activating and not
         "skinny_folded_act": _skinny_config(
-            SkinnyConfig(1, 2, 4096, False, pdl=True, k_fold=8, activates=True), (24576, 4096)
+            SkinnyConfig(1, 2, 4096, False, pdl=True, k_fold=8, activates=True)
         ),
-        "skinny_folded_through_l1": _skinny_config(
-            SkinnyConfig(1, 2, 4096, False, pdl=True, k_fold=8, weight_cache=""), (24576, 4096)
-        ),
+        "skinny_folded": _skinny_config(SkinnyConfig(1, 2, 4096, False, pdl=True, k_fold=8)),
         "argmax_pdl": _argmax(),
         "rope_qk_norm_pairs": _rope_qk_norm(64),
         "rope_qk_norm_quads": _rope_qk_norm(128),

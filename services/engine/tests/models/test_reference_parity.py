@@ -134,4 +134,3 @@ def test_mixed_batch_equals_separate_runs(ours, prompt_ids, paged_driver):
     for got, want in ((got_a, want_a), (got_b, want_b), (got_c, want_c)):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
-

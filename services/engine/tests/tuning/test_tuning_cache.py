@@ -40,15 +40,20 @@ def test_the_key_changes_with_everything_a_timing_depends_on():
 
 
 def test_the_key_changes_with_the_kernel_or_tuner_source(monkeypatch, tmp_path):
-    """An edited kernel (new candidates, other code) misses the choices of the old one."""
+    """An edited kernel (new candidates, other code, in any module of the package) misses
+    the choices of the old one."""
+    import shutil
+
     from jacana_engine.kernels import skinny_gemm
     from jacana_engine.tuning import cache as tuning_cache
 
     w = torch.empty(40, 64)
     before = TuningCache.key("skinny", w, [1], pdl=False)
-    edited = tmp_path / "skinny_gemm.py"
-    edited.write_text(Path(skinny_gemm.__file__).read_text() + "\n# edited\n")
-    monkeypatch.setattr(skinny_gemm, "__file__", str(edited))
+    package = Path(skinny_gemm.__file__).parent
+    copy = tmp_path / "skinny_gemm"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "tile.py").write_text((package / "tile.py").read_text() + "\n# edited\n")
+    monkeypatch.setattr(skinny_gemm, "__file__", str(copy / "__init__.py"))
     tuning_cache.code_fingerprint.cache_clear()
     try:
         assert TuningCache.key("skinny", w, [1], pdl=False) != before

@@ -72,7 +72,6 @@ from jacana_engine.kernels._pdl import (
     wait_only_for_previous_kernel,
 )
 from jacana_engine.kernels._row_sum_order import HEAD_SUM_TRITON
-from jacana_engine.kernels._trace import END, START, WAITED, WORKED, stamp, trace_slot
 from jacana_engine.kernels.rope import qk_norm_order, rope_heads, token_cos_sin, token_slot
 
 _LOG2E = 1.4426950408889634
@@ -238,7 +237,6 @@ def _decode_partial_kernel(
     positions_ptr,  # ROPE: [B] positions
     cos_sin_ptr,  # ROPE: [max_positions, rotary_dim] float32
     slot_ptr,  # ROPE: [B] cache slots (< 0: store nothing)
-    trace_ptr,  # TRACE: int64 [programs, FIELDS] per-program timestamps (kernels/_trace.py)
     scale_log2,
     stride_qb,
     stride_qh,
@@ -282,9 +280,7 @@ def _decode_partial_kernel(
     HAS_NORM: tl.constexpr,
     NORM_ORDER: tl.constexpr,  # ROPE and HAS_NORM: the q/k norm's sum order (rope.py)
     EARLY_TILE: tl.constexpr,  # load the split's first KV tile before the wait (see above)
-    TRACE: tl.constexpr = False,  # store per-program timestamps into trace_ptr
 ):
-    stamp(trace_ptr, START, TRACE)
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -323,7 +319,6 @@ def _decode_partial_kernel(
             slot_ptr, token, 1, stride_cache_block, stride_cache_offset, BLOCK_SIZE
         )
         wait_only_for_previous_kernel(PDL)
-        stamp(trace_ptr, WAITED, TRACE)
         # Every split of this (sequence, KV head) does the same: rotate the group's q
         # heads into q_ptr's rows and store the head's rotated k and its v into the cache.
         # Splits writing the same values to the same places race harmlessly; the barrier
@@ -339,7 +334,6 @@ def _decode_partial_kernel(
         tl.debug_barrier()
     else:
         wait_only_for_previous_kernel(PDL)
-        stamp(trace_ptr, WAITED, TRACE)
 
     # q: [BLOCK_G, BLOCK_D]; padded rows are zeros (their results are never stored)
     q = tl.load(
@@ -373,7 +367,6 @@ def _decode_partial_kernel(
             q, k, v, n < seq_len, m_i, l_i, acc, scale_log2, PRECISION, FRAGMENT_SUM
         )
     l_i = row_sum(l_i, FRAGMENT_SUM)  # [BLOCK_G]
-    stamp(trace_ptr, WORKED, TRACE)
 
     if NUM_SPLITS == 1:
         out = normalized(acc, l_i)  # seq_len 0: no keys, zeros
@@ -416,7 +409,6 @@ def _decode_partial_kernel(
                 )
                 # Every split has arrived: zero it for the next launch (or graph replay).
                 tl.store(counter, 0)
-    stamp(trace_ptr, END, TRACE)
 
 
 @triton.jit
@@ -631,7 +623,6 @@ def paged_decode_attention(
         rope_meta, rope_tensors, rope_strides = _NO_ROPE_META, (q,) * 9, (0,) * 9
     launch = pdl_launch(pdl, q.device)
     early = launch["PDL"] if early_tile is None else early_tile
-    trace, traced = trace_slot("decode_attention", batch * n_kv * num_splits, out)
     _decode_partial_kernel[(batch, n_kv, num_splits)](
         q,
         k_cache,
@@ -644,7 +635,6 @@ def paged_decode_attention(
         part_sum,
         counters,
         *rope_tensors,
-        trace,
         scale * _LOG2E,
         q.stride(0),
         q.stride(1),
@@ -670,7 +660,6 @@ def paged_decode_attention(
         **merge_meta,
         **rope_meta,
         EARLY_TILE=early,
-        TRACE=traced,
         num_warps=tile_warps(head_dim, block_g),
         num_stages=_NUM_STAGES,
         **launch,

@@ -84,39 +84,30 @@ def compile_for(
 
 
 def compile_skinny(
-    cfg, *, gated: bool = False, shape: tuple[int, int] = (4096, 4096),
-    target: GPUTarget = HOPPER, constexprs: dict[str, Any] | None = None,
+    cfg, *, gated: bool = False, target: GPUTarget = HOPPER,
+    constexprs: dict[str, Any] | None = None,
 ):  # fmt: skip
-    """The skinny GEMM (``kernels/skinny_gemm.py``) at one row with launch config ``cfg``
-    (a ``SkinnyConfig``, PDL as asked) for a bf16 weight of ``shape`` [N, K] (which only
-    sizes its L2 prefetch, ``skinny_gemm.l2_prefetch_plan``), compiled as a launch on
-    16-byte aligned tensors with sizes and strides of 16s would specialize it;
-    ``constexprs`` sets the kernel's others (a norm, an epilogue)."""
-    import torch
+    """The skinny GEMM kernel that launch config ``cfg`` (a ``SkinnyConfig``, PDL as
+    asked) runs (``kernels/skinny_gemm/``: tile, folded or activating) at one bf16 row,
+    compiled as a launch on 16-byte aligned tensors with sizes and strides of 16s would
+    specialize it; ``constexprs`` overrides the kernel's others."""
+    from jacana_engine.kernels.skinny_gemm import activating, folded, tile
 
-    from jacana_engine.kernels import skinny_gemm
-
-    weight = torch.empty(shape, dtype=torch.bfloat16, device="meta")  # aligned: address 0
-    l2_row_bytes, l2_pieces = skinny_gemm.l2_prefetch_plan(cfg, weight)
-
-    shared = dict(
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GATED=gated,
-        PEEL=cfg.prefetch_tiles if cfg.pdl else 0, PDL=cfg.pdl, W_EVICTION=cfg.weight_eviction,
-        W_CACHE=cfg.weight_cache,
-    )  # fmt: skip
-    if cfg.k_fold > 1:  # the folded kernel: one row, no norm or tail
-        fn = skinny_gemm._folded_skinny_kernel
-        constexprs = shared | dict(FOLD=cfg.k_fold, PAIRS=cfg.activates) | (constexprs or {})
+    shared = dict(BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=cfg.pdl)
+    if cfg.activates:
+        fn = activating._activating_kernel
+        own = dict(FOLD=cfg.k_fold, PEEL=int(cfg.pdl))
+    elif cfg.k_fold > 1:
+        fn = folded._folded_kernel
+        own = dict(FOLD=cfg.k_fold, GATED=gated, PEEL=int(cfg.pdl))
     else:
-        fn = skinny_gemm._skinny_gemm_kernel
-        constexprs = shared | dict(
-            M=1, BLOCK_M=cfg.block_m, USE_DOT=cfg.use_dot, PRECISION="tf32", NORM=0,
-            TAIL=0, BLOCK_TAIL=1,
-            L2_BYTES=l2_row_bytes, L2_PIECES=l2_pieces, LOOKAHEAD=cfg.lookahead,
-        ) | (constexprs or {})  # fmt: skip
-    floats = ("eps", "tail_eps", "tail_inv_n", "norm_inv_k")
-    pointers = {"counter_ptr": "*i32", "stats_ptr": "*fp32", "trace_ptr": "*i64"}
-    signature = signature_for(fn, constexprs, pointers=pointers, floats=floats)
+        fn = tile._tile_kernel
+        own = dict(
+            M=1, BLOCK_M=cfg.block_m, USE_DOT=cfg.use_dot, PRECISION="tf32", GATED=gated,
+            PEEL=cfg.prefetch_tiles if cfg.pdl else 0, LOOKAHEAD=cfg.lookahead,
+        )  # fmt: skip
+    constexprs = shared | own | (constexprs or {})
+    signature = signature_for(fn, constexprs)
     divisible = tuple(n for n, t in signature.items() if t not in ("constexpr", "fp32"))
     return compile_for(
         fn, signature, constexprs, divisible=divisible, target=target,

@@ -257,18 +257,6 @@ def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
     return (act * up).to(x.dtype)
 
 
-# ---------------------------------------------------------------- linear
-
-
-def skinny_linear_ref(
-    x: torch.Tensor,  # [M, K]
-    weight: torch.Tensor,  # [N, K]
-) -> torch.Tensor:  # [M, N] in x's dtype
-    """``x @ weight.T`` with float32 products and accumulation, rounded once to x's
-    dtype: the contract of ``skinny_gemm.skinny_linear`` (which may sum in another order)."""
-    return (x.float() @ weight.float().T).to(x.dtype)
-
-
 # ---------------------------------------------------------------- sampling
 
 

@@ -23,7 +23,6 @@ from jacana_engine.kernels._row_sum_order import (
     torch_row_sum_order,
     unfused,
 )
-from jacana_engine.kernels._trace import END, START, WAITED, WORKED, stamp, trace_slot
 
 
 @triton.jit
@@ -70,7 +69,6 @@ def _rms_norm_kernel(
     weight_ptr,
     out_ptr,
     residual_out_ptr,
-    trace_ptr,  # TRACE: int64 [programs, FIELDS] per-program timestamps (kernels/_trace.py)
     stride_x,
     stride_r,
     stride_o,
@@ -84,14 +82,11 @@ def _rms_norm_kernel(
     SUM_WIDTH: tl.constexpr,
     SUM_VECTOR: tl.constexpr,
     SUM_PASSES: tl.constexpr,
-    TRACE: tl.constexpr = False,  # store per-program timestamps into trace_ptr
 ):
-    stamp(trace_ptr, START, TRACE)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
     wait_for_previous_kernel(PDL)
-    stamp(trace_ptr, WAITED, TRACE)
     x_row = x_ptr + row * stride_x
     x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_RESIDUAL:
@@ -106,9 +101,7 @@ def _rms_norm_kernel(
         x, x_row, w, hidden, inv_hidden, eps, out_ptr.dtype.element_ty,
         SUM_WIDTH, SUM_VECTOR, SUM_PASSES,
     )  # fmt: skip
-    stamp(trace_ptr, WORKED, TRACE)
     tl.store(out_ptr + row * stride_o + cols, out, mask=mask)
-    stamp(trace_ptr, END, TRACE)
 
 
 def _launch(x, residual, weight, eps, out, residual_out, pdl) -> None:
@@ -120,14 +113,12 @@ def _launch(x, residual, weight, eps, out, residual_out, pdl) -> None:
         return
     block = next_power_of_2(hidden)
     inv_hidden, sum_order = row_norm_args(hidden, num_tokens)
-    trace, traced = trace_slot("rms_norm", num_tokens, x)
     _rms_norm_kernel[(num_tokens,)](
         x,
         residual,
         weight,
         out,
         residual_out,
-        trace,
         x.stride(0),
         residual.stride(0),
         out.stride(0),
@@ -139,7 +130,6 @@ def _launch(x, residual, weight, eps, out, residual_out, pdl) -> None:
         BLOCK=block,
         num_warps=min(16, max(1, block // 512)),
         enable_fp_fusion=False,
-        TRACE=traced,
         **sum_order,
         **pdl_launch(pdl, x.device),
     )

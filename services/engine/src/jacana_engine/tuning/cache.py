@@ -45,14 +45,15 @@ def device_fingerprint(device: torch.device) -> list[str]:
 
 @functools.cache
 def code_fingerprint() -> str:
-    """A digest of the skinny kernel's and the tuners' source, which decide what is timed
-    and how."""
+    """A digest of the skinny kernels' source (every module of the package) and the
+    tuners', which decide what is timed and how."""
     from jacana_engine.kernels import skinny_gemm
     from jacana_engine.tuning import decode_gemm, graph_picks
 
     digest = hashlib.sha256()
-    for module in (skinny_gemm, decode_gemm, graph_picks):
-        digest.update(Path(module.__file__).read_bytes())
+    kernels = sorted(Path(skinny_gemm.__file__).parent.glob("*.py"))
+    for path in [*kernels, Path(decode_gemm.__file__), Path(graph_picks.__file__)]:
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
