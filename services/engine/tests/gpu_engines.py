@@ -4,6 +4,7 @@ tiny Llama's config for ``load_format="dummy"`` engines."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def small_cuda_engine(model: str, *, tokenizer: Any = "default", **config: Any) 
         model=model,
         dtype="bfloat16",
         device="cuda",
-        kv_cache_memory_bytes=1 << 30,
+        kv_cache_memory=1 << 30,
         max_model_len=1024,
         max_num_seqs=16,
         tune_in_graph=False,
@@ -71,3 +72,24 @@ def assert_same_outputs(engine: LLMEngine, reference: LLMEngine, prompts: list[l
     ):
         params = [SamplingParams(**{**sp.__dict__, "max_tokens": 8 + 4 * i}) for i in range(8)]
         assert engine.generate(prompts, params) == reference.generate(prompts, params), sp
+
+
+SMOL_PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "Once upon a time, in a small village by the sea,",
+    "1, 2, 3, 5, 8, 13,",
+    "Water boils at",
+    "The three primary colors are red,",
+    "import numpy as np\nimport torch\n\nclass Model(torch.nn.Module):",
+    "My favourite book is",
+]
+
+
+def smollm2_gguf() -> Path | None:
+    env = os.environ.get("JACANA_SMOLLM2_GGUF")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    from jacana_engine.assets.default_model import default_model_path
+
+    return default_model_path()

@@ -3,14 +3,12 @@ decode throughput, and is measured again after a cooldown."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from spec_doubles import SlowWrongProposer
 
 from jacana_engine.sample.params import SamplingParams
 from jacana_engine.spec.config import SpeculativeConfig
 from jacana_engine.spec.gate import Phase, SpeculationGate
-from jacana_engine.spec.proposer import Proposer
 from jacana_engine.spec.speculator import Speculator
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -142,21 +140,6 @@ def test_a_large_batch_turning_over_waits_for_the_cooldown():
         gate.record(0.030, 2.0) if allowed else gate.record(0.010, 1.0)
     assert gate.phase is Phase.SHUT
     assert not gate.drafts_allowed(second)  # 8 new requests: the cost decides, still shut
-
-
-class SlowWrongProposer(Proposer):
-    """Drafts tokens the toy model never picks, and takes 20 ms doing it: speculation
-    that only costs."""
-
-    name = "slow-wrong"
-
-    def __init__(self, vocab: int) -> None:
-        self.vocab, self.calls = vocab, 0
-
-    def propose(self, requests):
-        self.calls += 1
-        time.sleep(0.02)
-        return [[(r.token_ids[-1] + 1) % self.vocab] * r.max_draft for r in requests]
 
 
 def test_engine_pauses_speculation_that_does_not_pay(toy):

@@ -215,10 +215,9 @@ def test_overlapped_graph_decoding_matches_serial_decoding_on_the_gpu(tmp_path):
     engines share one tuning cache, so they run the same decode GEMMs: each timing its
     own may pick another config for a near-equal pair, which changes low bits and, at a
     near-tie, a seeded draw (seen on an H200 with another test process beside it)."""
-    from gpu_engines import assert_same_outputs, engines_differing_in
-    from test_gpu_engine import SMOL_PROMPTS, _smollm2_gguf
+    from gpu_engines import SMOL_PROMPTS, assert_same_outputs, engines_differing_in, smollm2_gguf
 
-    gguf = _smollm2_gguf()
+    gguf = smollm2_gguf()
     if gguf is None:
         pytest.skip("SmolLM2 GGUF not available (set JACANA_SMOLLM2_GGUF)")
     serial, overlapped = engines_differing_in(
@@ -232,7 +231,7 @@ def test_overlapped_graph_decoding_matches_serial_decoding_on_the_gpu(tmp_path):
 def test_steps_overlap_while_the_speculation_gate_is_shut(toy):
     """Speculation on, drafting that only costs: once the gate shuts, decode steps
     overlap (and still count towards its cooldown); output unchanged."""
-    from test_spec_gate import SlowWrongProposer
+    from spec_doubles import SlowWrongProposer
 
     from jacana_engine.spec.config import SpeculativeConfig
     from jacana_engine.spec.speculator import Speculator
@@ -254,7 +253,7 @@ def test_steps_overlap_while_the_speculation_gate_is_shut(toy):
 def test_requests_ending_in_overlapped_steps_are_forgotten_by_the_proposer(toy):
     """While the gate keeps drafting paused no proposal runs, so the overlapped steps
     themselves tell the proposer which requests ended (a draft model frees their KV)."""
-    from test_spec_gate import SlowWrongProposer
+    from spec_doubles import SlowWrongProposer
 
     from jacana_engine.spec.config import SpeculativeConfig
     from jacana_engine.spec.speculator import Speculator

@@ -55,7 +55,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpu_engines import small_cuda_engine
+from gpu_engines import SMOL_PROMPTS, small_cuda_engine, smollm2_gguf
 
 from jacana_engine.core.engine import LLMEngine
 from jacana_engine.sample.params import SamplingParams
@@ -69,25 +69,6 @@ transformers = pytest.importorskip("transformers")
 NEW_TOKENS = 48
 # transformers' decoding rule here (module docstring): greedy, EOS masked at every step
 GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS)
-SMOL_PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):\n    ",
-    "Once upon a time, in a small village by the sea,",
-    "1, 2, 3, 5, 8, 13,",
-    "Water boils at",
-    "The three primary colors are red,",
-    "import numpy as np\nimport torch\n\nclass Model(torch.nn.Module):",
-    "My favourite book is",
-]
-
-
-def _smollm2_gguf() -> Path | None:
-    env = os.environ.get("JACANA_SMOLLM2_GGUF")
-    if env:
-        return Path(env) if Path(env).is_file() else None
-    from jacana_engine.assets.default_model import default_model_path
-
-    return default_model_path()
 
 
 def _eos_ids(model) -> list[int]:
@@ -391,7 +372,7 @@ def test_random_qwen3_matches_transformers(peaked_qwen3):
 
 
 def test_smollm2_matches_transformers():
-    gguf = _smollm2_gguf()
+    gguf = smollm2_gguf()
     if gguf is None:
         pytest.skip("SmolLM2 GGUF not available (set JACANA_SMOLLM2_GGUF)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
