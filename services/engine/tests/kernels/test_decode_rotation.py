@@ -9,7 +9,8 @@ import pytest
 import torch
 from hopper_codegen import hopper_ptx_counts
 
-from jacana_engine.kernels.decode_attention import DecodeRotation, paged_decode_attention
+from jacana_engine.kernels.decode_attention import paged_decode_attention
+from jacana_engine.kernels.decode_rotation import DecodeRotation
 from jacana_engine.kernels.reference import build_cos_sin_cache
 from jacana_engine.kernels.rope import KVStore, qk_norm_rope, rope
 

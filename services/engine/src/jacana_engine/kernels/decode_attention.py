@@ -5,25 +5,24 @@ head of its KV head's group at once (GQA: K/V are read once per group) and walks
 share of the sequence's KV tiles through the block table, keeping an online softmax.
 With one split it writes the output directly; otherwise it writes an unnormalized
 partial (accumulator, running max, running sum) and the splits are merged with
-log-sum-exp weights. The split count is fixed per launch while each sequence divides
-its own length into that many ranges on the device, so a launch needs no host sync and
-has the same grid every step (CUDA-graph friendly). A split takes at least
-``min_split_tiles`` tiles (1 by default). cuDNN's attention adds a sequence in one pass,
-and a merge of per-split partials rounds differently, so where the kernels follow
-cuDNN's numerics (``_online_softmax``) ``cudnn_min_split_tiles`` (4) gives its bits up to
-256 keys whatever a graph's split count. The engine asks for it by default
-(``EngineConfig.exact_decode_attention``); the serial tiles cost SmolLM2's batch-1 step on
-an H200 0.54 -> 0.74 ms (``bench/results/gpu_targets.md``).
+log-sum-exp weights (``decode_merge.py``). The split count is fixed per launch while each
+sequence divides its own length into that many ranges on the device, so a launch needs
+no host sync and has the same grid every step (CUDA-graph friendly).
+
+Numerics: a split takes at least ``min_split_tiles`` tiles (1 by default). cuDNN's
+attention adds a sequence in one pass, and a merge of per-split partials rounds
+differently, so where the kernels follow cuDNN's numerics (``_online_softmax``)
+``cudnn_min_split_tiles`` (4) gives its bits up to 256 keys whatever a graph's split
+count; the engine asks for that by default (``exact_decode_attention``), at the cost of
+serial tiles on short sequences.
 
 The merge runs by default in the same launch ("last program merges"): each stage-1
 program bumps a per-(sequence, KV head) arrival counter after storing its partial, and
-the program that arrives last merges its group's heads and resets the counter to 0.
-This saves the second launch: on an H200 in a CUDA graph (Qwen3-8B heads, bf16) a
-layer's decode attention went from 9.2 to 7.8 us at batch 1 x 4096 tokens, 45.8 to
-42.7 us at 1 x 32768, 72.3 to 70.6 us at 16 x 4096. The counters are persistent int32
-device buffers (``kernels/_arrivals.py``, never freed: captured graphs hold their
-address); launches that share a device must be stream-ordered, not concurrent.
-``fused_merge=False`` runs the same merge in a second kernel instead.
+the program that arrives last merges its group's heads and resets the counter to 0,
+which saves a second launch. The counters are persistent int32 device buffers
+(``kernels/_arrivals.py``, never freed: captured graphs hold their address); launches
+that share a device must be stream-ordered, not concurrent. ``fused_merge=False`` runs
+the same merge in a second kernel instead.
 
 With programmatic dependent launch a program lets the next kernel launch at once, then
 reads what no kernel of the step's chain writes (the host-staged lengths, block table,
@@ -34,16 +33,14 @@ after the wait. Why the rest is safe to read early: a dependent chain may run ah
 itself (a kernel can start while several before it still wait), but it starts behind a
 plain launch (the step's embedding lookup), which began only once every earlier kernel,
 those of earlier steps included, had finished; within the chain no kernel but this one
-writes this layer's cache, and none writes the step's host-staged inputs.
-On an H200 (Qwen3-8B, batch 1, 320 tokens, in the decode graph) this took the
-attention's cost in the chain from 7.8 to 5.8 us a layer; the results are the same bits.
+writes this layer's cache, and none writes the step's host-staged inputs. The results
+are the same bits either way.
 
+With ``rotation`` the launch first does the rope kernel's work (``decode_rotation.py``).
 Partials are float32 scratch allocated per call; the caller owns the output and cache.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 import triton
@@ -52,7 +49,6 @@ import triton.language as tl
 from jacana_engine.kernels._arrivals import arrival_counters
 from jacana_engine.kernels._common import (
     check_kv_cache,
-    check_kv_write,
     check_last_dim_contiguous,
     dot_precision,
     next_power_of_2,
@@ -68,11 +64,17 @@ from jacana_engine.kernels._online_softmax import (
 from jacana_engine.kernels._pdl import (
     let_next_kernel_launch,
     pdl_launch,
-    wait_for_previous_kernel,
     wait_only_for_previous_kernel,
 )
-from jacana_engine.kernels._row_sum_order import HEAD_SUM_TRITON
-from jacana_engine.kernels.rope import qk_norm_order, rope_heads, token_cos_sin, token_slot
+from jacana_engine.kernels.decode_merge import MERGE_TILE, decode_reduce_kernel, merge_group
+from jacana_engine.kernels.decode_rotation import (
+    NO_ROPE_META,
+    DecodeRotation,
+    rope_launch_args,
+    rotate_and_store,
+    rotation_tensors,
+)
+from jacana_engine.kernels.rope import token_cos_sin, token_slot
 
 _LOG2E = 1.4426950408889634
 COUNTERS = "decode_attention"  # this kernel's family of arrival counters (kernels/_arrivals.py)
@@ -81,108 +83,6 @@ _MIN_BLOCK_G = 16  # tl.dot needs >= 16 rows: small GQA groups are padded
 _MAX_SPLITS = 64
 _NUM_WARPS = 4  # warps a program of the decode kernel (and of its unfused merge)
 _NUM_STAGES = 2  # software-pipeline stages of the decode kernel's KV tile loop
-# fp32 partial elements a merge step holds (group heads x splits x head_dim): 128 per
-# thread at 4 warps. Fewer splits a step measured slower on an H200 (batch 1, 4096 tokens).
-_MERGE_TILE = 16384
-
-
-@triton.jit
-def _merge_group(
-    out_ptr,
-    part_acc_ptr,
-    part_max_ptr,
-    part_sum_ptr,
-    seq,
-    kv_head,
-    stride_ob,
-    stride_oh,
-    num_heads,
-    head_dim,
-    GROUP: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-    BLOCK_GQ: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    CHUNK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
-    """out[seq, kv_head's query heads] = the log-sum-exp merge of their NUM_SPLITS partials.
-
-    All heads of the group at once, CHUNK_S splits a step: the loads of a step are issued
-    together, which is what makes the merge short (one head at a time, each waiting for
-    L2, made the fused merge slower than a second launch). Partials are loaded with
-    ``.cg`` (from L2, not this SM's L1): in the fused merge other programs wrote them, and
-    an L1 line left by an earlier launch could be stale."""
-    j = tl.arange(0, BLOCK_GQ)
-    d = tl.arange(0, BLOCK_D)
-    j_mask = j < GROUP
-    head_rows = (seq.to(tl.int64) * num_heads + kv_head * GROUP + j) * NUM_SPLITS  # [BLOCK_GQ]
-    # max/sum of every split first ([BLOCK_GQ, BLOCK_S], small); then the accumulators
-    s = tl.arange(0, BLOCK_S)
-    js_mask = j_mask[:, None] & (s < NUM_SPLITS)[None, :]
-    row = head_rows[:, None] + s[None, :]  # [BLOCK_GQ, BLOCK_S]
-    m = tl.load(part_max_ptr + row, mask=js_mask, other=float("-inf"), cache_modifier=".cg")
-    sums = tl.load(part_sum_ptr + row, mask=js_mask, other=0.0, cache_modifier=".cg")
-    # Empty or padded splits (max -inf) weigh 0. The floor changes no finite max; it keeps
-    # the weights of a sequence of length 0 (or a padded head) at 0 instead of NaN.
-    m_all = tl.maximum(tl.max(m, axis=1), -3.0e38)  # [BLOCK_GQ]
-    l_all = tl.sum(sums * tl.exp2(m - m_all[:, None]), axis=1)  # [BLOCK_GQ]
-    num = tl.zeros([BLOCK_GQ, BLOCK_D], dtype=tl.float32)
-    for c in tl.static_range(0, BLOCK_S, CHUNK_S):
-        sc = c + tl.arange(0, CHUNK_S)
-        c_mask = j_mask[:, None] & (sc < NUM_SPLITS)[None, :]
-        crow = head_rows[:, None] + sc[None, :]  # [BLOCK_GQ, CHUNK_S]
-        mc = tl.load(part_max_ptr + crow, mask=c_mask, other=float("-inf"), cache_modifier=".cg")
-        acc = tl.load(
-            part_acc_ptr + crow[:, :, None] * BLOCK_D + d[None, None, :],
-            mask=c_mask[:, :, None],
-            other=0.0,
-            cache_modifier=".cg",
-        )  # [BLOCK_GQ, CHUNK_S, BLOCK_D]
-        num += tl.sum(acc * tl.exp2(mc - m_all[:, None])[:, :, None], axis=1)
-    out = normalized(num, l_all)  # [BLOCK_GQ, BLOCK_D]; no keys: 0
-    tl.store(
-        out_ptr
-        + seq.to(tl.int64) * stride_ob
-        + (kv_head * GROUP + j)[:, None] * stride_oh
-        + d[None, :],
-        out.to(out_ptr.dtype.element_ty),
-        mask=j_mask[:, None] & (d < head_dim)[None, :],
-    )
-
-
-@triton.jit
-def _rotate_and_store(
-    raw_q_ptr, raw_k_ptr, raw_v_ptr, q_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr,
-    q_norm_ptr, k_norm_ptr, cos, sin, cache_heads, slot_row, seq, kv_head,
-    stride_rqb, stride_rqh, stride_rkb, stride_rkh, stride_rvb, stride_rvh,
-    stride_qb, stride_qh, stride_kob, stride_koh, eps,
-    GROUP: tl.constexpr, BLOCK_GQ: tl.constexpr, BLOCK_D: tl.constexpr,
-    HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr, HAS_NORM: tl.constexpr,
-    NORM_ORDER: tl.constexpr,
-):  # fmt: skip
-    """The rope kernel's work for one sequence's token and one KV head's group: q/k norm
-    and rotation of the GROUP q heads (into q_ptr) and of the k head (into k_out and the
-    cache at ``slot_row``, this head's offset of the token's slot), v into the cache; the
-    same helpers, so the same bits. ``cos``/``sin`` (``token_cos_sin``) and
-    ``cache_heads`` (``token_slot``) come from host-staged inputs, read before the wait."""
-    token = seq.to(tl.int64)
-    first_q = kv_head * GROUP
-    rope_heads(
-        raw_q_ptr + first_q * stride_rqh, q_ptr + first_q * stride_qh, q_norm_ptr, q_ptr,
-        token, stride_rqb, stride_rqh, stride_qb, stride_qh, 0, GROUP, 0, cos, sin, eps,
-        HALF, HEAD_DIM, BLOCK_GQ, BLOCK_HALF, BLOCK_PASS, HAS_NORM, False, NORM_ORDER,
-    )  # fmt: skip
-    rope_heads(
-        raw_k_ptr + kv_head * stride_rkh, k_out_ptr + kv_head * stride_koh, k_norm_ptr,
-        k_cache_ptr + slot_row, token, stride_rkb, stride_rkh, stride_kob, stride_koh, 0, 1,
-        cache_heads, cos, sin, eps, HALF, HEAD_DIM, 1, BLOCK_HALF, BLOCK_PASS, HAS_NORM, True,
-        NORM_ORDER,
-    )  # fmt: skip
-    d = tl.arange(0, BLOCK_D)
-    v_mask = d < cache_heads * HEAD_DIM  # nothing for a padding sequence
-    v = tl.load(raw_v_ptr + token * stride_rvb + kv_head * stride_rvh + d, mask=v_mask)
-    tl.store(v_cache_ptr + slot_row + d, v.to(v_cache_ptr.dtype.element_ty), mask=v_mask)
 
 
 @triton.jit
@@ -323,7 +223,7 @@ def _decode_partial_kernel(
         # heads into q_ptr's rows and store the head's rotated k and its v into the cache.
         # Splits writing the same values to the same places race harmlessly; the barrier
         # makes this program's own writes visible to all its threads before they read.
-        _rotate_and_store(
+        rotate_and_store(
             raw_q_ptr, raw_k_ptr, raw_v_ptr, q_ptr, k_out_ptr, k_cache_ptr, v_cache_ptr,
             q_norm_ptr, k_norm_ptr, cos, sin, cache_heads, slot_row + head_off, seq, kv_head,
             stride_rqb, stride_rqh, stride_rkb, stride_rkh, stride_rvb, stride_rvh,
@@ -389,7 +289,7 @@ def _decode_partial_kernel(
             counter = counters_ptr + seq * tl.num_programs(1) + kv_head
             arrived = tl.atomic_add(counter, 1, sem="acq_rel")
             if arrived == NUM_SPLITS - 1:
-                _merge_group(
+                merge_group(
                     out_ptr,
                     part_acc_ptr,
                     part_max_ptr,
@@ -409,110 +309,6 @@ def _decode_partial_kernel(
                 )
                 # Every split has arrived: zero it for the next launch (or graph replay).
                 tl.store(counter, 0)
-
-
-@triton.jit
-def _decode_reduce_kernel(
-    out_ptr,
-    part_acc_ptr,
-    part_max_ptr,
-    part_sum_ptr,
-    stride_ob,
-    stride_oh,
-    num_heads,
-    head_dim,
-    GROUP: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-    BLOCK_GQ: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    CHUNK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    """The unfused merge: one program per (sequence, KV head), the fused merge's code."""
-    wait_for_previous_kernel(PDL)
-    _merge_group(
-        out_ptr,
-        part_acc_ptr,
-        part_max_ptr,
-        part_sum_ptr,
-        tl.program_id(0),
-        tl.program_id(1),
-        stride_ob,
-        stride_oh,
-        num_heads,
-        head_dim,
-        GROUP,
-        NUM_SPLITS,
-        BLOCK_GQ,
-        BLOCK_S,
-        CHUNK_S,
-        BLOCK_D,
-    )
-
-
-class DecodeRotation(NamedTuple):
-    """The rope kernel's work that ``paged_decode_attention(rotation=...)`` does in its own
-    launch before attending (one launch fewer per layer and decode step): the optional
-    q/k RMSNorm over head_dim, the rotation of q (the call's raw q) and of this step's k,
-    and the store of the rotated k and of v at the sequences' slots, with
-    ``kernels.rope``'s helpers and rounding."""
-
-    k: torch.Tensor  # [B, n_kv, head_dim], before norm and rotation
-    v: torch.Tensor  # [B, n_kv, head_dim], stored as is
-    positions: torch.Tensor  # [B]
-    cos_sin_cache: torch.Tensor  # [max_positions, rotary_dim] float32
-    slot_mapping: torch.Tensor  # [B] int64; < 0: stores nothing (padding)
-    q_norm: torch.Tensor | None = None  # [head_dim] (Qwen3), with k_norm
-    k_norm: torch.Tensor | None = None
-    eps: float = 0.0
-
-
-_NO_ROPE_META = dict(
-    ROPE=False, HALF=1, HEAD_DIM=1, BLOCK_HALF=1, BLOCK_PASS=0, HAS_NORM=False, NORM_ORDER=0
-)
-
-
-def _rope_tensors(
-    rotation: DecodeRotation, raw_q: torch.Tensor, dtype: torch.dtype
-) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
-    """The kernel's rope tensors (raw q, k, v; k_out scratch; q/k norms; positions; table;
-    slots) and strides (q, k, v, k_out: batch and head; the table's row)."""
-    k_out = torch.empty(rotation.k.shape, dtype=dtype, device=raw_q.device)
-    norms = (rotation.q_norm, rotation.k_norm) if rotation.q_norm is not None else (raw_q,) * 2
-    tensors = (raw_q, rotation.k, rotation.v, k_out, *norms, rotation.positions,
-               rotation.cos_sin_cache, rotation.slot_mapping)  # fmt: skip
-    strides = tuple(st for t in (raw_q, rotation.k, rotation.v, k_out) for st in t.stride()[:2])
-    return tensors, (*strides, rotation.cos_sin_cache.stride(0))
-
-
-def _rope_launch_args(rotation: DecodeRotation, q: torch.Tensor, kv_cache: torch.Tensor) -> dict:
-    """The kernel's rope constexprs, after checking ``rotation`` against q and the cache."""
-    batch, _, head_dim = q.shape
-    rotary_dim = rotation.cos_sin_cache.shape[1]
-    check_kv_write(rotation.k, rotation.v, kv_cache, rotation.slot_mapping)
-    if rotation.k.shape[0] != batch or rotation.positions.shape != (batch,):
-        raise ValueError("rotation k / positions do not match q's batch")
-    if rotary_dim % 2 or rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim {rotary_dim} must be even and <= head_dim {head_dim}")
-    table = rotation.cos_sin_cache
-    if table.dtype != torch.float32 or table.stride(1) != 1:
-        raise ValueError("cos_sin_cache must be float32 with unit stride on its last dimension")
-    has_norm = rotation.q_norm is not None
-    if has_norm != (rotation.k_norm is not None):
-        raise ValueError("q_norm and k_norm come together")
-    if has_norm and (rotation.q_norm.shape != (head_dim,) or rotation.k_norm.shape != (head_dim,)):
-        raise ValueError(f"q/k norm weights must be [{head_dim}]")
-    pass_dim = head_dim - rotary_dim
-    return dict(
-        ROPE=True,
-        HALF=rotary_dim // 2,
-        HEAD_DIM=head_dim,
-        BLOCK_HALF=next_power_of_2(rotary_dim // 2),
-        BLOCK_PASS=next_power_of_2(pass_dim) if pass_dim else 0,
-        HAS_NORM=has_norm,
-        NORM_ORDER=qk_norm_order(head_dim, rotary_dim) if has_norm else HEAD_SUM_TRITON,
-    )
 
 
 def cudnn_min_split_tiles(head_dim: int) -> int:
@@ -602,7 +398,7 @@ def paged_decode_attention(
     block_g = max(_MIN_BLOCK_G, next_power_of_2(group))
     block_gq = next_power_of_2(group)  # the merge needs no tl.dot padding
     block_s = next_power_of_2(num_splits)
-    chunk_s = min(block_s, max(1, _MERGE_TILE // (block_gq * block_d)))
+    chunk_s = min(block_s, max(1, MERGE_TILE // (block_gq * block_d)))
     merge_meta = dict(BLOCK_GQ=block_gq, BLOCK_S=block_s, CHUNK_S=chunk_s, BLOCK_D=block_d)
     if num_splits > 1:
         part_acc = torch.empty(
@@ -616,11 +412,11 @@ def paged_decode_attention(
     counters = arrival_counters(COUNTERS, q.device, batch * n_kv) if fused else out  # [>= B*n_kv]
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     if rotation is not None:
-        rope_meta = _rope_launch_args(rotation, q, kv_cache)
+        rope_meta = rope_launch_args(rotation, q, kv_cache)
         raw_q, q = q, torch.empty(q.shape, dtype=q.dtype, device=q.device)  # q: rotated
-        rope_tensors, rope_strides = _rope_tensors(rotation, raw_q, q.dtype)
+        rope_tensors, rope_strides = rotation_tensors(rotation, raw_q, q.dtype)
     else:  # placeholders the kernel never reads
-        rope_meta, rope_tensors, rope_strides = _NO_ROPE_META, (q,) * 9, (0,) * 9
+        rope_meta, rope_tensors, rope_strides = NO_ROPE_META, (q,) * 9, (0,) * 9
     launch = pdl_launch(pdl, q.device)
     early = launch["PDL"] if early_tile is None else early_tile
     _decode_partial_kernel[(batch, n_kv, num_splits)](
@@ -665,7 +461,7 @@ def paged_decode_attention(
         **launch,
     )
     if num_splits > 1 and not fused:
-        _decode_reduce_kernel[(batch, n_kv)](
+        decode_reduce_kernel[(batch, n_kv)](
             out,
             part_acc,
             part_max,

@@ -23,7 +23,7 @@ from jacana_engine.layers.attention_backend import AttentionBackend
 from jacana_engine.worker.attention_metadata import AttentionMetadata
 
 if TYPE_CHECKING:
-    from jacana_engine.kernels.decode_attention import DecodeRotation
+    from jacana_engine.kernels.decode_rotation import DecodeRotation
 
 
 class TritonAttentionBackend(AttentionBackend):

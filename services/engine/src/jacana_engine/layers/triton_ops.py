@@ -56,7 +56,7 @@ class TritonOps(LayerOps):
         return self._rotate(q, k, tables, q_norm, k_norm, eps, store)
 
     def decode_rotation(self, k, v, tables, q_norm, k_norm, eps, slot_mapping):
-        from jacana_engine.kernels.decode_attention import DecodeRotation
+        from jacana_engine.kernels.decode_rotation import DecodeRotation
 
         positions, cache = tables
         return DecodeRotation(k, v, positions, cache, slot_mapping, q_norm, k_norm, eps)
