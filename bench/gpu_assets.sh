@@ -6,8 +6,8 @@
 #   splits FILE (or a tar of DIR) into .xfer/NAME/part-NN of $JACANA_XFER_CHUNK_MIB MiB
 #   (default 28) plus .xfer/NAME/meta (parts, sha256, kind); each device call then carries
 #   a part or two and the meta file (carry: .xfer/NAME/part-00, .xfer/NAME/meta, …). What
-#   a call carries and the tree (about 11 MiB with bench/results) share 64 MiB: with .whl/
-#   (10 MiB) beside it, a part of 32 MiB fits (SmolLM2's GGUF in three).
+#   a call carries and the tree share 64 MiB: with .whl/ (10 MiB) beside it, a part of
+#   32 MiB fits (SmolLM2's GGUF in three).
 # There:     bench/gpu_assets.sh receive
 #   appends what this call carried to /tmp/jacana-xfer (it survives between calls while
 #   the machine stays warm), then assembles every asset whose parts are all there into

@@ -20,7 +20,8 @@
 # bench/results), the parity tests' report to $OUT/gpu_parity/<hardware>.json, pytest's
 # logs to $LOGS (default a temporary folder). The last lines printed are the tables.
 # $MODELS: the offline models (default "qwen3-8b qwen3-0.6b"); $OFFLINE_ARGS: more
-# offline_gpu.py arguments (e.g. "--no-hf --reps 5").
+# offline_gpu.py arguments (e.g. "--no-hf --reps 5"); $ONLINE_MODEL (default qwen3-8b) and
+# $ONLINE_ARGS the same for online_gpu.py.
 #
 # Wheels the machine lacks travel in .whl/ (bench/gpu_wheels.sh writes them; carry .whl):
 # online needs them (fastapi, a grpcio as new as the stubs), and so does SmolLM2's parity
@@ -76,7 +77,8 @@ parity_tests() {  # $1: seconds at most; then the parity tests (-k words), a pro
   shift
   for name in "$@"; do
     JACANA_GPU_REPORT="$LOGS/parity_$name.json" in_own_group timeout -s INT "$seconds" \
-      "${PYTEST[@]}" -m "gpu and not slow" -k "$name" "$PARITY" >"$LOGS/pytest_parity_$name.log" 2>&1 &
+      "${PYTEST[@]}" -m "gpu and not slow" -k "$name" "$PARITY" \
+      >"$LOGS/pytest_parity_$name.log" 2>&1 &
   done
   wait
   mkdir -p "$OUT/gpu_parity"
@@ -116,18 +118,21 @@ offline() {
 }
 
 online() {
-  stamp "online: qwen3-8b c64 through the gateway"
-  timeout 240 python3 bench/online_gpu.py --model qwen3-8b --reps 3 --tuning-cache "$TUNING" \
-    --logs "$LOGS" --out "$OUT" 2>&1 | tail -20
+  stamp "online: ${ONLINE_MODEL:-qwen3-8b} c64 through the gateway"
+  # shellcheck disable=SC2086  # $ONLINE_ARGS: several arguments
+  timeout 240 python3 bench/online_gpu.py --model "${ONLINE_MODEL:-qwen3-8b}" --reps 3 \
+    --tuning-cache "$TUNING" --logs "$LOGS" --out "$OUT" ${ONLINE_ARGS:-} 2>&1 | tail -20
 }
 
 targets_table() {  # the GPU targets from this call's offline and online results
   mkdir -p "$OUT/gpu_targets"
-  python3 - "$OUT/offline_gpu/$HW.json" "$OUT/online_gpu/$HW.json" >"$OUT/gpu_targets/$HW.md" <<'TARGETS'
+  python3 - "$OUT/offline_gpu/$HW.json" "$OUT/online_gpu/$HW.json" \
+    >"$OUT/gpu_targets/$HW.md" <<'TARGETS'
 import json, sys
 offline, online = (json.load(open(f)) for f in sys.argv[1:])
 def cell(peer, model, workload, metric, digits):
-    s = offline["models"][model]["results"][workload][peer].get(metric)
+    results = offline["models"].get(model, {}).get("results", {})
+    s = results.get(workload, {}).get(peer, {}).get(metric)
     return f"{s['median']:,.{digits}f} ({s['min']:,.{digits}f}–{s['max']:,.{digits}f})" if s else "-"
 share = f"{online['online_share']:.0%}" if "online_share" in online else "-"
 rows = [
@@ -160,7 +165,7 @@ for phase in "$@"; do
       ;;
     offline) offline ;;
     online) online ;;
-    targets) offline && online && targets_table ;;
+    targets) offline; online; targets_table ;;
     embeddings)
       stamp "embeddings"
       model=()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Wheels the GPU machine lacks, for the phases that need more than torch and Triton:
-# `online` (gateway + engine over gRPC) and SmolLM2's parity and trace (transformers reads
+# `online` (gateway + engine over gRPC) and SmolLM2's parity (transformers reads
 # its GGUF through `gguf`). Versions are this checkout's .venv's, so the device runs what
 # CI tests; the files land in .whl/ (git-ignored, ~11 MB), which gpu_suite.sh installs
 # when a call carries it (carry: .whl).
