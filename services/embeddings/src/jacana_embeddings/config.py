@@ -55,6 +55,6 @@ class BatcherConfig:
 def default_tokenizer_processes(on_cuda: bool, cores: int | None = None) -> int:
     """Tokenizer worker processes when the setting is unset: on a CUDA host with 8 or more
     cores one per 4 cores, up to 4 (the model thread launches faster once tokenizing
-    leaves its interpreter: bench/results/embeddings_gpu_graphs*.md); else none."""
+    leaves its interpreter); else none."""
     cores = (os.cpu_count() or 1) if cores is None else cores
     return min(4, cores // 4) if on_cuda and cores >= 8 else 0

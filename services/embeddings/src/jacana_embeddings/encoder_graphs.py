@@ -3,8 +3,7 @@
 Why: on a GPU a MiniLM-sized batch is ~100 small kernels. Launched from Python, each
 launch needs the interpreter lock, which the service's tokenizer threads and event loop
 want too, so under load the model thread spends several times longer launching than the
-GPU computing (``bench/results/embeddings_gpu_stages.md``). A replayed graph is one
-launch per batch.
+GPU computing. A replayed graph is one launch per batch.
 
 How: a set of buckets, padded grids of B rows x S tokens (:func:`bucket_shapes`), each
 with its own static tensors (:class:`~jacana_embeddings.varlen.PaddedLayout`); on CUDA

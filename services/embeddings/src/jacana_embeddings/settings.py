@@ -26,8 +26,9 @@ _POOLING_NAMES = {"cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", 
 
 @dataclass(frozen=True)
 class DeviceDefaults:
-    """What an unset setting means on one kind of device (measured where each was chosen:
-    ``bench/results/embeddings_cpu.md``, ``embeddings_gpu.md``)."""
+    """What an unset setting means on one kind of device (chosen by measuring, with
+    ``bench/embeddings_cpu.py`` and ``bench/embeddings_gpu.py``; current results in
+    ``bench/results/embeddings_cpu/`` and ``bench/results/embeddings_gpu/``)."""
 
     dtype: str
     max_batch_tokens: int  # tokens per batch, padding included

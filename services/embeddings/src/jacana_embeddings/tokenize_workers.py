@@ -3,9 +3,8 @@
 Why: in one process the tokenizer's calls and the model's batch thread share one
 interpreter lock, and a GPU batch needs it for each of its ~100 kernel launches; on an
 H200 host the two stages, each fast alone (tens of thousands of texts/s), held each
-other to about half of that (``bench/results/embeddings_gpu_stages.md``). Workers keep
-their own lock and thread pool, so only the texts and their ids cross over (pickled; the
-ids as one int32 array per input).
+other to about half of that. Workers keep their own lock and thread pool, so only the
+texts and their ids cross over (pickled; the ids as one int32 array per input).
 
 Who owns what: :func:`start_tokenizer_workers` returns the pool (the caller shuts it
 down); each worker process owns one :class:`TextTokenizer`, loaded once from the same

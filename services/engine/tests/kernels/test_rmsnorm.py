@@ -8,9 +8,8 @@ Outputs are poisoned with NaN; out-of-place calls must leave the inputs unmodifi
 in-place form must give the same bits.
 
 The statistics follow torch's CUDA ``mean`` order: checked exactly against the order's
-emulation here (the emulation itself was checked pair by pair against torch on an H200,
-``bench/reduction_order_probe_gpu.py --reveal``), and on the GPU against transformers'
-RMSNorm formula run by torch itself, bit for bit.
+emulation here (the emulation itself was checked pair by pair against torch on an H200),
+and on the GPU against transformers' RMSNorm formula run by torch itself, bit for bit.
 """
 
 from __future__ import annotations
@@ -97,9 +96,8 @@ SUM_SHAPES = [(576, 1), (576, 3), (576, 8), (576, 16), (1000, 5), (2048, 2), (40
 
 def test_torch_row_sum_order_widths():
     """Threads a row and load pattern as read off torch's CUDA mean on an H200, pair by
-    pair (bench/results/reduction_order_reveal_v19.json and _v20.json): 576 values, 128
-    threads for 1 to 5 rows, 64 for 8, 32 from 16; 128 and 256 values load 4 consecutive
-    values a thread, 96 do not."""
+    pair: 576 values, 128 threads for 1 to 5 rows, 64 for 8, 32 from 16; 128 and 256
+    values load 4 consecutive values a thread, 96 do not."""
     widths = {rows: torch_row_sum_order(576, rows).width for rows in (1, 2, 3, 4, 5, 8, 16, 64)}
     assert widths == {1: 128, 2: 128, 3: 128, 4: 128, 5: 128, 8: 64, 16: 32, 64: 32}
     read_off = {(128, 64): (32, True), (128, 1): (32, True), (96, 16): (32, False),

@@ -1,4 +1,4 @@
-"""``layers/graph_picks.py`` on the CPU: the grouping of a model's layers by weight
+"""``tuning/graph_picks.py`` on the CPU: the grouping of a model's layers by weight
 shape, coordinate descent over a known cost, and the start-up search around it (a graph
 time computed from the configs the layers hold stands in for the GPU's clock)."""
 

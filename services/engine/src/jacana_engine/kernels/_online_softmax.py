@@ -2,14 +2,14 @@
 and the final division by the sum.
 
 Both round as the attention transformers runs in bf16 on an H200 does: SDPA there takes
-cuDNN's fused attention (torch's first choice on Hopper; ``flash_numerics_probe_gpu.py
---sites`` replays transformers' traced calls and only cuDNN gives their bits). Scores are
+cuDNN's fused attention (torch's first choice on Hopper; replayed, transformers' traced
+attention calls get their bits from cuDNN and from no other SDPA backend). Scores are
 scaled before the running max is taken, P is rounded to the value dtype before its
 product with V, and the output is divided by the sum. With cuDNN's tiles (64 keys for one
 query, 128 for a prompt), a warp per 16 query rows holding all of a tile's keys, and
 (``FRAGMENT_SUM``) the row sum added in the order of a Hopper MMA accumulator's threads,
 our kernels give cuDNN's bits at head_dim 64 on all but about 1 in 10^5..10^6 outputs
-(``bench/results/gpu_targets.md``, nineteenth and twenty-first runs)."""
+on an H200."""
 
 from __future__ import annotations
 

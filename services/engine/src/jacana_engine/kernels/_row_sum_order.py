@@ -5,8 +5,8 @@ kernel (``aten/src/ATen/native/cuda/Reduce.cuh``) with float32 sums. Float addit
 associative, so a norm that sums in another order gets another mean now and then, and
 through ``rsqrt`` and the bf16 rounding after it an output one ulp away. Following the
 order makes our norms give transformers' bits (checked on an H200 against torch itself,
-``tests/kernels/test_rmsnorm.py``; the order was read off the card pair by pair with
-``bench/reduction_order_probe_gpu.py --reveal``).
+``tests/kernels/test_rmsnorm.py``; the order was read off the card pair by pair: a row
+of ones with +M at i and -M at j sums to n less the ones added in before i and j meet).
 
 The order, for a launch of ``rows`` rows of ``n`` contiguous float32 values:
 - W threads add one row (``RowSumOrder.width``, from the row count and n as torch's
@@ -174,9 +174,9 @@ def halved_sum_from(row_ptr, n, LANES: tl.constexpr):
     thread, summed as ``halved_sum`` adds them, zeros past n. Halving adds the upper half
     to the lower half elementwise; read from memory in slices of 32, the levels above 32
     are sums of whole slices (no data crosses threads) and only the last five are
-    shuffles, where halving a [LANES] tile moves it between threads at every level (a
-    split norm's consumer programs each paid that: the 8B layer chain took 0.41 ms a
-    step longer on an H200, twenty-fifth run)."""
+    shuffles, where halving a [LANES] tile moves it between threads at every level (on an
+    H200 the 8B layer chain ran ~0.4 ms a step slower with a norm whose every program
+    halved such a tile)."""
     if LANES <= 32:  # a warp's lanes: a slice
         lanes = tl.arange(0, LANES)
         total = halved_sum(tl.load(row_ptr + lanes, mask=lanes < n, other=0.0), LANES)

@@ -63,7 +63,7 @@ def _first_max(values, index):
 
 # ring_width is the batch's row count: not specialized on (== 1, % 16), so a batch size
 # first seen while serving runs the binary start-up compiled instead of stalling its step
-# on a compile (bench/compile_stability_gpu.py).
+# on a compile (research/compile_stability_gpu.py).
 @triton.jit(do_not_specialize=["ring_width"])
 def _argmax_kernel(
     x_ptr,  # [M, V] logits, unit stride on V

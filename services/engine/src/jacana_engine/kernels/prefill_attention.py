@@ -17,10 +17,10 @@ one long prompt beside 63 decode rows has 64 x cdiv(prompt, BLOCK_Q) grid cells 
 cdiv(prompt, BLOCK_Q) + 63 would exit at once, tens of thousands of empty programs a
 layer. The table lists tiles last tile first: the GPU starts the programs with the most
 keys to attend first, and the cheap early tiles fill in at the end of the launch instead
-of a few heavy ones running on alone. In a profiled 1024-token prefill of the 8B on an
-H200 (``bench/prefill_host_gpu.py``) that order took the kernel's 36 launches from 2,033
-to 1,583 µs. A table may end in padding entries (sequence -1, which exit at once): a
-captured graph's table has room for any step its bucket holds.
+of a few heavy ones running on alone: in a 1024-token prefill of the 8B on an H200 the
+kernel's 36 launches take ~1.6 ms in this order against ~2.0 ms in sequence order. A
+table may end in padding entries (sequence -1, which exit at once): a captured graph's
+table has room for any step its bucket holds.
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ _NUM_WARPS = 4
 _NUM_STAGES = 3
 # A grid of fewer than _SMALL_GRID_WAVES programs per SM at _BLOCK_M takes half the rows
 # per program, so more SMs share the causal work (same bits: a row's sums do not depend
-# on the tile's other rows). In the same profile, the 0.6B's 1024-token prefill (128
-# programs at 128 rows) went from 1,064 to 903 µs; the 8B's (256) stayed even (1,583 and
-# 1,600); four 2048-token prompts (2,048 programs) keep 128 (prefill_attention_gpu.py:
-# 0.413 against 0.455 ms with 64).
+# on the tile's other rows). On an H200 the 0.6B's 1024-token prefill (128 programs at
+# 128 rows) takes 903 µs at 64 rows against 1,064 at 128; the 8B's (256) is even either
+# way (~1.6 ms); four 2048-token prompts (2,048 programs) keep 128 (0.413 against
+# 0.455 ms at 64).
 _SMALL_GRID_BLOCK_M = 64
 _SMALL_GRID_WAVES = 4
 
@@ -126,7 +126,7 @@ def _attend_tile(
 
 # The block table's width and the per-step metadata's addresses change from step to step;
 # specializing on them (% 16, 16-byte alignment) compiled new binaries mid-serving, each
-# stalling a step for ~1.5 s (bench/compile_stability_gpu.py). They are scalar loads,
+# stalling a step for ~1.5 s (research/compile_stability_gpu.py). They are scalar loads,
 # so the hints buy nothing.
 @triton.jit(do_not_specialize=["seq_lens_ptr", "block_tables_ptr", "tiles_ptr", "stride_bt"])
 def _prefill_kernel(

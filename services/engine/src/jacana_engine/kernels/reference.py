@@ -149,8 +149,8 @@ def mma_fragment_row_sum(
     tiles: list[torch.Tensor],  # each [R, N] float32 (N a multiple of 8): a tile's p
     alphas: list[torch.Tensor],  # each [R] float32: the rescale before that tile
 ) -> torch.Tensor:  # [R] float32
-    """The online softmax's row sum in the order cuDNN adds it (read off an H200 against
-    its SDPA, ``bench/flash_numerics_probe_gpu.py``): lane q of a row's quad keeps a
+    """The online softmax's row sum in the order cuDNN adds it (on an H200, of the orders
+    tried against torch's SDPA, the one that gives its bits): lane q of a row's quad keeps a
     partial sum across tiles; before each tile it is multiplied by that tile's alpha, then
     the tile's columns 8 i + 2 q + j are added one at a time (i = 0, 1, ..., j = 0, 1
     within i); at the end the quad's partials are added as (a0 + a1) + (a2 + a3). Each

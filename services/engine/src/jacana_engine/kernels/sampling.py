@@ -42,7 +42,7 @@ def _exponential(bits):
 
 
 # seeds_ptr may point into a buffer at any row: its 16-byte alignment would select a
-# binary of its own, compiled in the middle of serving (bench/compile_stability_gpu.py).
+# binary of its own, compiled in the middle of serving (research/compile_stability_gpu.py).
 @triton.jit(do_not_specialize=["seeds_ptr"])
 def _sample_kernel(
     logits_ptr,

@@ -1,4 +1,4 @@
-"""On-disk memory of the decode-GEMM tuner's choices (``layers/decode_gemm.py``).
+"""On-disk memory of the decode-GEMM tuner's choices (``tuning/decode_gemm.py``).
 
 Timing cuBLAS against every skinny-kernel candidate takes seconds at start-up (~5 s for
 Qwen3-8B on an H200), and its answer depends only on the GPU, the software and the

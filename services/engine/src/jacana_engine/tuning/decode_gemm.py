@@ -4,17 +4,16 @@ skinny kernel (with its fastest launch config), chosen by timing them at start-u
 A decode or verification step multiplies a few rows (M <= 16) by each weight, and its
 cost is reading the weight once. cuBLAS does that near the bandwidth for most shapes but
 picks poorly for a few small ones, and the skinny kernel's best launch config varies by
-shape. On an H200 at one row (``bench/results/skinny_gemm_sweep.md``, best config per
-shape): Qwen3-0.6B's o_proj 2048->1024 takes 12.7 us on cuBLAS against 3.4 us on
-``kernels.skinny_gemm``; among the 8B shapes o_proj, down_proj and qkv_proj run at
-0.87-0.90x cuBLAS's time, gate_up_proj at 1.04x. A fixed table would not carry over to
-other GPUs and library versions, so :func:`tune_decode_gemms` times cuBLAS and each of
-``candidate_configs`` on the model's own weights: each trial runs every layer's weight of
-one shape in turn, so the weights stream from HBM as in a real step rather than sitting
-in L2. A layer then sends an input of M rows to the skinny kernel, with the fastest
-config, only where that was clearly faster (``Linear.skinny_configs``); the choice
-depends on M alone, so eager and graph-replayed steps of one batch size run the same
-kernels.
+shape. On an H200 at one row, each shape on its best config: Qwen3-0.6B's o_proj
+2048->1024 takes 12.7 us on cuBLAS against 3.4 us on ``kernels.skinny_gemm``; among the
+8B shapes o_proj, down_proj and qkv_proj run at 0.87-0.90x cuBLAS's time, gate_up_proj
+at 1.04x. A fixed table would not carry over to other GPUs and library versions, so
+:func:`tune_decode_gemms` times cuBLAS and each of ``candidate_configs`` on the model's
+own weights: each trial runs every layer's weight of one shape in turn, so the weights
+stream from HBM as in a real step rather than sitting in L2. A layer then sends an input
+of M rows to the skinny kernel, with the fastest config, only where that was clearly
+faster (``Linear.skinny_configs``); the choice depends on M alone, so eager and
+graph-replayed steps of one batch size run the same kernels.
 
 With ``pdl`` (``kernels/_pdl.py``) each candidate is also timed launched dependently, and
 such a launch is kept where it is at least as fast as cuBLAS (``PDL_MARGIN``).
@@ -60,7 +59,7 @@ def tune_decode_gemms(
     the row counts that go to the skinny kernel and the launch config of each. ``pdl``
     adds each candidate launched with programmatic dependent launch
     (``SkinnyConfig.pdl``; timed as the layers run back to back). With a ``cache``
-    (``layers/tuning_cache.py``) a shape timed before on this GPU and software is read
+    (``tuning/cache.py``) a shape timed before on this GPU and software is read
     back instead.
 
     Cost: per shape and row count, 1 + C CUDA graphs (cuBLAS and C candidates: 6-9 at one

@@ -5,7 +5,7 @@ chain of that shape's GEMVs, one a layer: there each GEMV follows another GEMV. 
 decode step each follows a small kernel (an RMSNorm, decode attention) or another
 shape's GEMV, and a dependent launch's early tiles fill that kernel's latency
 differently. On an H200 the chain picked a Qwen3-8B batch-1 graph of 3.90 ms where the
-graph itself preferred configs worth 3.86 (``bench/results/graph_picks_gpu.md``).
+graph itself preferred configs worth 3.86 ms.
 
 :func:`tune_one_row_in_graph` therefore times what a step takes: for each weight shape,
 in the order the forward meets them, every one-row candidate (and cuBLAS) is set on all
@@ -16,14 +16,14 @@ chain's picks.
 
 Those timings are short and the card is cool. Served without pause, a batch-1 decode
 draws an H200 to its 700 W power cap within about half a second and its SM clock falls
-to 1,480-1,900 MHz (``bench/results/offline_b1_band_v17_band.md``); what a choice costs
-in energy then costs time. A narrow tile reads x again in every program (BLOCK_N rows a
+to 1,480-1,900 MHz (``research/b1_band.py`` measures it); what a choice costs in
+energy then costs time. A narrow tile reads x again in every program (BLOCK_N rows a
 program: x once per BLOCK_N weight rows) and draws more power for the same bytes of
-weight (``bench/results/power_probe_gpu_v17.md``). So with a ``sustained_seconds`` timer
-the search's best is set against its lean twin (:func:`lean_assignment`: each group on
-its fastest choice of at least ``LEAN_BLOCK_N`` rows a tile, within ``LEAN_TOLERANCE``
-of the best), each replayed back to back long enough for the card to settle, and the one
-faster under that load is kept (:func:`sustained_choice`).
+weight. So with a ``sustained_seconds`` timer the search's best is set against its lean
+twin (:func:`lean_assignment`: each group on its fastest choice of at least
+``LEAN_BLOCK_N`` rows a tile, within ``LEAN_TOLERANCE`` of the best), each replayed back
+to back long enough for the card to settle, and the one faster under that load is kept
+(:func:`sustained_choice`).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 
 CUBLAS = None  # the choice "no skinny config at one row": the layer runs on cuBLAS
 # Choices a screened search times in full, per group. The best few of a group lie within
-# 0.1-0.4% of each other in the graph (bench/results/graph_picks_gpu.md), a screen's
-# noise is of that order, so its three fastest go on to the full timing.
+# 0.1-0.4% of each other in the graph (Qwen3-8B, H200), a screen's noise is of that
+# order, so its three fastest go on to the full timing.
 FINALISTS = 3
 LEAN_BLOCK_N = 8  # rows a tile at least: x is read again for at most 1/8 of the weight
 LEAN_TOLERANCE = 0.01  # a lean choice competes within 1% of its group's best graph time

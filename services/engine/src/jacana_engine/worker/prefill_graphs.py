@@ -2,12 +2,11 @@
 
 Why: an eager step costs the host one Python call chain per kernel (~10 a layer). On an
 H200's host that is 11-24 ms for the 28 layers of Qwen3-0.6B, whose GPU work for a
-1024-token prompt is 3 ms, and on slow hosts more than the 8B's 22-24 ms
-(``bench/prefill_host_gpu.py``): the first token waits for Python, not for the GPU. The
-same holds for a mixed step (a prompt chunk beside running decodes): serving varied
-traffic, the 0.6B's mixed steps took 16-35 ms each, half a pass's time in a sixth of its
-steps (``bench/compile_stability_gpu.py``). A replayed graph launches the same kernels
-for the price of one call.
+1024-token prompt is 3 ms, and on slow hosts more than the 8B's 22-24 ms: the first
+token waits for Python, not for the GPU. The same holds for a mixed step (a prompt chunk
+beside running decodes): serving varied traffic (as ``research/compile_stability_gpu.py``
+does), the 0.6B's mixed steps take 16-35 ms each eagerly, half a pass's time in a sixth
+of its steps. A replayed graph launches the same kernels for the price of one call.
 
 What is captured: the forward of up to ``max_seqs`` sequences over ``T`` token rows, for
 each ``T`` of ``prefill_buckets``. A step of ``n`` tokens (prompts, chunks of long ones

@@ -3,11 +3,12 @@
 Why: cuBLAS picks a kernel for a GEMM shape on the host the first time it meets that
 shape, and an eager step (several prompts, or prompts beside decodes) runs its layer
 GEMMs over as many rows as it has tokens, a count that changes nearly every step. On an
-H200's host a call at a new row count took 130-170 µs against 20-30 µs again
-(``bench/first_use_gpu.py``), for each of a layer's four weight shapes: ~0.5 ms a step on
-its critical path, for as long as new counts keep coming (up to ``max_num_batched_tokens``
-of them, more than cuBLASLt's heuristics cache keeps). Padded to a bucket, a step's rows
-are one of ~150 counts, all met at start-up by :func:`warm_row_buckets`.
+H200's host a call at a new row count takes 130-170 µs against 20-30 µs at one met
+before (``research/first_use_gpu.py``), for each of a layer's four weight shapes: ~0.5 ms
+a step on its critical path, for as long as new counts keep coming (up to
+``max_num_batched_tokens`` of them, more than cuBLASLt's heuristics cache keeps). Padded
+to a bucket, a step's rows are one of ~150 counts, all met at start-up by
+:func:`warm_row_buckets`.
 
 A padding row is token 0 at position 0 with KV slot -1: the KV write skips it and
 ``query_start_loc`` leaves it outside every sequence, so attention never reads or writes

@@ -7,9 +7,9 @@ variants only run on traffic: the sampling kernel with and without its top-k/top
 threshold, torch's sort and top-k over several rows (CUDA loads their kernels on first use,
 46 ms in one served step), the argmax over float32 logits (a prefill's first token), and
 eager prefill attention (steps no prefill graph holds, or graphs off) at each query-block
-size ``choose_block_m`` picks. The first
-step that meets one stalls for the compile (0.5-1.5 s on an H200's host, measured by
-``bench/compile_stability_gpu.py``) with its whole batch behind it.
+size ``choose_block_m`` picks. The first step that meets one stalls for the compile
+(0.5-1.5 s on an H200's host) with its whole batch behind it;
+``research/compile_stability_gpu.py`` checks that serving compiles nothing after warm-up.
 
 ``WARM_UP_GROUPS`` names each group of requests and what it reaches; each group runs alone
 to completion (so a batch never mixes the paths it is meant to separate). The engine calls
