@@ -16,8 +16,10 @@ copied there).
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,14 +85,15 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "jacana" / "models"
 
 
-def locate(asset: SplitAsset) -> Path | None:
+def locate(asset: SplitAsset, search_path: Sequence[str] | None = None) -> Path | None:
     """The assembled file of ``asset``: from the cache, else joined from its installed
     parts (once). None when neither exists; ``AssetError`` when only some parts are
-    installed or the joined file's size or sha256 is wrong."""
+    installed or the joined file's size or sha256 is wrong. ``search_path``: the folders
+    to find the part packages in instead of the interpreter's import path."""
     target = cache_dir() / asset.file_name
     if target.is_file() and target.stat().st_size == asset.size:
         return target  # only ever created by a rename after the checksum passed
-    parts = _part_paths(asset)
+    parts = _part_paths(asset, search_path)
     if not any(parts):
         return None
     missing = [f"{asset.package_prefix}{i + 1}" for i, p in enumerate(parts) if p is None]
@@ -101,10 +104,14 @@ def locate(asset: SplitAsset) -> Path | None:
     return _assemble(asset, [p for p in parts if p is not None], target)
 
 
-def _part_paths(asset: SplitAsset) -> list[Path | None]:
+def _part_paths(asset: SplitAsset, search_path: Sequence[str] | None) -> list[Path | None]:
     paths: list[Path | None] = []
     for i in range(1, asset.num_parts + 1):
-        spec = importlib.util.find_spec(f"{asset.package_prefix}{i}")
+        name = f"{asset.package_prefix}{i}"
+        if search_path is None:
+            spec = importlib.util.find_spec(name)
+        else:
+            spec = importlib.machinery.PathFinder.find_spec(name, list(search_path))
         path = None
         if spec is not None and spec.submodule_search_locations:
             candidate = Path(spec.submodule_search_locations[0]) / "data" / f"part{i:02d}.bin"
