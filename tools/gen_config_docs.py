@@ -151,9 +151,10 @@ def _declared_by(cls: type, name: str) -> type:
     return cls
 
 
-def _concerns(cls: type, base: type) -> list[tuple[str, list[str]]]:
+def _concerns(cls: type, base: type) -> list[tuple[str, str, list[str]]]:
     """The fields of ``cls`` that are not ``base``'s own, grouped by declaring class: the
-    service class first, then its concern bases in declaration order."""
+    service class first, then its concern bases in declaration order; each with a title
+    and a line (a concern's docstring: "Title: what it covers")."""
     base_fields = set(base.model_fields)
     own = [
         n
@@ -170,9 +171,10 @@ def _concerns(cls: type, base: type) -> list[tuple[str, list[str]]]:
     for klass, names in groups.items():
         if not names:
             continue
-        doc = (klass.__doc__ or "").strip().split("\n\n")[0]
-        title = "Service" if klass is cls else " ".join(doc.split()).rstrip(".") or klass.__name__
-        out.append((title, names))
+        doc = " ".join((klass.__doc__ or "").strip().split("\n\n")[0].split())
+        title = "Service" if klass is cls else doc.split(":")[0].rstrip(".") or klass.__name__
+        line = doc.partition(":")[2].strip() if klass is not cls else ""
+        out.append((title, line[:1].upper() + line[1:], names))
     return out
 
 
@@ -196,9 +198,9 @@ def render() -> str:
         if doc:
             lines += [" ".join(doc.split()), ""]
         groups = _concerns(cls, ServiceSettings)
-        for i, (group, names) in enumerate(groups):
+        for i, (group, line, names) in enumerate(groups):
             if len(groups) > 1:
-                lines += ([""] if i else []) + [f"### {group}", ""]
+                lines += ([""] if i else []) + [f"### {group}", ""] + ([line, ""] if line else [])
             lines += _table(cls, names)
     return "\n".join(lines) + "\n"
 

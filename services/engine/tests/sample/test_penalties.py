@@ -339,7 +339,7 @@ def test_cuda_rows_keep_their_tokens_whatever_path_their_neighbours_take(tmp_pat
         load_format="dummy",
         device="cuda",
         dtype="float32",
-        kv_cache_memory_bytes=1 << 28,
+        kv_cache_memory=1 << 28,
         max_model_len=512,
     )
     engine = LLMEngine(config, tokenizer=None)

@@ -63,7 +63,7 @@ def _remote_engine(toy, address: str, deadline_s: float = 5.0, proposer: str = "
         num_speculative_tokens=4,
         transport="remote",
         drafter_address=address,
-        drafter_deadline_s=deadline_s,
+        drafter_deadline_ms=round(deadline_s * 1000),
         drafter_retry_s=0.2,
         dynamic_k=False,
     )

@@ -4,7 +4,7 @@ Pure host-side arithmetic plus one memory probe; called by the model runner once
 the weights are on the device and before the KV tensors are allocated. Precedence:
 
 1. ``num_kv_blocks``: exactly that many blocks.
-2. ``kv_cache_memory_bytes``: as many blocks as that many bytes hold.
+2. ``kv_cache_memory``: as many blocks as that many bytes hold.
 3. ``kv_cache_fraction``: that fraction of the memory free right now. On CUDA it is
    ``torch.cuda.mem_get_info`` (free device memory once the weights are loaded, so the
    remainder is the headroom for activations, logits and the allocator). On CPU it is the

@@ -59,7 +59,6 @@ class Speculator:
     """Drafts with one proposer and verifies against the target's logits."""
 
     def __init__(self, config: SpeculativeConfig, proposer: Proposer | None = None) -> None:
-        config.validate()
         self.config = config
         self.proposer = proposer if proposer is not None else create_proposer(config)
         self._stats = ProposerStats()

@@ -165,7 +165,7 @@ def plan_kv_cache(config: EngineConfig, model_config: ModelConfig) -> sizing.KVC
         block_size=config.block_size,
         device=torch.device(config.device),
         num_blocks=config.num_kv_blocks,
-        memory_bytes=config.kv_cache_memory_bytes,
+        memory_bytes=config.kv_cache_memory,
         fraction=config.kv_cache_fraction,
     )
 
