@@ -24,7 +24,7 @@ from jacana_engine.core.scheduler import ScheduledSequence
 from jacana_engine.core.sequence import Sequence
 from jacana_engine.sample.params import SamplingParams
 from jacana_engine.worker.attention_metadata import kv_slots
-from jacana_engine.worker.model_runner import build_batch
+from jacana_engine.worker.batch import build_batch
 from toy_model import ToyLM, make_toy_engine
 
 # ------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.sample.params import SamplingParams
 from jacana_engine.spec.draft_model import DraftModelProposer
 from jacana_engine.spec.proposer import DraftRequest
-from jacana_engine.worker.model_runner import build_batch
+from jacana_engine.worker.batch import build_batch
 from jacana_engine.worker.row_buckets import pad_rows, row_buckets
 
 BLOCK = 4

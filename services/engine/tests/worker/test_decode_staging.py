@@ -17,8 +17,8 @@ from jacana_engine.core.scheduler import ScheduledSequence
 from jacana_engine.core.sequence import Sequence
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.sample.params import SamplingParams
+from jacana_engine.worker.batch import build_batch
 from jacana_engine.worker.decode_graphs import DecodeStaging
-from jacana_engine.worker.model_runner import build_batch
 
 BLOCK = 4
 MAX_BATCH = 8

@@ -14,7 +14,7 @@ from jacana_engine.core.sequence import Sequence
 from jacana_engine.kernels.attention_tiles import prefill_tiles
 from jacana_engine.kv_cache.block_manager import BlockManager
 from jacana_engine.sample.params import SamplingParams
-from jacana_engine.worker.model_runner import build_batch
+from jacana_engine.worker.batch import build_batch
 from jacana_engine.worker.prefill_graphs import PrefillStaging, prefill_buckets
 
 BLOCK = 4

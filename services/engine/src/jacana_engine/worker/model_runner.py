@@ -2,16 +2,14 @@
 
 State ownership: the runner owns the model and the KV cache tensors (on the model's
 device, one ``[2, num_blocks, block_size, n_kv_heads, head_dim]`` tensor per layer, in the
-model dtype). Batch tensors are built on the host (:func:`build_batch`, a pure function),
-moved to the device once per step, and dropped after the step. Block ids come from the
-sequences' block tables (host state owned by the block manager).
+model dtype), the captured decode and prefill graphs, and the decode-GEMM picks it tunes
+at start-up. Batch tensors are built on the host (``worker/batch.py``, pure), moved to the
+device once per step, and dropped after the step. Block ids come from the sequences'
+block tables (host state owned by the block manager).
 
-Sampling: the sampler gets the logits of each sequence's last scheduled token (processors,
-sampling, logprobs: :meth:`Sampler.forward`). Sequences that asked for prompt logprobs also
-get the logits of their prompt positions, in slices of ``PROMPT_LOGPROB_ROWS`` rows, and
-the runner appends the results to ``Sequence.prompt_logprobs`` (the one place it writes to
-a sequence). Those must compute every prompt position: a prompt served from a prefix cache
-has no logits to read.
+Sampling: each sequence's last scheduled token's logits go to ``StepSampler``
+(``worker/step_sampling.py``: the CUDA fast path or the full sampler, per row); prompt
+logprobs are collected by ``worker/prompt_logprobs.py``.
 """
 
 from __future__ import annotations
@@ -32,13 +30,10 @@ from jacana_engine.loader import torch_dtype
 from jacana_engine.models.base import CausalLM, ModelConfig
 from jacana_engine.pooling.methods import pool_step
 from jacana_engine.sample.device_sampling import DeviceSampler
-from jacana_engine.sample.logits_processors import PendingTokens
 from jacana_engine.sample.sampler import (
     RawLogprobs,
-    RowLogprobs,
     Sampler,
     logprobs_by_row,
-    token_logprobs,
 )
 from jacana_engine.tuning.cache import TuningCache
 from jacana_engine.tuning.decode_gemm import (
@@ -46,7 +41,8 @@ from jacana_engine.tuning.decode_gemm import (
     tune_decode_gemms,
 )
 from jacana_engine.tuning.graph_picks import tune_one_row_in_graph
-from jacana_engine.worker.attention_metadata import AttentionMetadata, kv_slots
+from jacana_engine.worker.attention_metadata import AttentionMetadata
+from jacana_engine.worker.batch import Batch, build_batch
 from jacana_engine.worker.decode_graphs import (
     DecodeGraphs,
     capture_sizes,
@@ -56,23 +52,23 @@ from jacana_engine.worker.decode_graphs import (
 from jacana_engine.worker.decode_overlap import LaunchedStep
 from jacana_engine.worker.host_to_device import index_on
 from jacana_engine.worker.prefill_graphs import PrefillGraphs, prefill_buckets
+from jacana_engine.worker.prompt_logprobs import collect_prompt_logprobs
 from jacana_engine.worker.row_buckets import pad_rows, padded_rows, row_buckets, warm_row_buckets
+from jacana_engine.worker.step_sampling import StepSampler
 
 log = logging.getLogger(__name__)
 
 # Decode graphs of at most this many tokens launch their Triton kernels dependently (with
-# ``EngineConfig.pdl``): the rows the skinny GEMMs serve. On an H200 that took Qwen3-8B's
-# one-row decode graph from 4.21 to 3.94 ms, while the 64-row graph, whose GEMMs are
-# cuBLAS's, went from 5.83 to 5.98 ms.
+# ``EngineConfig.pdl``): the rows the skinny GEMMs serve. On an H200 dependent launches save
+# ~0.27 ms of Qwen3-8B's one-row decode graph and cost ~0.15 ms of its 64-row one, whose
+# GEMMs are cuBLAS's.
 PDL_MAX_TOKENS = SKINNY_MAX_ROWS
 # KV tokens each sequence of a start-up timing graph attends (a mid-length decode step)
 TUNING_CONTEXT = 320
 SCREEN_REPLAYS = 5  # replays that screen a one-row choice in the in-graph search
 # seconds of back-to-back replays that time a batch-1 graph under sustained load: an H200
-# reaches its power cap within ~0.5 s of batch-1 decode (layers/graph_picks.py)
+# reaches its power cap within ~0.5 s of batch-1 decode (tuning/graph_picks.py)
 SUSTAIN_SECONDS = 1.2
-
-PROMPT_LOGPROB_ROWS = 256  # prompt positions per logits slice: [256, V] float32 at a time
 
 
 @dataclass
@@ -87,57 +83,6 @@ class StepOutput:
     logprobs: list[TokenLogprob | None]
     # Tokens gained by each verifying chunk (speculative decoding), in batch order.
     verified: list[list[int]] = dataclasses.field(default_factory=list)
-
-
-@dataclass
-class Batch:
-    """Host tensors of one step.
-
-    input_ids / positions: [T] int64, the scheduled tokens of every sequence end to end.
-    meta: attention metadata (host copy).
-    """
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    meta: AttentionMetadata
-
-
-def build_batch(scheduled: Seq[ScheduledSequence], block_size: int) -> Batch:
-    """Flatten a step's chunks into model inputs. Pure: reads sequences, writes nothing."""
-    input_ids: list[int] = []
-    positions: list[int] = []
-    slots: list[int] = []
-    query_start = [0]
-    seq_lens: list[int] = []
-    for s in scheduled:
-        start, end = s.start, s.start + s.num_new_tokens
-        table = s.seq.block_table
-        input_ids.extend(s.known_token_ids())  # drafts to verify included
-        positions.extend(range(start, end))
-        slots.extend(kv_slots(table, start, end, block_size))
-        query_start.append(query_start[-1] + s.num_new_tokens)
-        seq_lens.append(end)
-
-    max_blocks = max((len(s.seq.block_table) for s in scheduled), default=0)
-    # One tensor from zero-padded rows (a tensor per row costs ~5 µs each).
-    block_tables = torch.tensor(
-        [t + [0] * (max_blocks - len(t)) for t in (s.seq.block_table for s in scheduled)],
-        dtype=torch.int32,
-    ).reshape(len(scheduled), max_blocks)
-    meta = AttentionMetadata(
-        query_start_loc=torch.tensor(query_start, dtype=torch.int32),  # [B + 1]
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),  # [B]
-        block_tables=block_tables,  # [B, max_blocks]
-        slot_mapping=torch.tensor(slots, dtype=torch.int64),  # [T]
-        query_lens_cpu=[s.num_new_tokens for s in scheduled],
-        seq_lens_cpu=seq_lens,
-        block_size=block_size,
-    )
-    return Batch(
-        input_ids=torch.tensor(input_ids, dtype=torch.int64),  # [T]
-        positions=torch.tensor(positions, dtype=torch.int64),  # [T]
-        meta=meta,
-    )
 
 
 def rope_folds_into_attention(config: EngineConfig) -> bool:
@@ -208,7 +153,8 @@ class ModelRunner:
         )
         if config.eager_row_buckets and self._graph_sizes:
             self.row_buckets = row_buckets(config.max_num_batched_tokens)
-        self.device_sampler = DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
+        device_sampler = DeviceSampler(cfg.vocab_size) if self.device.type == "cuda" else None
+        self.sampling = StepSampler(sampler, device_sampler)
         self.speculator = None  # spec.Speculator, set by the engine when speculation is on
 
     @torch.inference_mode()
@@ -233,7 +179,7 @@ class ModelRunner:
             hidden = self._forward(batch)  # [T, hidden]
             query_start = batch.meta.query_start_loc.tolist()  # [B + 1]
         pool_step(hidden, scheduled)  # embedding requests: fold in their final hidden states
-        self._prompt_logprobs(hidden, scheduled, query_start)
+        collect_prompt_logprobs(self.model, hidden, scheduled, query_start)
         verified = self._verify(hidden, scheduled, query_start)
         sampling = [s.seq for s in scheduled if s.samples]
         if not sampling:
@@ -245,7 +191,8 @@ class ModelRunner:
             rows = [query_start[i + 1] - 1 for i, s in enumerate(scheduled) if s.samples]
             last = hidden[index_on(rows, self.device)]  # [N, hidden]
         logits = self._logits(head, last)  # [N, vocab] float32
-        out = self._sample(logits, sampling)
+        ids, found = self.sampling.rows(logits, sampling)
+        out = StepOutput(ids.tolist(), logprobs_by_row(found, len(sampling)))
         out.verified = verified
         return out
 
@@ -281,7 +228,7 @@ class ModelRunner:
             return LaunchedStep.from_graph(scheduled, head[1], host, ready, found)
         logits = self._logits(head, hidden)  # [N, vocab] float32
         steps = [s.seq.num_output_tokens + s.pending_token for s in scheduled]
-        ids, found = self._sample_rows(logits, sampling, steps, in_flight)
+        ids, found = self.sampling.rows(logits, sampling, steps, in_flight)
         return LaunchedStep.start(scheduled, ids, found)
 
     def _logits(self, head, hidden: torch.Tensor) -> torch.Tensor:
@@ -520,132 +467,3 @@ class ModelRunner:
         if not self.row_buckets:
             return 0.0
         return warm_row_buckets(self.model, self.row_buckets, self._logits_rows)
-
-    def _sample(self, logits: torch.Tensor, sampling: list) -> StepOutput:
-        """``_sample_rows``, its tokens and logprobs read on the host."""
-        ids, found = self._sample_rows(logits, sampling)
-        return StepOutput(ids.tolist(), logprobs_by_row(found, len(sampling)))
-
-    def _sample_rows(
-        self,
-        logits: torch.Tensor,
-        sampling: list,
-        steps: list[int] | None = None,
-        pending: PendingTokens | None = None,
-    ) -> tuple[torch.Tensor, list[RowLogprobs]]:
-        """Sample each row on the CUDA fast path (``device_sampling``) when its own
-        parameters are plain, else with the full sampler (processors, seeded generators):
-        the token ids [N] on the device and the logprobs of the rows that ask for them, not
-        yet read (nothing here waits for the device). ``steps``: each row's output position
-        (``_sample_on_device``); ``pending``: the rows' tokens still in flight, which the
-        processors count (an overlapped step).
-
-        The path is chosen per row, from that row's parameters alone, so what a seeded
-        request samples never depends on what else shares the batch. Logprobs play no
-        part in the choice (both paths read them from the raw logits), so asking for
-        them never changes the tokens."""
-        generators = [seq.generator for seq in sampling]
-        fast = [i for i, seq in enumerate(sampling) if self._on_device(seq.sampling_params)]
-        if not fast:
-            out = self.sampler.forward(logits, sampling, generators, pending)
-            return out.token_ids, [out.found] if out.found is not None else []
-        n = len(sampling)
-        fast_rows = index_on(fast, logits.device) if len(fast) < n else None
-        fast_logits = logits if fast_rows is None else logits[fast_rows]  # [F, V]
-        fast_steps = [steps[i] for i in fast] if steps is not None else None
-        fast_ids, found = self._sample_fast(fast_logits, [sampling[i] for i in fast], fast_steps)
-        parts = [found.moved_to(fast)] if found is not None else []
-        if len(fast) == n:
-            return fast_ids, parts
-        fast_set = set(fast)
-        slow = [i for i in range(n) if i not in fast_set]
-        slow_rows = index_on(slow, logits.device)
-        out = self.sampler.forward(
-            logits[slow_rows],
-            [sampling[i] for i in slow],
-            [generators[i] for i in slow],
-            pending.select(slow) if pending is not None else None,
-        )
-        token_ids = torch.empty(n, dtype=torch.int64, device=logits.device)
-        token_ids[fast_rows] = fast_ids
-        token_ids[slow_rows] = out.token_ids
-        if out.found is not None:
-            parts.append(out.found.moved_to(slow))
-        return token_ids, parts
-
-    def _sample_fast(
-        self, logits: torch.Tensor, sampling: list, steps: list[int] | None = None
-    ) -> tuple[torch.Tensor, RowLogprobs | None]:
-        """Rows that all sample on the CUDA fast path (``_sample_on_device``): their token
-        ids [N] on the device, and the logprobs of those that ask for them, computed on the
-        device from the raw logits (a copy taken before the kernel), not yet read."""
-        params = [seq.sampling_params for seq in sampling]
-        # the kernel edits the logits in place unless every row is greedy (an argmax)
-        taken = RawLogprobs.take(logits, params, copy=not all(p.greedy for p in params))
-        ids = self._sample_on_device(logits, sampling, steps)
-        return ids, taken.read(ids) if taken is not None else None
-
-    def _on_device(self, params) -> bool:
-        """Whether a row with ``params`` samples in the CUDA kernel (logprobs do not count:
-        they never change what is sampled)."""
-        return self.device_sampler is not None and not params.edits_logits
-
-    def _sample_on_device(
-        self, logits: torch.Tensor, sampling: list, steps: list[int] | None = None
-    ) -> torch.Tensor:
-        """The CUDA fast path for rows that are all plain: token ids [N] on the device.
-        ``steps``: the output position each row samples (default: after its output so
-        far; an overlapped step's rows are one further, see ``launch_decode``)."""
-        return self.device_sampler.sample(
-            logits,
-            [seq.sampling_params for seq in sampling],
-            [seq.generator for seq in sampling],
-            steps if steps is not None else [seq.num_output_tokens for seq in sampling],
-        )
-
-    def _prompt_logprobs(
-        self, hidden: torch.Tensor, scheduled: Seq[ScheduledSequence], query_start: list[int]
-    ) -> None:
-        """Append the logprobs of the prompt tokens this step's logits predict.
-
-        The logits at position p predict token p + 1, so a chunk ``[start, end)`` covers
-        prompt tokens ``start + 1 .. end`` (the prompt's own, not the first sampled one).
-        Positions already collected (a chunk recomputed after a preemption) are skipped.
-        """
-        rows: list[int] = []  # rows of ``hidden`` [T, hidden]
-        targets: list[int] = []
-        owners: list[tuple[list[TokenLogprob], int]] = []  # (destination, num_top) per row
-        for i, s in enumerate(scheduled):
-            seq = s.seq
-            num_top = seq.sampling_params.prompt_logprobs
-            if num_top is None:
-                continue
-            collected = seq.prompt_logprobs
-            if not collected:  # nothing predicts the first token
-                collected.append(TokenLogprob(seq.prompt_token_ids[0], None))
-            first = max(len(collected), s.start + 1)
-            last = min(s.start + s.num_new_tokens, seq.num_prompt_tokens - 1)
-            if first > last:
-                continue
-            if first != len(collected):  # positions never computed here (a cache hit)
-                log.error(
-                    "%s: prompt logprobs lack positions %d..%d",
-                    seq.request_id,
-                    len(collected),
-                    first - 1,
-                )
-                collected.extend(
-                    TokenLogprob(t, None) for t in seq.prompt_token_ids[len(collected) : first]
-                )
-            for target in range(first, last + 1):
-                rows.append(query_start[i] + target - 1 - s.start)
-                targets.append(seq.prompt_token_ids[target])
-                owners.append((collected, num_top))
-        for lo in range(0, len(rows), PROMPT_LOGPROB_ROWS):
-            hi = lo + PROMPT_LOGPROB_ROWS
-            index = torch.tensor(rows[lo:hi], dtype=torch.int64).to(self.device)
-            logits = self.model.compute_logits(hidden[index])  # [R, vocab]
-            ids = torch.tensor(targets[lo:hi], dtype=torch.int64).to(self.device)
-            found = token_logprobs(logits, ids, [k for _, k in owners[lo:hi]])
-            for (collected, _), entry in zip(owners[lo:hi], found, strict=True):
-                collected.append(entry)
