@@ -50,7 +50,7 @@ bench-spec: models-large ## speculative decoding off vs on, CPU grid (about 20 m
 	$(PY) bench/spec_bench.py --grid cpu
 
 clean: ## remove caches, logs and build output (keeps .venv)
-	rm -rf .run .pytest_cache .ruff_cache build dist bench/results/*.tmp
+	rm -rf .run .pytest_cache .ruff_cache build dist bench/results/*/*.tmp
 	find . -path ./.venv -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean ## also remove .venv
