@@ -9,12 +9,12 @@ output), for fast exact checks of batching, chunking and preemption; and SmolLM2
 from __future__ import annotations
 
 import json
-import os
 import random
 
 import pytest
 import torch
 
+from hf_reference import hf_greedy
 from jacana_engine.assets.default_model import default_model_path
 from jacana_engine.config import EngineConfig
 from jacana_engine.core.engine import LLMEngine
@@ -321,28 +321,10 @@ def smol_solo(smol, smol_prompts) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def hf_reference(smol_prompts) -> list[list[int]]:
+def hf_reference(smol_prompts, hf_smollm2) -> list[list[int]]:
     """HF transformers' greedy output for each prompt alone (batch of one), all NEW_TOKENS."""
-    transformers = pytest.importorskip("transformers")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(GGUF.parent), gguf_file=GGUF.name, dtype=torch.float32
-    )
-    model.eval()
-    model.generation_config.eos_token_id = None  # never stop early: compare every token
-    out = []
-    with torch.inference_mode():
-        for p in smol_prompts:
-            ids = torch.tensor([p])
-            gen = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                pad_token_id=0,
-            )
-            out.append(gen[0, len(p) :].tolist())
-    return out
+    model, _ = hf_smollm2
+    return [hf_greedy(model, p, NEW_TOKENS) for p in smol_prompts]
 
 
 @needs_weights

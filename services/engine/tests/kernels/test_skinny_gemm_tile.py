@@ -178,8 +178,10 @@ def test_pdl_and_lookahead_configs_give_the_bits_of_the_plain_ones(device, seed)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_every_candidate_config_matches(device, seed, checks, m, k, n, dtype):
     configs = candidate_configs(m, n, k)
-    if dtype == torch.bfloat16 and device.type == "cpu" and configs[0].use_dot:
-        pytest.skip("the CPU interpreter's tl.dot is wrong on bfloat16 (module docstring)")
+    if dtype == torch.bfloat16 and device.type == "cpu":
+        # the CPU interpreter's tl.dot is wrong on bfloat16 (module docstring): there the
+        # sum path's candidates run, or the sum path's own pick where every one is a dot
+        configs = [c for c in configs if not c.use_dot] or [pick_config(m, n, k, use_dot=False)]
     x = torch.randn(m, k, device=device).to(dtype)
     w = torch.randn(n, k, device=device).to(dtype)
     for cfg in configs:
