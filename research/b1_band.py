@@ -1,7 +1,7 @@
 """Line up a batch-1 run's inter-token intervals with nvidia-smi's samples, window by window.
 
 On some H200s a one-request decode runs at its usual pace for the first ~0.5 s, then
-5-13% slower for a few hundred steps, then recovers (``offline_b1_series_v16.json``);
+5-13% slower for a few hundred steps, then recovers;
 a pure HBM copy loop on such a machine keeps one pace throughout. This lines the steps
 up with what the card reports at the time (SM and memory clocks, power, temperatures,
 the clock event reasons: power cap, thermal, ...) to tell what the band is.
