@@ -22,8 +22,9 @@ NEEDED_GIB=8  # free disk a build needs (see the check before it)
 
 # Debian packages the suite needs, as "binary:package"; installed only when the binary is
 # missing (and we are root). ffmpeg decodes uploaded audio for the speech-to-text service;
-# espeak-ng and sox synthesize the speech its tests transcribe.
-APT_NEEDS=(ffmpeg:ffmpeg espeak-ng:espeak-ng sox:sox)
+# espeak-ng and sox synthesize the speech its tests transcribe; redis-server is the job
+# broker and store (libs/jobs).
+APT_NEEDS=(ffmpeg:ffmpeg espeak-ng:espeak-ng sox:sox redis-server:redis-server)
 
 log() { printf '[bootstrap] %s\n' "$*"; }
 die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }

@@ -1,6 +1,7 @@
-"""Services never import each other: each service's code imports only ``jacana_common``
-and its own package. The one stated exception (docs/architecture.md, "Drafter"): the
-drafter runs the engine's proposers, so it may import ``jacana_engine.spec``."""
+"""Services never import each other: each service's code imports only the shared libraries
+(``jacana_common``, ``jacana_jobs``) and its own package. The one stated exception
+(docs/architecture.md, "Drafter"): the drafter runs the engine's proposers, so it may
+import ``jacana_engine.spec``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = sorted(p.parent for p in ROOT.glob("services/*/src/jacana_*/__init__.py"))
+SHARED_LIBRARIES = ("jacana_common", "jacana_jobs")
 ALLOWED_FOREIGN = {"jacana_drafter": ("jacana_engine.spec",)}
 
 
@@ -36,9 +38,9 @@ def test_every_service_is_found():
 
 
 @pytest.mark.parametrize("package", SERVICES, ids=lambda p: p.name)
-def test_a_service_imports_only_common_and_itself(package: Path):
+def test_a_service_imports_only_shared_libraries_and_itself(package: Path):
     own = package.name
-    allowed = ("jacana_common", own, *ALLOWED_FOREIGN.get(own, ()))
+    allowed = (*SHARED_LIBRARIES, own, *ALLOWED_FOREIGN.get(own, ()))
     offending = sorted(
         f"{path.relative_to(ROOT)}: {module}"
         for path in package.rglob("*.py")
