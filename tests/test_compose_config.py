@@ -93,7 +93,7 @@ def config() -> dict:
     return compose_config(COMPOSE)
 
 
-SERVICES = ["drafter", "engine", "embeddings", "gateway"]
+SERVICES = ["drafter", "engine", "embeddings", "asr", "gateway"]
 
 
 def test_every_service_builds_its_own_target_of_the_dockerfile(config):
@@ -141,6 +141,11 @@ def test_gateway_waits_for_healthy_backends_and_is_published(config):
     embeddings = json.loads(environment(gateway)["JACANA_GATEWAY_EMBEDDINGS"])
     assert embeddings == {"all-minilm-l6-v2": ["embeddings:50061"]}
     assert "ports" not in config["services"]["embeddings"]
+    assert gateway["depends_on"]["asr"]["condition"] == "service_healthy"
+    assert json.loads(environment(gateway)["JACANA_GATEWAY_ASR"]) == {
+        "whisper-tiny.en": ["asr:50081"]
+    }
+    assert "ports" not in config["services"]["asr"]
 
 
 def test_backends_listen_where_the_gateway_looks(config):
@@ -151,6 +156,10 @@ def test_backends_listen_where_the_gateway_looks(config):
     assert env["JACANA_EMBEDDINGS_HOST"] == "0.0.0.0"
     assert env["JACANA_EMBEDDINGS_PORT"] == "50061"
     assert env["JACANA_EMBEDDINGS_MODEL_ID"] == "all-minilm-l6-v2"
+    env = environment(config["services"]["asr"])
+    assert env["JACANA_ASR_HOST"] == "0.0.0.0"
+    assert env["JACANA_ASR_PORT"] == "50081"
+    assert env["JACANA_ASR_MODEL_ID"] == "whisper-tiny.en"
 
 
 def test_engine_drafts_through_the_drafter_only_when_asked(config):

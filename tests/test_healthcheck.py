@@ -40,11 +40,13 @@ async def test_grpc_probe_follows_the_serving_status():
         assert await probe("engine", env={"JACANA_ENGINE_PORT": str(port)}) == 0
         assert await probe("embeddings", env={"JACANA_EMBEDDINGS_PORT": str(port)}) == 0
         assert await probe("drafter", env={"JACANA_DRAFTER_PORT": str(port)}) == 0
+        assert await probe("asr", env={"JACANA_ASR_PORT": str(port)}) == 0
         assert await probe("grpc", f"127.0.0.1:{port}") == 0
         await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         assert await probe("engine", env={"JACANA_ENGINE_PORT": str(port)}) == 1
         assert await probe("embeddings", env={"JACANA_EMBEDDINGS_PORT": str(port)}) == 1
         assert await probe("drafter", env={"JACANA_DRAFTER_PORT": str(port)}) == 1
+        assert await probe("asr", env={"JACANA_ASR_PORT": str(port)}) == 1
     finally:
         await server.stop(None)
     assert await probe("grpc", f"127.0.0.1:{port}") == 1
