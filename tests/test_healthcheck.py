@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import http.server
 import os
-import socket
 import sys
 import threading
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from stack import free_port
 
 PROBE = Path(__file__).resolve().parents[1] / "scripts" / "healthcheck.py"
 
@@ -21,12 +22,6 @@ async def probe(*args: str, env: dict[str, str] | None = None) -> int:
         sys.executable, str(PROBE), *args, env={**os.environ, **(env or {})}
     )
     return await asyncio.wait_for(proc.wait(), 30)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_grpc_probe_follows_the_serving_status():

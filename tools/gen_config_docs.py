@@ -28,18 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs/configuration.md"
 COMMAND = "make docs  (or: .venv/bin/python tools/gen_config_docs.py)"
 
-# (title, prefix, module candidates, class): the first module that imports is used.
+# (title, prefix, settings module, class)
 SERVICES = [
-    ("Engine", "JACANA_ENGINE_", ["jacana_engine.entrypoints.settings"], "EngineSettings"),
-    (
-        "Gateway",
-        "JACANA_GATEWAY_",
-        ["jacana_gateway.settings", "jacana_gateway.config"],
-        "GatewaySettings",
-    ),
-    ("Embeddings", "JACANA_EMBEDDINGS_", ["jacana_embeddings.settings"], "EmbeddingsSettings"),
-    ("Speech to text (ASR)", "JACANA_ASR_", ["jacana_asr.settings"], "AsrSettings"),
-    ("Drafter", "JACANA_DRAFTER_", ["jacana_drafter.settings"], "DrafterSettings"),
+    ("Engine", "JACANA_ENGINE_", "jacana_engine.entrypoints.settings", "EngineSettings"),
+    ("Gateway", "JACANA_GATEWAY_", "jacana_gateway.settings", "GatewaySettings"),
+    ("Embeddings", "JACANA_EMBEDDINGS_", "jacana_embeddings.settings", "EmbeddingsSettings"),
+    ("Speech to text (ASR)", "JACANA_ASR_", "jacana_asr.settings", "AsrSettings"),
+    ("Drafter", "JACANA_DRAFTER_", "jacana_drafter.settings", "DrafterSettings"),
 ]
 
 HEADER = """\
@@ -56,14 +51,8 @@ JSON. "unset" means the variable is not set (or, for optional values, empty wher
 """
 
 
-def _load(modules: list[str], name: str) -> type:
-    errors = []
-    for module in modules:
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            errors.append(f"{module}: {exc}")
-    raise SystemExit(f"cannot import {name}: {'; '.join(errors)}")
+def _load(module: str, name: str) -> type:
+    return getattr(importlib.import_module(module), name)
 
 
 def _type(annotation: object) -> str:
@@ -191,8 +180,8 @@ def render() -> str:
         "",
     ]
     lines += _table(ServiceSettings, list(ServiceSettings.model_fields), prefix_for="<PREFIX>")
-    for title, _prefix, modules, name in SERVICES:
-        cls = _load(modules, name)
+    for title, _prefix, module, name in SERVICES:
+        cls = _load(module, name)
         lines += ["", f"## {title}", ""]
         doc = (cls.__doc__ or "").strip().split("\n\n")[0]
         if doc:

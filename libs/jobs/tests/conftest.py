@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -14,11 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from stack import free_port
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, what: str = "") -> object:

@@ -4,7 +4,6 @@ loopback port that a test can kill and restart."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,11 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from stack import free_port
 
 
 def wait_serving(address: str, timeout_s: float = 30.0) -> None:

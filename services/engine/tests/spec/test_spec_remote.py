@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from jacana_common.pb.jacana.drafter.v1 import drafter_pb2, drafter_pb2_grpc
 from jacana_engine.sample.params import SamplingParams
 from jacana_engine.spec.config import SpeculativeConfig
+from stack import free_port
 
 pytestmark = [
     pytest.mark.usefixtures("torch_one_thread"),
@@ -29,12 +29,6 @@ pytestmark = [
 
 PROMPT = [5, 6, 7, 8] * 6
 SP = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_serving(address: str) -> None:
@@ -71,7 +65,7 @@ def _remote_engine(toy, address: str, deadline_s: float = 5.0, proposer: str = "
 
 
 def test_drafter_killed_and_restarted(toy):
-    port = _free_port()
+    port = free_port()
     proc = _start_drafter(port)
     try:
         engine = _remote_engine(toy, f"127.0.0.1:{port}")
@@ -120,7 +114,7 @@ def test_finished_requests_reach_the_drafter_with_their_final_tokens():
     from jacana_engine.spec.proposer import DraftRequest
     from jacana_engine.spec.remote import RemoteProposer
 
-    recorder, port = _RecordingDrafter(), _free_port()
+    recorder, port = _RecordingDrafter(), free_port()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     drafter_pb2_grpc.add_DrafterServicer_to_server(recorder, server)
     server.add_insecure_port(f"127.0.0.1:{port}")

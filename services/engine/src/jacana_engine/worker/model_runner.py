@@ -122,7 +122,6 @@ class ModelRunner:
         self, model: CausalLM, config: EngineConfig, sampler: Sampler, max_model_len: int
     ) -> None:
         self.model = model
-        self.sampler = sampler
         self.device = torch.device(config.device)
         self.dtype = torch_dtype(config.dtype)
         self.block_size = config.block_size
