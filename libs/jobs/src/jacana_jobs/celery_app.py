@@ -41,15 +41,18 @@ def make_celery(
     longest_task_s: float,
     result_backend_url: str | None = None,
     result_expires_s: float = 86400.0,
+    restore_interval_s: float = 10.0,
     include: list[str] | None = None,
 ) -> Celery:
     """A Celery app on the Redis at ``broker_url`` (results there too unless
     ``result_backend_url``). ``visibility_timeout_s`` must exceed ``longest_task_s``:
-    Redis re-delivers an unacknowledged task after the visibility timeout."""
+    Redis re-delivers an unacknowledged task after the visibility timeout, and a worker
+    looks for such tasks every ``restore_interval_s``."""
     for label, value in (
         ("visibility_timeout_s", visibility_timeout_s),
         ("longest_task_s", longest_task_s),
         ("result_expires_s", result_expires_s),
+        ("restore_interval_s", restore_interval_s),
     ):
         if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
             raise ValueError(f"{label} must be a positive finite number, got {value!r}")
@@ -63,7 +66,12 @@ def make_celery(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": visibility_timeout_s},
+        broker_transport_options={
+            "visibility_timeout": visibility_timeout_s,
+            # Scan for abandoned tasks on every sweep (kombu's default scans every tenth).
+            "unacked_restore_interval": restore_interval_s,
+            "unacked_restore_throttle": 1,
+        },
         result_backend_transport_options={"visibility_timeout": visibility_timeout_s},
         result_expires=result_expires_s,
         task_serializer="json",
