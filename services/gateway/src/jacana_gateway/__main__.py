@@ -27,6 +27,7 @@ def main() -> None:
         ("generation", settings.engines),
         ("embeddings", settings.embeddings),
         ("asr", settings.asr),
+        ("videos", settings.videos),
     ):
         if served:
             log.info("%s: %s", kind, ", ".join(f"{m} -> {t}" for m, t in served.items()))

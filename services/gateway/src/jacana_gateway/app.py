@@ -19,6 +19,7 @@ from jacana_gateway import version
 from jacana_gateway.backends.asr import AsrBackends
 from jacana_gateway.backends.embeddings import EmbeddingsBackends
 from jacana_gateway.backends.engine import engine_pool
+from jacana_gateway.backends.videos import VideoBackends
 from jacana_gateway.errors import install_error_handlers
 from jacana_gateway.middleware.admission import Admission
 from jacana_gateway.middleware.auth import BearerAuthMiddleware
@@ -38,6 +39,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         started_at=int(time.time()),
         embeddings=EmbeddingsBackends(settings.embeddings),
         asr=AsrBackends(settings.asr),
+        videos=VideoBackends(settings.videos),
     )
 
     @asynccontextmanager
@@ -64,7 +66,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.add_middleware(
         BodyLimitMiddleware,
         limit=settings.max_body_bytes,
-        prefix_limits={"/v1/audio/": settings.max_audio_body_bytes},
+        prefix_limits={
+            "/v1/audio/": settings.max_audio_body_bytes,
+            "/v1/videos": settings.max_video_body_bytes,
+        },
     )
     if settings.api_keys:
         app.add_middleware(BearerAuthMiddleware, keys=settings.api_keys)

@@ -9,10 +9,12 @@ unknown or unsupported parameter, body too large, too many requests, bad API key
 engine that misbehaved, a client that left.
 
 :func:`install_error_handlers` replaces FastAPI's defaults:
-- :class:`ApiError` -> its own status and body;
+- :class:`ApiError` -> its own status and body (and, for :class:`ApiErrorWithHeaders`,
+  its headers);
 - request validation (FastAPI's 422) -> 400 with ``param`` = the field path, written
-  ``messages[0].content`` (malformed JSON, bodies that are not UTF-8, nest too deeply or
-  hold an integer too long to parse, and non-object bodies -> 400 without param);
+  ``messages[0].content``, a query or path parameter by its name alone (malformed JSON,
+  bodies that are not UTF-8, nest too deeply or hold an integer too long to parse, and
+  non-object bodies -> 400 without param);
 - routing errors -> 404 (unknown route) / 405 (method not allowed, with ``Allow``);
   a body above the size limit -> 413;
 - a client that disconnected -> an empty 499 nobody receives (for the access log);
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -54,6 +57,14 @@ class ErrorBody(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (400, 401, 404, 413, 429, 503, 504)
 }
+
+
+@dataclass
+class ApiErrorWithHeaders(ApiError):
+    """An :class:`ApiError` whose response carries headers of its own (``Retry-After`` on
+    a 429)."""
+
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class ClientDisconnected(Exception):
@@ -170,6 +181,8 @@ def validation_error(exc: RequestValidationError) -> ApiError:
         return ApiError(400, "Invalid request.", None, "invalid_request")
     first = errors[0]
     loc = first.get("loc", ())
+    if loc and loc[0] in ("query", "path"):
+        loc = loc[1:]  # a query or path parameter is named alone: "limit"
     param = None if first.get("type") == "json_invalid" else param_path(loc)
     code = "missing_required_parameter" if first.get("type") == "missing" else "invalid_value"
     if first.get("type") == "extra_forbidden":
@@ -180,7 +193,8 @@ def validation_error(exc: RequestValidationError) -> ApiError:
 
 
 async def _on_api_error(request: Request, exc: ApiError) -> Response:
-    return error_response(exc)
+    headers = exc.headers if isinstance(exc, ApiErrorWithHeaders) else None
+    return error_response(exc, headers=headers)
 
 
 async def _on_validation(request: Request, exc: RequestValidationError) -> Response:

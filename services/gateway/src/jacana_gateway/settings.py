@@ -7,11 +7,12 @@ both spellings are set, the gateway-specific one wins. Complex fields are JSON::
     JACANA_GATEWAY_ENGINES='{"smollm2-135m-instruct": ["127.0.0.1:50051", "10.0.0.2:50051"]}'
     JACANA_GATEWAY_EMBEDDINGS='{"all-minilm-l6-v2": ["127.0.0.1:50061"]}'
     JACANA_GATEWAY_ASR='{"whisper-tiny.en": ["127.0.0.1:50081"]}'
+    JACANA_GATEWAY_VIDEOS='{"wan2.1-t2v-1.3b": ["127.0.0.1:50091", "10.0.0.3:50091"]}'
     JACANA_GATEWAY_API_KEYS='["sk-local-1", "sk-local-2"]'
 
 A gateway serves generation models (``ENGINES``), embedding models (``EMBEDDINGS``),
-speech-to-text models (``ASR``) or any mix; at least one of the maps must name a model,
-and a model id belongs to one map.
+speech-to-text models (``ASR``), video models (``VIDEOS``) or any mix; at least one of
+the maps must name a model, and a model id belongs to one map.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class GatewaySettings(ServiceSettings):
         description=(
             "Served model id -> gRPC endpoints (host:port) of the engine replicas serving it. "
             "Requests are routed to the replica with the fewest in-flight requests. Empty: "
-            "no generation models (then EMBEDDINGS must name one)."
+            "no generation models (then another of the model maps must name one)."
         ),
     )
     embeddings: dict[str, EngineTargets] = Field(
@@ -65,11 +66,23 @@ class GatewaySettings(ServiceSettings):
     asr: dict[str, EngineTargets] = Field(
         default_factory=dict,
         max_length=256,
-        validate_default=True,  # so that "nothing to serve" is caught when all are unset
         description=(
             "Speech-to-text model id -> gRPC endpoints (host:port) of the ASR services "
             "serving it on /v1/audio/transcriptions and /v1/audio/translations; least "
             "in-flight first. Empty: none."
+        ),
+    )
+    videos: dict[str, EngineTargets] = Field(
+        default_factory=dict,
+        max_length=256,
+        validate_default=True,  # so that "nothing to serve" is caught when all are unset
+        description=(
+            "Video model id (as the multimodal services' ListModels names it) -> gRPC "
+            "endpoints (host:port) of the services serving it on /v1/videos. A new video "
+            "(POST /v1/videos) goes to that model's replicas, least in-flight first. All "
+            "multimodal replicas share one Redis job store, so the routes by video id (GET "
+            "and DELETE /v1/videos/{id}, its content and remix) and the list (GET "
+            "/v1/videos) may go to any replica of any video model. Empty: none."
         ),
     )
     max_prompt_chars: int = Field(
@@ -129,6 +142,27 @@ class GatewaySettings(ServiceSettings):
             "for the form."
         ),
     )
+    max_video_body_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1024,
+        le=60 * 1024 * 1024,  # the image travels in one gRPC message (64 MiB at most)
+        description=(
+            "Largest accepted body of /v1/videos requests (the input_reference image, as "
+            "a file part or a base64 data URL, and the other fields); larger bodies get a "
+            "413. Default: a 24 MB image as a data URL (base64 adds a third) plus room for "
+            "the rest."
+        ),
+    )
+    video_poll_after_ms: int = Field(
+        1000,
+        ge=100,
+        le=60_000,
+        description=(
+            "Sent as the 'openai-poll-after-ms' header of GET /v1/videos/{id} while the "
+            "video is queued or in progress: how long the SDK's poll helper waits before "
+            "asking again."
+        ),
+    )
     health_timeout_s: float = Field(
         2.0, gt=0.0, le=60.0, description="Deadline of each engine health probe behind /health."
     )
@@ -139,7 +173,7 @@ class GatewaySettings(ServiceSettings):
         description="On SIGTERM, how long in-flight requests (streams included) may finish.",
     )
 
-    @field_validator("engines", "embeddings", "asr")
+    @field_validator("engines", "embeddings", "asr", "videos")
     @classmethod
     def _check_engines(cls, engines: dict[str, list[str]]) -> dict[str, list[str]]:
         for model, targets in engines.items():
@@ -152,19 +186,20 @@ class GatewaySettings(ServiceSettings):
                 raise ValueError(f"model {model!r}: duplicate endpoints")
         return engines
 
-    @field_validator("asr")
+    @field_validator("videos")
     @classmethod
     def _something_to_serve(
-        cls, asr: dict[str, list[str]], info: ValidationInfo
+        cls, videos: dict[str, list[str]], info: ValidationInfo
     ) -> dict[str, list[str]]:
-        if "engines" not in info.data or "embeddings" not in info.data:
-            return asr  # one of the other maps is invalid; that error suffices
-        maps = {"ENGINES": info.data["engines"], "EMBEDDINGS": info.data["embeddings"], "ASR": asr}
+        earlier = ("engines", "embeddings", "asr")
+        if any(name not in info.data for name in earlier):
+            return videos  # one of the other maps is invalid; that error suffices
+        maps = {name.upper(): info.data[name] for name in earlier} | {"VIDEOS": videos}
         if not any(maps.values()):
             raise ValueError(
                 "no model to serve: set JACANA_GATEWAY_ENGINES (generation models), "
                 "JACANA_GATEWAY_EMBEDDINGS (embedding models), JACANA_GATEWAY_ASR "
-                "(speech-to-text models) or several"
+                "(speech-to-text models), JACANA_GATEWAY_VIDEOS (video models) or several"
             )
         names = list(maps)
         for i, first in enumerate(names):
@@ -175,4 +210,4 @@ class GatewaySettings(ServiceSettings):
                         f"model id(s) {both} appear in both JACANA_GATEWAY_{first} and "
                         f"JACANA_GATEWAY_{second}; a model id names one model"
                     )
-        return asr
+        return videos

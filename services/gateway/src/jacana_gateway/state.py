@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from jacana_gateway.backends.asr import AsrBackends
 from jacana_gateway.backends.embeddings import EmbeddingsBackends
 from jacana_gateway.backends.replica_pool import ReplicaPool
+from jacana_gateway.backends.videos import VideoBackends
 from jacana_gateway.middleware.admission import Admission
 from jacana_gateway.settings import GatewaySettings
 
 
 @dataclass
 class GatewayState:
-    """Per-app state: settings, the engine pool, the embeddings and ASR services, admission
-    control, static facts. A model id is in at most one of ``pool``, ``embeddings`` and
-    ``asr``."""
+    """Per-app state: settings, the engine pool, the embeddings, ASR and multimodal
+    services, admission control, static facts. A model id is in at most one of ``pool``,
+    ``embeddings``, ``asr`` and ``videos``."""
 
     settings: GatewaySettings
     pool: ReplicaPool
@@ -31,21 +32,24 @@ class GatewayState:
     started_at: int
     embeddings: EmbeddingsBackends = field(default_factory=lambda: EmbeddingsBackends({}))
     asr: AsrBackends = field(default_factory=lambda: AsrBackends({}))
+    videos: VideoBackends = field(default_factory=lambda: VideoBackends({}))
 
     async def start(self) -> None:
         """Open the channels of every backend (connections are lazy: a service that is
         down does not fail start-up)."""
-        await asyncio.gather(self.pool.start(), self.embeddings.start(), self.asr.start())
+        backends = (self.pool, self.embeddings, self.asr, self.videos)
+        await asyncio.gather(*(backend.start() for backend in backends))
 
     async def close(self) -> None:
         """Close every backend's channels; calls still open on them end with CANCELLED."""
-        await asyncio.gather(self.pool.close(), self.embeddings.close(), self.asr.close())
+        backends = (self.pool, self.embeddings, self.asr, self.videos)
+        await asyncio.gather(*(backend.close() for backend in backends))
 
     @property
     def models(self) -> list[str]:
         """Every served model id: generation models first, then embedding models, then
-        speech-to-text models."""
-        return [*self.pool.models, *self.embeddings.models, *self.asr.models]
+        speech-to-text models, then video models."""
+        return [*self.pool.models, *self.embeddings.models, *self.asr.models, *self.videos.models]
 
     def route_for(self, model: str) -> str | None:
         """The route that serves ``model`` (one of each kind's), or None when none does."""
@@ -55,6 +59,8 @@ class GatewayState:
             return "/v1/embeddings"
         if model in self.asr:
             return "/v1/audio/transcriptions"
+        if model in self.videos:
+            return "/v1/videos"
         return None
 
     @property

@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from jacana_common.errors import api_error_from_grpc
+from jacana_common.errors import ApiError, api_error_from_grpc
 from jacana_common.grpc_client import make_channel
 from jacana_common.telemetry import outgoing_metadata
 
@@ -145,12 +145,23 @@ class ReplicaPool:
         return report
 
 
+def _api_error(exc: grpc.aio.AioRpcError) -> ApiError:
+    return api_error_from_grpc(exc.code(), exc.details())
+
+
 async def call_with_failover(
-    pool: ReplicaPool, model: str, method: str, request: Any, timeout: float
+    pool: ReplicaPool,
+    model: str,
+    method: str,
+    request: Any,
+    timeout: float,
+    *,
+    to_error: Callable[[grpc.aio.AioRpcError], ApiError] = _api_error,
 ) -> Any:
     """``replica.stub.<method>(request)`` on the least busy replica of ``model``, moving on
     while replicas answer UNAVAILABLE (each marked failed). Only for idempotent RPCs: a
-    retried call may have run. Raises :class:`ApiError` (the last replica's status)."""
+    retried call may have run. Raises :class:`ApiError` (the last replica's failure, as
+    ``to_error`` shows it; by default its status and details)."""
     candidates = pool.candidates(model)
     for n, replica in enumerate(candidates, start=1):
         pool.acquire(replica)
@@ -161,7 +172,7 @@ async def call_with_failover(
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 pool.mark_failed(replica)
             if exc.code() != grpc.StatusCode.UNAVAILABLE or n == len(candidates):
-                raise api_error_from_grpc(exc.code(), exc.details()) from None
+                raise to_error(exc) from None
         finally:
             pool.release(replica)
     raise RuntimeError(f"model {model!r} has no endpoints")

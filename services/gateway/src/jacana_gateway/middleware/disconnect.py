@@ -5,8 +5,9 @@ ASGI servers do not cancel a request's task when its client disconnects, and Sta
 it waits for a failing ``send``, which never comes while the engine is still thinking).
 :func:`cancel_on_disconnect` watches ``receive`` for ``http.disconnect`` itself and cancels
 the running task, so whatever it awaits — an engine call, a stream read — is interrupted
-and its ``finally`` blocks run (that is where engine calls get cancelled). Both the
-non-streaming handlers and :class:`EventStreamResponse` use it.
+and its ``finally`` blocks run (that is where engine calls get cancelled). The
+non-streaming handlers use it, and so does :class:`WatchedStreamingResponse` (SSE streams,
+downloads).
 
 Must be entered after the request body has been read: from then on the only message
 ``receive`` can deliver is ``http.disconnect``.
@@ -53,22 +54,20 @@ async def cancel_on_disconnect(receive: Receive) -> AsyncIterator[None]:
         watcher.cancel()
 
 
-class EventStreamResponse(StreamingResponse):
-    """``text/event-stream`` that stops (and closes its iterator) when the client leaves.
+class WatchedStreamingResponse(StreamingResponse):
+    """A streaming response that stops (and closes its iterator) when the client leaves.
 
     ``on_close`` callbacks run exactly once when the response ends, however it ends.
     """
-
-    media_type = "text/event-stream"
 
     def __init__(
         self,
         content: AsyncIterator[bytes],
         on_close: list[Callable[[], None]],
         headers: dict[str, str] | None = None,
+        media_type: str | None = None,
     ) -> None:
-        no_buffering = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        super().__init__(content, headers=no_buffering | (headers or {}))
+        super().__init__(content, headers=headers, media_type=media_type)
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,3 +82,18 @@ class EventStreamResponse(StreamingResponse):
                 await aclose()
             for callback in self._on_close:
                 callback()
+
+
+class EventStreamResponse(WatchedStreamingResponse):
+    """``text/event-stream``, unbuffered, that stops when the client leaves."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        on_close: list[Callable[[], None]],
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        no_buffering = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(content, on_close, headers=no_buffering | (headers or {}))

@@ -1,5 +1,5 @@
-"""Operational routes: /health (engine, embeddings and ASR reachability) and /version.
-Never authenticated."""
+"""Operational routes: /health (engine, embeddings, ASR and multimodal reachability) and
+/version. Never authenticated."""
 
 from __future__ import annotations
 
@@ -30,23 +30,26 @@ def build_router(state: GatewayState) -> APIRouter:
 
     @router.get("/health", response_model=None)
     async def health() -> JSONResponse:
-        """200 when every model (generation, embedding, speech-to-text) has at least one
-        replica answering SERVING, else 503.
+        """200 when every model (generation, embedding, speech-to-text, video) has at
+        least one replica answering SERVING, else 503.
 
-        The body lists each model's kind (``generation``, ``embeddings`` or ``asr``),
+        The body lists each model's kind (``generation``, ``embeddings``, ``asr`` or
+        ``video``),
         endpoints and whether they serve; on 503 it also carries an OpenAI error naming the
         models without a healthy replica.
         """
         timeout = state.settings.health_timeout_s
-        engines, embeddings, asr = await asyncio.gather(
+        engines, embeddings, asr, videos = await asyncio.gather(
             state.pool.health(timeout),
             state.embeddings.health(timeout),
             state.asr.health(timeout),
+            state.videos.health(timeout),
         )
         models = {
             **_models("generation", engines),
             **_models("embeddings", embeddings),
             **_models("asr", asr),
+            **_models("video", videos),
         }
         down = [m for m, info in models.items() if info["healthy_replicas"] == 0]
         if not down:
