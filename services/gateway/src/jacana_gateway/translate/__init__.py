@@ -7,5 +7,6 @@ the gateway's limits), with :mod:`.sampling` (penalties, bias, choices, logprobs
 (``tools``, ``tool_choice`` and the calls in replies) and :mod:`.unsupported` (features
 refused with a 400); :mod:`.generation_response` (engine messages -> completion objects and
 stream chunks) with :mod:`.logprobs`. Embeddings: :mod:`.embeddings`. Speech to text:
-:mod:`.audio` (request, and the ``response_format`` renderers).
+:mod:`.audio` (request, and the ``response_format`` renderers). Videos: :mod:`.videos`
+(the job requests, and the video, list and deletion objects).
 """
