@@ -1,10 +1,12 @@
-"""Run the Jacana stack (drafter, engine, embeddings, ASR, gateway) as child processes: ``make up``.
+"""Run the Jacana stack (drafter, engine, embeddings, ASR, video, gateway) as child
+processes: ``make up``.
 
 The supervisor (``scripts/supervisor.py``) owns the children: each runs in its own
 session, its output is echoed with a ``[name]`` prefix and written to
 ``.run/logs/<name>.log``, and readiness is read from the services' own health endpoints
-(gRPC health for the drafter, the engine, the embeddings and the ASR service, HTTP /health
-for the gateway). SIGINT/SIGTERM stop every child (SIGTERM, then SIGKILL after a grace period); a
+(gRPC health for the drafter, the engine, the embeddings, the ASR and the multimodal
+service, a PING for Redis, the "ready" line of the render worker, HTTP /health for the
+gateway). SIGINT/SIGTERM stop every child (SIGTERM, then SIGKILL after a grace period); a
 child that dies takes the others down and the supervisor exits non-zero. This file plans
 the stack: which services, their ports, commands and environments.
 
@@ -21,6 +23,11 @@ transport, the same topology as the compose stack) unless
 carry over to the drafter. ``JACANA_STACK_EMBEDDINGS=0`` / ``JACANA_STACK_ASR=0`` /
 ``JACANA_STACK_DRAFTER=0`` leave those services out (without a drafter, a proposer runs in
 the engine).
+
+Video: a ``redis-server`` on a free loopback port (append-only persistence, data in
+``.run/redis``), the multimodal service and one Celery render worker (concurrency 1), with
+the artifacts in ``.run/videos``. ``JACANA_MULTIMODAL_REDIS_URL`` points them at another
+Redis instead (then none is started); ``JACANA_STACK_VIDEO=0`` leaves all three out.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor import Service, grpc_probe, http_probe, say, supervise
+from supervisor import Probe, Service, grpc_probe, http_probe, say, supervise
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
@@ -45,6 +52,9 @@ DEFAULT_ENGINE_PORT = 50051
 DEFAULT_EMBEDDINGS_PORT = 50061
 DEFAULT_DRAFTER_PORT = 50071
 DEFAULT_ASR_PORT = 50081
+DEFAULT_MULTIMODAL_PORT = 50091
+DEFAULT_VIDEO_MODEL_ID = "wan-tiny-random"
+RENDER_QUEUE = "jacana.video"  # jacana_multimodal.service.RENDER_QUEUE
 DEFAULT_GATEWAY_PORT = 8000
 
 
@@ -148,13 +158,107 @@ class StackPlan:
     speculation: Speculation = Speculation()
     asr: Service | None = None
     asr_model_id: str | None = None
+    video: tuple[Service, ...] = ()  # Redis (unless external), multimodal, render worker
+    video_model_id: str | None = None
 
     @property
     def services(self) -> list[Service]:
-        """Start order: the drafter before the engine that drafts from it; the gateway
-        last, since its /health needs the others serving."""
-        order = (self.drafter, self.engine, self.embeddings, self.asr, self.gateway)
+        """Start order: the drafter before the engine that drafts from it; Redis before the
+        multimodal service and the worker; the gateway last, since its /health needs the
+        others serving."""
+        order = (self.drafter, self.engine, self.embeddings, self.asr, *self.video, self.gateway)
         return [s for s in order if s is not None]
+
+
+def redis_probe(port: int) -> Probe:
+    """Redis answers PING (a raw RESP exchange: no client library needed here)."""
+
+    async def probe() -> bool:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return False
+        try:
+            writer.write(b"PING\r\n")
+            await writer.drain()
+            return (await asyncio.wait_for(reader.readline(), 1.0)).startswith(b"+PONG")
+        except (OSError, TimeoutError):
+            return False
+        finally:
+            writer.close()
+
+    return probe
+
+
+def output_probe(service: Service, marker: str) -> Probe:
+    """Ready once ``marker`` appeared in the service's output (Celery's "ready." line)."""
+
+    async def probe() -> bool:
+        return any(marker in line for line in service.tail)
+
+    return probe
+
+
+def _video_model_id(env: dict[str, str]) -> str:
+    raw = env.get("JACANA_MULTIMODAL_MODELS", "").strip()
+    if not raw:
+        return DEFAULT_VIDEO_MODEL_ID
+    try:
+        return json.loads(raw)[0]["id"]
+    except (ValueError, LookupError, TypeError):
+        raise SystemExit(
+            "[stack] JACANA_MULTIMODAL_MODELS must be a JSON list of {id, ...}"
+        ) from None
+
+
+def plan_video(
+    env: dict[str, str], host: str, port: int, log_dir: Path, run_dir: Path = ROOT / ".run"
+) -> tuple[Service, ...]:
+    """Redis (unless ``JACANA_MULTIMODAL_REDIS_URL`` names one), the multimodal service and
+    one render worker, sharing the Redis and the artifact directory."""
+    python = sys.executable
+    services: list[Service] = []
+    video_env = {
+        "JACANA_MULTIMODAL_STORAGE_DIR": str(run_dir / "videos"),
+        **env,
+    }
+    if not env.get("JACANA_MULTIMODAL_REDIS_URL"):
+        redis_port = _free_port()
+        data = run_dir / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        services.append(
+            Service(
+                name="redis",
+                argv=["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                      "--dir", str(data), "--appendonly", "yes", "--appendfsync", "everysec",
+                      "--protected-mode", "yes"],
+                env=dict(env),
+                probe=redis_probe(redis_port),
+                log_path=log_dir / "redis.log",
+            )
+        )  # fmt: skip
+        video_env["JACANA_MULTIMODAL_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+    services.append(
+        Service(
+            name="multimodal",
+            argv=[python, "-m", "jacana_multimodal"],
+            env={**video_env, "JACANA_MULTIMODAL_HOST": host, "JACANA_MULTIMODAL_PORT": str(port)},
+            probe=grpc_probe(f"{_local(host)}:{port}"),
+            log_path=log_dir / "multimodal.log",
+        )
+    )
+    worker = Service(
+        name="render",
+        argv=[python, "-m", "celery", "-A", "jacana_multimodal.worker", "worker",
+              "-Q", RENDER_QUEUE, "--concurrency", "1", "--pool", "prefork",
+              "-n", "render@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
+        env=video_env,
+        probe=lambda: asyncio.sleep(0, False),
+        log_path=log_dir / "render.log",
+    )  # fmt: skip
+    worker.probe = output_probe(worker, " ready.")
+    services.append(worker)
+    return tuple(services)
 
 
 def _speculation(env: dict[str, str], drafter_target: str | None) -> Speculation:
@@ -175,10 +279,12 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
     with_embeddings = _enabled(env, "JACANA_STACK_EMBEDDINGS")
     with_drafter = _enabled(env, "JACANA_STACK_DRAFTER")
     with_asr = _enabled(env, "JACANA_STACK_ASR")
+    with_video = _enabled(env, "JACANA_STACK_VIDEO")
     engine_host = env.get("JACANA_ENGINE_HOST", "127.0.0.1")
     embeddings_host = env.get("JACANA_EMBEDDINGS_HOST", "127.0.0.1")
     drafter_host = env.get("JACANA_DRAFTER_HOST", "127.0.0.1")
     asr_host = env.get("JACANA_ASR_HOST", "127.0.0.1")
+    multimodal_host = env.get("JACANA_MULTIMODAL_HOST", "127.0.0.1")
     gateway_host = env.get("JACANA_GATEWAY_HOST", "127.0.0.1")
     engine_port = _port(env, "JACANA_ENGINE_PORT", DEFAULT_ENGINE_PORT)
     embeddings_port = (
@@ -186,6 +292,9 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
     )
     drafter_port = _port(env, "JACANA_DRAFTER_PORT", DEFAULT_DRAFTER_PORT) if with_drafter else 0
     asr_port = _port(env, "JACANA_ASR_PORT", DEFAULT_ASR_PORT) if with_asr else 0
+    multimodal_port = (
+        _port(env, "JACANA_MULTIMODAL_PORT", DEFAULT_MULTIMODAL_PORT) if with_video else 0
+    )
     gateway_port = _port(env, "JACANA_GATEWAY_PORT", DEFAULT_GATEWAY_PORT)
     _check_free(engine_host, engine_port, "JACANA_ENGINE_PORT")
     if with_embeddings:
@@ -194,6 +303,8 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         _check_free(drafter_host, drafter_port, "JACANA_DRAFTER_PORT")
     if with_asr:
         _check_free(asr_host, asr_port, "JACANA_ASR_PORT")
+    if with_video:
+        _check_free(multimodal_host, multimodal_port, "JACANA_MULTIMODAL_PORT")
     _check_free(gateway_host, gateway_port, "JACANA_GATEWAY_PORT")
     model_id = env.get("JACANA_ENGINE_MODEL_ID") or DEFAULT_MODEL_ID
     engine_target = f"{_local(engine_host)}:{engine_port}"
@@ -266,6 +377,14 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         gateway_env["JACANA_GATEWAY_ASR"] = env.get("JACANA_GATEWAY_ASR") or json.dumps(
             {asr_model_id: [asr_target]}
         )
+    video: tuple[Service, ...] = ()
+    video_model_id = None
+    if with_video:
+        video_model_id = _video_model_id(env)
+        video = plan_video(env, multimodal_host, multimodal_port, log_dir)
+        gateway_env["JACANA_GATEWAY_VIDEOS"] = env.get("JACANA_GATEWAY_VIDEOS") or json.dumps(
+            {video_model_id: [f"{_local(multimodal_host)}:{multimodal_port}"]}
+        )
     base_url = f"http://{_local(gateway_host)}:{gateway_port}"
     gateway = Service(
         name="gateway",
@@ -285,6 +404,8 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         speculation=speculation,
         asr=asr,
         asr_model_id=asr_model_id,
+        video=video,
+        video_model_id=video_model_id,
     )
 
 
@@ -295,6 +416,7 @@ def banner(
     embeddings_model_id: str | None = None,
     speculation: Speculation | None = None,
     asr_model_id: str | None = None,
+    video_model_id: str | None = None,
 ) -> str:
     question = "What is the capital of France?"
     messages = [{"role": "user", "content": question}]
@@ -315,7 +437,17 @@ def banner(
       text = client.audio.transcriptions.create(model="{asr_model_id}", file=audio)
   print(text.text)
 """
-    served = ", ".join(m for m in (model_id, embeddings_model_id, asr_model_id) if m)
+    video = ""
+    if video_model_id:
+        video = f"""
+  video = client.videos.create_and_poll(
+      model="{video_model_id}", prompt="A heron lands on a quiet lake.", seconds="2"
+  )
+  client.videos.download_content(video.id).write_to_file("heron.mp4")
+"""
+    served = ", ".join(
+        m for m in (model_id, embeddings_model_id, asr_model_id, video_model_id) if m
+    )
     return f"""
 Jacana is up: {base_url}   (models: {served})
 Speculative decoding: {(speculation or Speculation()).describe()}
@@ -335,7 +467,7 @@ or with the OpenAI SDK (.venv/bin/python):
       temperature=0,
   )
   print(reply.choices[0].message.content)
-{embeddings}{speech}
+{embeddings}{speech}{video}
 Logs: {log_dir}/   Ctrl-C stops everything.
 """
 
@@ -366,6 +498,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where.append(f"embeddings on {stack.embeddings.env['JACANA_EMBEDDINGS_PORT']}")
     if stack.asr is not None:
         where.append(f"asr on {stack.asr.env['JACANA_ASR_PORT']}")
+    for service in stack.video:
+        if service.name == "multimodal":
+            where.append(f"multimodal on {service.env['JACANA_MULTIMODAL_PORT']}")
     say(", ".join([*where, f"gateway on {stack.base_url}"]))
     say(f"speculative decoding: {stack.speculation.describe()}")
     ready_text = banner(
@@ -375,6 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.embeddings_model_id,
         stack.speculation,
         stack.asr_model_id,
+        stack.video_model_id,
     )
     return asyncio.run(
         supervise(

@@ -3,17 +3,13 @@ a polling helper. Every process started here is stopped in a finalizer."""
 
 from __future__ import annotations
 
-import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from stack import free_port
+from redis_server import RedisServer
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, what: str = "") -> object:
@@ -26,59 +22,6 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, what: s
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s}s waiting for {what or predicate}")
         time.sleep(0.02)
-
-
-class RedisServer:
-    """One ``redis-server`` on 127.0.0.1 with append-only persistence in ``data_dir``."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            pytest.fail("redis-server is not installed (scripts/bootstrap.sh installs it)")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(5):  # a free port can be taken between probing and binding
-            self.port = free_port()
-            self.proc = subprocess.Popen(
-                [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-                 str(self.data_dir), "--appendonly", "yes", "--appendfsync", "always",
-                 "--save", "", "--protected-mode", "no", "--loglevel", "warning"],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-            deadline = time.monotonic() + 10
-            while self.proc.poll() is None and time.monotonic() < deadline:
-                try:
-                    if self.client().ping():
-                        return
-                except redis.ConnectionError:
-                    time.sleep(0.02)
-            self.stop()
-        pytest.fail("redis-server did not start")
-
-    def stop(self) -> None:
-        """SIGTERM (Redis flushes its append-only file), then wait for the exit."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
 
 
 @pytest.fixture

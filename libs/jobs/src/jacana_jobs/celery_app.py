@@ -215,13 +215,16 @@ def job_task(
     def register(body: JobBody) -> Any:
         @app.task(name=name)
         def task(job_id: str) -> str:
-            return run_job(
+            log.info("%s %s: started", name, job_id)
+            outcome = run_job(
                 store(),
                 job_id,
                 body,
                 storage=storage() if storage is not None else None,
                 max_attempts=max_attempts,
             )
+            log.info("%s %s: %s", name, job_id, outcome)
+            return outcome
 
         return task
 

@@ -1,0 +1,163 @@
+"""The video half of the stack as real processes, for tests: a redis-server, the
+multimodal service, Celery render workers and a gateway serving only the video model.
+
+Each part can be stopped, killed and started again on the same ports and data, which is
+what the durability tests do. Workers run in their own process group, so killing one
+takes its pool child with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from redis_server import RedisServer
+from stack import Service, free_port, grpc_ready, http_ready, start_service
+
+VIDEO_MODEL = "wan-tiny-random"
+WORKER_READY_TIMEOUT_S = 120
+
+
+@dataclass
+class Worker:
+    """One ``celery worker`` process group and its log."""
+
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool child at once: a machine that died."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@dataclass
+class VideoStack:
+    root: Path
+    redis: RedisServer
+    extra_env: dict[str, str] = field(default_factory=dict)
+    multimodal: Service | None = None
+    gateway: Service | None = None
+    workers: list[Worker] = field(default_factory=list)
+    multimodal_port: int = field(default_factory=free_port)
+    gateway_port: int = field(default_factory=free_port)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "JACANA_MULTIMODAL_REDIS_URL": self.redis.url,
+            "JACANA_MULTIMODAL_STORAGE_DIR": str(self.root / "videos"),
+            "JACANA_MULTIMODAL_CACHE_DIR": str(self.root / "cache"),
+            "JACANA_MULTIMODAL_DEVICE": "cpu",
+            # A dead worker's render is handed on within seconds, not hours.
+            "JACANA_MULTIMODAL_LONGEST_RENDER_S": "20",
+            "JACANA_MULTIMODAL_VISIBILITY_TIMEOUT_S": "25",
+            "JACANA_MULTIMODAL_RESTORE_INTERVAL_S": "1",
+            "OMP_NUM_THREADS": "1",
+            **self.extra_env,
+        }
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}/v1"
+
+    def start_multimodal(self) -> Service:
+        self.multimodal = start_service(
+            "jacana_multimodal",
+            {
+                **self.env,
+                "JACANA_MULTIMODAL_HOST": "127.0.0.1",
+                "JACANA_MULTIMODAL_PORT": str(self.multimodal_port),
+            },
+            f"127.0.0.1:{self.multimodal_port}",
+            grpc_ready,
+        )
+        return self.multimodal
+
+    def start_gateway(self) -> Service:
+        self.gateway = start_service(
+            "jacana_gateway",
+            {
+                "JACANA_GATEWAY_HOST": "127.0.0.1",
+                "JACANA_GATEWAY_PORT": str(self.gateway_port),
+                "JACANA_GATEWAY_VIDEOS": json.dumps(
+                    {VIDEO_MODEL: [f"127.0.0.1:{self.multimodal_port}"]}
+                ),
+                "JACANA_GATEWAY_VIDEO_POLL_AFTER_MS": "100",
+            },
+            f"127.0.0.1:{self.gateway_port}",
+            http_ready,
+        )
+        return self.gateway
+
+    def start_worker(self, name: str | None = None) -> Worker:
+        name = name or f"w{len(self.workers) + 1}"
+        log_path = Path(tempfile.mkstemp(prefix=f"render-{name}-", suffix=".log")[1])
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "jacana_multimodal.worker", "worker",
+             "-Q", "jacana.video", "--concurrency", "1", "--pool", "prefork",
+             "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
+             "--without-heartbeat", "--loglevel", "INFO"],
+            env={**os.environ, **self.env},
+            stdout=log_path.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        worker = Worker(name, process, log_path)
+        self.workers.append(worker)
+        deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
+        while " ready." not in worker.log_text():
+            if process.poll() is not None or time.monotonic() > deadline:
+                worker.stop()
+                raise RuntimeError(f"render worker {name} did not start:\n{worker.log_text()}")
+            time.sleep(0.1)
+        return worker
+
+    def gateway_http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=30)
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        for service in (self.gateway, self.multimodal):
+            if service is not None:
+                service.stop()
+        self.redis.stop()
+
+
+def start_video_stack(root: Path, workers: int = 1, **extra_env: str) -> VideoStack:
+    """Redis, the multimodal service, ``workers`` render workers and a gateway."""
+    redis = RedisServer(root / "redis")
+    redis.start()
+    stack = VideoStack(root, redis, extra_env)
+    try:
+        stack.start_multimodal()
+        for _ in range(workers):
+            stack.start_worker()
+        stack.start_gateway()
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
