@@ -1,4 +1,6 @@
-# Jacana's service images, one build target each (engine, embeddings, asr, drafter, gateway).
+# Jacana's service images, one build target each (engine, embeddings, asr, drafter,
+# multimodal (the video service and, with another command, its render worker), redis,
+# gateway).
 # Build context is the repository root:
 #   docker build --target engine -t jacana-engine .
 # TORCH_INDEX_URL picks where torch comes from (empty: the default index, whose Linux
@@ -49,6 +51,15 @@ COPY services/engine/ /src/services/engine/
 COPY services/drafter/ /src/services/drafter/
 RUN pip install -c /src/requirements/runtime.txt -c /src/torch-constraint.txt \
         /src/libs/common /src/services/engine /src/services/drafter
+
+# The video service and its render worker share one environment (diffusers, PyAV, Celery).
+# No weights are baked in: the default wan-tiny-random is built on first use into the
+# cache volume, real Wan weights come from /models.
+FROM torch-venv AS multimodal-build
+COPY libs/jobs/ /src/libs/jobs/
+COPY services/multimodal/ /src/services/multimodal/
+RUN pip install -c /src/requirements/runtime.txt -c /src/torch-constraint.txt \
+        /src/libs/common /src/libs/jobs /src/services/multimodal
 
 # No torch.
 FROM venv AS gateway-build
@@ -101,6 +112,32 @@ EXPOSE 50081
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
     CMD ["jacana-healthcheck", "asr"]
 CMD ["python", "-m", "jacana_asr"]
+
+FROM runtime AS multimodal
+COPY --from=multimodal-build /opt/jacana /opt/jacana
+ENV JACANA_MULTIMODAL_HOST=0.0.0.0 JACANA_MULTIMODAL_PORT=50091 \
+    JACANA_MULTIMODAL_STORAGE_DIR=/home/jacana/videos
+RUN install -d -o 10001 -g 10001 /home/jacana/videos
+USER 10001:10001
+EXPOSE 50091
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["jacana-healthcheck", "multimodal"]
+CMD ["python", "-m", "jacana_multimodal"]
+
+# Debian's redis-server: the job store and the render queue. Append-only persistence in
+# /data (a volume), so an accepted job survives a restart.
+FROM ${PYTHON_IMAGE} AS redis
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server \
+ && rm -rf /var/lib/apt/lists/* \
+ && install -d -o redis -g redis /data
+USER redis
+WORKDIR /data
+EXPOSE 6379
+HEALTHCHECK --interval=5s --timeout=3s --start-period=5s --retries=3 \
+    CMD ["redis-cli", "ping"]
+CMD ["redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--dir", "/data", \
+     "--appendonly", "yes", "--appendfsync", "everysec"]
 
 FROM runtime AS drafter
 COPY --from=drafter-build /opt/jacana /opt/jacana

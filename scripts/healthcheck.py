@@ -5,6 +5,8 @@ jacana-healthcheck engine      gRPC health of 127.0.0.1:$JACANA_ENGINE_PORT (def
 jacana-healthcheck embeddings  gRPC health of 127.0.0.1:$JACANA_EMBEDDINGS_PORT (default 50061)
 jacana-healthcheck drafter     gRPC health of 127.0.0.1:$JACANA_DRAFTER_PORT (default 50071)
 jacana-healthcheck asr         gRPC health of 127.0.0.1:$JACANA_ASR_PORT (default 50081)
+jacana-healthcheck multimodal  gRPC health of 127.0.0.1:$JACANA_MULTIMODAL_PORT (default 50091)
+jacana-healthcheck render      the render worker on this host answers Celery's ping
 jacana-healthcheck gateway     HTTP GET http://127.0.0.1:$JACANA_GATEWAY_PORT/health (8000)
 jacana-healthcheck grpc HOST:PORT | http URL
 """
@@ -31,6 +33,16 @@ def http_ok(url: str) -> bool:
         return False
 
 
+def render_ok() -> bool:
+    """This host's render worker (named ``render@<hostname>``) answers a broadcast ping."""
+    import socket
+
+    from jacana_multimodal.worker import app
+
+    replies = app.control.ping(destination=[f"render@{socket.gethostname()}"], timeout=3.0)
+    return bool(replies)
+
+
 def main(argv: list[str]) -> int:
     match argv:
         case ["engine"]:
@@ -41,6 +53,10 @@ def main(argv: list[str]) -> int:
             ok = grpc_ok(f"127.0.0.1:{os.environ.get('JACANA_DRAFTER_PORT', '50071')}")
         case ["asr"]:
             ok = grpc_ok(f"127.0.0.1:{os.environ.get('JACANA_ASR_PORT', '50081')}")
+        case ["multimodal"]:
+            ok = grpc_ok(f"127.0.0.1:{os.environ.get('JACANA_MULTIMODAL_PORT', '50091')}")
+        case ["render"]:
+            ok = render_ok()
         case ["gateway"]:
             ok = http_ok(f"http://127.0.0.1:{os.environ.get('JACANA_GATEWAY_PORT', '8000')}/health")
         case ["grpc", target]:

@@ -93,7 +93,7 @@ def config() -> dict:
     return compose_config(COMPOSE)
 
 
-SERVICES = ["drafter", "engine", "embeddings", "asr", "gateway"]
+SERVICES = ["drafter", "engine", "embeddings", "asr", "multimodal", "gateway"]
 
 
 def test_every_service_builds_its_own_target_of_the_dockerfile(config):
@@ -180,12 +180,50 @@ def test_engine_drafts_through_the_drafter_only_when_asked(config):
     assert "/models" in targets  # where a draft model comes from
 
 
+def test_videos_render_in_a_worker_fed_by_a_persistent_redis(config):
+    """Redis keeps its append-only file in a volume; the multimodal service and the render
+    worker share it and the artifact volume; the worker renders one video at a time; the
+    gateway routes the video model to the service."""
+    services = config["services"]
+    redis = services["redis"]
+    assert redis["build"]["target"] == "redis"
+    assert "appendonly" in stages(DOCKERFILE.read_text())["redis"]
+    assert any(str(v).endswith("/data") or v.get("target") == "/data" for v in redis["volumes"])
+    multimodal, render = services["multimodal"], services["render"]
+    assert render["image"] == multimodal["image"]
+    for service in (multimodal, render):
+        assert environment(service)["JACANA_MULTIMODAL_REDIS_URL"] == "redis://redis:6379/0"
+        assert is_non_root(service["user"])
+    command = " ".join(render["command"])
+    assert "jacana_multimodal.worker worker" in command and "--concurrency 1" in command
+    assert "jacana-healthcheck render" in " ".join(render["healthcheck"]["test"])
+    assert multimodal["depends_on"]["redis"]["condition"] == "service_healthy"
+
+    def volume_of(service: dict, target: str) -> str:
+        for v in service["volumes"]:
+            source, _, rest = v.partition(":") if isinstance(v, str) else (v["source"], "", "")
+            if (rest.split(":")[0] if isinstance(v, str) else v["target"]) == target:
+                return source
+        raise AssertionError(f"no volume at {target}")
+
+    videos = "/home/jacana/videos"
+    assert volume_of(multimodal, videos) == volume_of(render, videos)
+    gateway = services["gateway"]
+    assert gateway["depends_on"]["multimodal"]["condition"] == "service_healthy"
+    assert json.loads(environment(gateway)["JACANA_GATEWAY_VIDEOS"]) == {
+        "wan-tiny-random": ["multimodal:50091"]
+    }
+
+
 def test_gpu_overlay_merges():
     merged = compose_config(COMPOSE, GPU_OVERLAY)
     engine = merged["services"]["engine"]
     assert environment(engine)["JACANA_ENGINE_DEVICE"] == "cuda"
     devices = engine["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
+    render = merged["services"]["render"]
+    assert environment(render)["JACANA_MULTIMODAL_DEVICE"] == "cuda"
+    assert render["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
 
 
 @pytest.mark.parametrize("name", SERVICES)
