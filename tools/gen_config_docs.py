@@ -17,7 +17,7 @@ import importlib
 import sys
 import types
 import typing
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic import BaseModel
@@ -35,6 +35,12 @@ SERVICES = [
     ("Embeddings", "JACANA_EMBEDDINGS_", "jacana_embeddings.settings", "EmbeddingsSettings"),
     ("Speech to text (ASR)", "JACANA_ASR_", "jacana_asr.settings", "AsrSettings"),
     ("Drafter", "JACANA_DRAFTER_", "jacana_drafter.settings", "DrafterSettings"),
+    (
+        "Video (multimodal service and render workers)",
+        "JACANA_MULTIMODAL_",
+        "jacana_multimodal.settings",
+        "MultimodalSettings",
+    ),
 ]
 
 HEADER = """\
@@ -84,6 +90,8 @@ def _default(field: FieldInfo) -> str:
         value = field.default
     if value is None:
         return "unset"
+    if isinstance(value, PurePath):
+        value = str(value)
     if isinstance(value, str):
         return f'`"{value}"`'
     if isinstance(value, bool):
