@@ -6,6 +6,7 @@ One stack for the module; each test makes its own videos."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +21,20 @@ from PIL import Image
 from video_stack import VIDEO_MODEL, VideoStack, start_video_stack
 
 SIZE = "128x128"
+I2V_MODEL = "wan-tiny-i2v-random"
+MODELS = [
+    {"id": VIDEO_MODEL, "architecture": "wan2.1-t2v-tiny"},
+    {"id": I2V_MODEL, "architecture": "wan2.1-i2v-tiny"},
+]
 # The SDK marks its Videos methods deprecated; they are what clients call all the same.
 pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VideoStack]:
-    running = start_video_stack(tmp_path_factory.mktemp("video-api"))
+    running = start_video_stack(
+        tmp_path_factory.mktemp("video-api"), JACANA_MULTIMODAL_MODELS=json.dumps(MODELS)
+    )
     try:
         yield running
     finally:
@@ -173,6 +181,19 @@ def test_remix_renders_the_same_request_under_a_new_prompt(client: openai.OpenAI
     assert remix.remixed_from_video_id == source.id and remix.prompt == "a kite over the sea"
     done = wait_for(client, remix.id, lambda v: v.status == "completed")
     assert done.model_extra["seed"] == 7 and done.size == source.size
+
+
+def test_an_image_to_video_model_starts_from_the_uploaded_image(client: openai.OpenAI) -> None:
+    image = io.BytesIO()
+    Image.fromarray(np.full((90, 160, 3), (200, 40, 40), np.uint8)).save(image, format="PNG")
+    video = client.videos.create_and_poll(
+        prompt="the red wall", model=I2V_MODEL, seconds="1", size="160x96",
+        input_reference=("wall.png", image.getvalue(), "image/png"),
+    )  # fmt: skip
+    assert video.status == "completed", video.error
+    assert video.size == "160x96"
+    remix = client.videos.remix(video.id, prompt="the red wall at night")
+    assert wait_for(client, remix.id, lambda v: v.status == "completed").size == "160x96"
 
 
 # -- bad input -------------------------------------------------------------------------

@@ -80,6 +80,13 @@ class VideoStack:
         }
 
     @property
+    def models(self) -> list[str]:
+        """The video model ids the service is configured with (the tiny default alone
+        unless ``JACANA_MULTIMODAL_MODELS`` says otherwise)."""
+        raw = self.extra_env.get("JACANA_MULTIMODAL_MODELS")
+        return [spec["id"] for spec in json.loads(raw)] if raw else [VIDEO_MODEL]
+
+    @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.gateway_port}/v1"
 
@@ -103,7 +110,7 @@ class VideoStack:
                 "JACANA_GATEWAY_HOST": "127.0.0.1",
                 "JACANA_GATEWAY_PORT": str(self.gateway_port),
                 "JACANA_GATEWAY_VIDEOS": json.dumps(
-                    {VIDEO_MODEL: [f"127.0.0.1:{self.multimodal_port}"]}
+                    {model: [f"127.0.0.1:{self.multimodal_port}"] for model in self.models}
                 ),
                 "JACANA_GATEWAY_VIDEO_POLL_AFTER_MS": "100",
             },
