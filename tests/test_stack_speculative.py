@@ -84,6 +84,7 @@ def spec_stack(tmp_path_factory) -> Iterator[RunningStack]:
         "JACANA_ENGINE_SPECULATIVE_DYNAMIC_K": "false",
         "JACANA_STACK_EMBEDDINGS": "0",
         "JACANA_STACK_ASR": "0",
+        "JACANA_STACK_VIDEO": "0",
         "JACANA_ENGINE_PORT": str(engine_port),
         "JACANA_DRAFTER_PORT": str(drafter_port),
         "JACANA_GATEWAY_PORT": str(gateway_port),

@@ -180,13 +180,14 @@ def test_sigterm_to_the_supervisor_stops_everything(tmp_path):
             proc.wait()
 
 
-def test_plan_joins_engine_embeddings_asr_and_gateway(tmp_path):
+def test_plan_joins_engine_embeddings_asr_video_and_gateway(tmp_path):
     env = {
         "PATH": os.environ.get("PATH", ""),
         "JACANA_ENGINE_PORT": "0",
         "JACANA_EMBEDDINGS_PORT": "0",
         "JACANA_ASR_PORT": "0",
         "JACANA_DRAFTER_PORT": "0",
+        "JACANA_MULTIMODAL_PORT": "0",
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_ENGINE_MODEL_ID": "my-model",
         "JACANA_ENGINE_MODEL": "/models/x.gguf",
@@ -198,6 +199,9 @@ def test_plan_joins_engine_embeddings_asr_and_gateway(tmp_path):
         "engine",
         "embeddings",
         "asr",
+        "redis",
+        "multimodal",
+        "render",
         "gateway",
     ]
     engine_port = int(plan.engine.env["JACANA_ENGINE_PORT"])
@@ -223,16 +227,56 @@ def test_plan_joins_engine_embeddings_asr_and_gateway(tmp_path):
     asr = json.loads(plan.gateway.env["JACANA_GATEWAY_ASR"])
     assert asr == {"whisper-tiny.en": [f"127.0.0.1:{asr_port}"]}
     assert plan.asr_model_id == "whisper-tiny.en"
+    redis, multimodal, render = plan.video
+    redis_port = redis.argv[redis.argv.index("--port") + 1]
+    assert (
+        "--appendonly" in redis.argv and redis.argv[redis.argv.index("--appendonly") + 1] == "yes"
+    )
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    assert (
+        multimodal.env["JACANA_MULTIMODAL_REDIS_URL"] == render.env["JACANA_MULTIMODAL_REDIS_URL"]
+    )
+    assert multimodal.env["JACANA_MULTIMODAL_REDIS_URL"] == redis_url
+    assert multimodal.argv[1:] == ["-m", "jacana_multimodal"]
+    assert render.argv[1:5] == ["-m", "celery", "-A", "jacana_multimodal.worker"]
+    assert "--concurrency" in render.argv and "1" in render.argv
+    multimodal_port = int(multimodal.env["JACANA_MULTIMODAL_PORT"])
+    videos = json.loads(plan.gateway.env["JACANA_GATEWAY_VIDEOS"])
+    assert videos == {"wan-tiny-random": [f"127.0.0.1:{multimodal_port}"]}
+    assert plan.video_model_id == "wan-tiny-random"
 
     banner = stack.banner(
-        plan.base_url, plan.model_id, tmp_path, plan.embeddings_model_id, None, plan.asr_model_id
+        plan.base_url,
+        plan.model_id,
+        tmp_path,
+        plan.embeddings_model_id,
+        None,
+        plan.asr_model_id,
+        plan.video_model_id,
     )
     assert f"{plan.base_url}/v1/chat/completions" in banner
     assert 'base_url="' + plan.base_url + '/v1"' in banner
     assert "What is the capital of France?" in banner
     assert 'client.embeddings.create(\n      model="all-minilm-l6-v2"' in banner
     assert 'client.audio.transcriptions.create(model="whisper-tiny.en"' in banner
-    assert "models: my-model, all-minilm-l6-v2, whisper-tiny.en" in banner
+    assert "models: my-model, all-minilm-l6-v2, whisper-tiny.en, wan-tiny-random" in banner
+    assert 'client.videos.create_and_poll(\n      model="wan-tiny-random"' in banner
+
+
+def test_video_uses_a_given_redis_or_can_be_left_out(tmp_path):
+    env = {
+        name: "0" for name in ("ENGINE", "EMBEDDINGS", "ASR", "DRAFTER", "MULTIMODAL", "GATEWAY")
+    }
+    env = {f"JACANA_{name}_PORT": value for name, value in env.items()}
+    external = {**env, "JACANA_MULTIMODAL_REDIS_URL": "redis://10.0.0.9:6379/2"}
+    plan = stack.plan(external, tmp_path)
+    assert [s.name for s in plan.video] == ["multimodal", "render"]
+    assert plan.video[1].env["JACANA_MULTIMODAL_REDIS_URL"] == "redis://10.0.0.9:6379/2"
+    plan = stack.plan({**env, "JACANA_STACK_VIDEO": "0"}, tmp_path)
+    assert plan.video == () and "JACANA_GATEWAY_VIDEOS" not in plan.gateway.env
+    assert "videos" not in stack.banner(plan.base_url, plan.model_id, tmp_path)
+    with pytest.raises(SystemExit, match="JACANA_STACK_VIDEO"):
+        stack.plan({**env, "JACANA_STACK_VIDEO": "later"}, tmp_path)
 
 
 @pytest.mark.parametrize("service", ["embeddings", "drafter", "asr"])
@@ -286,11 +330,14 @@ def test_plan_can_leave_the_embeddings_service_out(tmp_path):
         "JACANA_GATEWAY_PORT": "0",
         "JACANA_DRAFTER_PORT": "0",
         "JACANA_ASR_PORT": "0",
+        "JACANA_MULTIMODAL_PORT": "0",
         "JACANA_STACK_EMBEDDINGS": "0",
     }
     plan = stack.plan(env, tmp_path)
     assert plan.embeddings is None and plan.embeddings_model_id is None
-    assert [s.name for s in plan.services] == ["drafter", "engine", "asr", "gateway"]
+    assert [s.name for s in plan.services] == [
+        "drafter", "engine", "asr", "redis", "multimodal", "render", "gateway",
+    ]  # fmt: skip
     assert "JACANA_GATEWAY_EMBEDDINGS" not in plan.gateway.env
     assert "embeddings" not in stack.banner(plan.base_url, plan.model_id, tmp_path)
     with pytest.raises(SystemExit, match="JACANA_STACK_EMBEDDINGS"):
@@ -304,6 +351,7 @@ def test_plan_can_leave_the_asr_service_out(tmp_path):
         "JACANA_DRAFTER_PORT": "0",
         "JACANA_EMBEDDINGS_PORT": "0",
         "JACANA_STACK_ASR": "0",
+        "JACANA_STACK_VIDEO": "0",
     }
     plan = stack.plan(env, tmp_path)
     assert plan.asr is None and plan.asr_model_id is None
@@ -370,6 +418,7 @@ def test_plan_can_leave_the_drafter_out(tmp_path):
         "JACANA_STACK_EMBEDDINGS": "0",
         "JACANA_STACK_ASR": "0",
         "JACANA_STACK_DRAFTER": "0",
+        "JACANA_STACK_VIDEO": "0",
     }
     plan = stack.plan(env, tmp_path)
     assert plan.drafter is None
