@@ -22,6 +22,8 @@ from stack_asr import ASR_MODEL_ID, start_asr, start_asr_gateway
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 SRT_TIME = r"\d{2}:\d{2}:\d{2},\d{3} --> \d{2}:\d{2}:\d{2},\d{3}"
 VTT_TIME = r"\d{2}:\d{2}:\d{2}\.\d{3} --> \d{2}:\d{2}:\d{2}\.\d{3}"
+MAX_AUDIO_SECONDS = 20
+MAX_BODY_BYTES = 1024 * 1024
 
 
 def _run(*command: str | Path) -> str:
@@ -53,14 +55,18 @@ def clip_seconds(clips: dict[str, Path]) -> float:
 
 @pytest.fixture(scope="module")
 def asr_service() -> Iterator[Service]:
-    service = start_asr()
+    """Without Redis (no jobs) and with a short length limit, to be crossed by a test."""
+    service = start_asr(JACANA_ASR_MAX_AUDIO_SECONDS=str(MAX_AUDIO_SECONDS))
     yield service
     service.stop()
 
 
 @pytest.fixture(scope="module")
 def asr_gateway(asr_service: Service) -> Iterator[Service]:
-    service = start_asr_gateway({ASR_MODEL_ID: [asr_service.address]})
+    service = start_asr_gateway(
+        {ASR_MODEL_ID: [asr_service.address]},
+        JACANA_GATEWAY_MAX_AUDIO_BODY_BYTES=str(MAX_BODY_BYTES),
+    )
     yield service
     service.stop()
 
@@ -143,3 +149,53 @@ def test_an_unknown_model_is_a_404(sdk, clips):
         sdk.audio.transcriptions.create(model="whisper-1", file=audio)
     assert exc.value.body["param"] == "model"
     assert exc.value.body["code"] == "model_not_found"
+
+
+# --- bad input, through the gateway and the real service ----------------------------------
+
+
+def _refused(sdk, status: int, file, **fields) -> dict:
+    with pytest.raises(openai.APIStatusError) as exc:
+        sdk.audio.transcriptions.create(model=ASR_MODEL_ID, file=file, **fields)
+    assert exc.value.status_code == status, exc.value.body
+    return exc.value.body
+
+
+def test_a_body_over_the_limit_is_a_413(sdk):
+    body = _refused(sdk, 413, ("big.wav", b"\0" * (MAX_BODY_BYTES + 1)))
+    assert body["code"] == "request_too_large"
+
+
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("empty.wav", b""),
+        ("cut.wav", b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00"),  # a header cut short
+        ("noise.flac", b"fLaC" + bytes(range(256)) * 16),  # a FLAC tag, then garbage
+    ],
+)
+def test_empty_or_corrupt_audio_is_a_400_naming_file(sdk, name, data):
+    body = _refused(sdk, 400, (name, data))
+    assert body["param"] == "file" and body["message"]
+
+
+def test_a_language_that_does_not_exist_is_a_400(sdk, clips):
+    with clips["wav"].open("rb") as audio:
+        body = _refused(sdk, 400, audio, language="xx")
+    assert body["param"] == "language"
+
+
+def test_word_timestamps_without_verbose_json_are_a_400(sdk, clips):
+    with clips["wav"].open("rb") as audio:
+        body = _refused(sdk, 400, audio, timestamp_granularities=["word"])
+    assert body["param"] == "timestamp_granularities[]"
+    assert "verbose_json" in body["message"]
+
+
+def test_audio_over_the_length_limit_points_to_the_jobs_route(sdk, clips, tmp_path):
+    padded = tmp_path / "padded.wav"
+    _run("sox", clips["wav"], padded, "pad", "0", str(MAX_AUDIO_SECONDS))
+    with padded.open("rb") as audio:
+        body = _refused(sdk, 400, audio)
+    assert (body["param"], body["code"]) == ("file", "audio_too_long")
+    assert "/v1/audio/transcriptions/jobs" in body["message"]

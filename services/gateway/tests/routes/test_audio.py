@@ -141,21 +141,26 @@ async def test_a_json_body_is_refused(client):
     assert_error(resp, 400, None, "invalid_content_type")
 
 
+GRANULARITIES = "timestamp_granularities[]"  # the field's name in OpenAI's reference
+
+
 async def test_word_timestamps_are_refused_for_now(client):
     for key in ("timestamp_granularities[]", "timestamp_granularities"):
         fields = {key: ["segment", "word"], "response_format": "verbose_json"}
         resp = await post(client, **fields)
-        error = assert_error(resp, 400, "timestamp_granularities", "unsupported_parameter")
+        error = assert_error(resp, 400, GRANULARITIES, "unsupported_parameter")
         assert "word" in error["message"]
 
 
 async def test_granularities_need_verbose_json(client):
-    resp = await post(client, **{"timestamp_granularities[]": "segment"})
-    assert_error(resp, 400, "timestamp_granularities", "invalid_value")
+    for value in ("segment", "word"):
+        resp = await post(client, **{"timestamp_granularities[]": value})
+        error = assert_error(resp, 400, GRANULARITIES, "invalid_value")
+        assert "verbose_json" in error["message"]
     resp = await post(
         client, **{"timestamp_granularities[]": "char", "response_format": "verbose_json"}
     )
-    assert_error(resp, 400, "timestamp_granularities", "invalid_value")
+    assert_error(resp, 400, GRANULARITIES, "invalid_value")
 
 
 async def test_translations_take_no_transcription_only_fields(client):

@@ -5,7 +5,9 @@ Request handling, in order: the multipart form (400 naming the field,
 :mod:`jacana_gateway.schemas.audio`; a body over ``max_audio_body_bytes`` is a 413 from
 the body limit), the model served here (404 ``model_not_found``; a generation or embedding
 model is a 400 ``model_not_supported``), then the service: its INVALID_ARGUMENT -> 400
-naming ``file``, ``language`` or ``temperature``, RESOURCE_EXHAUSTED -> 429,
+naming ``file``, ``language`` or ``temperature`` (audio past the service's length limit,
+code ``audio_too_long``, points a transcription to the jobs route,
+:mod:`jacana_gateway.routes.audio_jobs`), RESOURCE_EXHAUSTED -> 429,
 DEADLINE_EXCEEDED -> 504, unreachable -> 503. A replica that answers UNAVAILABLE is
 skipped for the next one (transcribing is idempotent). A client that disconnects cancels
 the gRPC call. The reply is shown in the asked ``response_format``
@@ -20,11 +22,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from jacana_common.errors import ApiError
 from jacana_gateway.errors import model_not_found, model_not_supported
 from jacana_gateway.middleware.disconnect import cancel_on_disconnect
 from jacana_gateway.schemas.audio import RESPONSE_FORMATS, read_audio_request
 from jacana_gateway.state import GatewayState
 from jacana_gateway.translate.audio import RENDERERS, transcribe_request
+
+AUDIO_TOO_LONG = "audio_too_long"  # the service's code for audio past its length limit
+JOBS_PATH = "/v1/audio/transcriptions/jobs"  # long audio: jacana_gateway.routes.audio_jobs
+LONG_AUDIO_HINT = f"Transcribe longer audio as a job: POST {JOBS_PATH}."
 
 
 def _form_schema(task: str) -> dict[str, Any]:
@@ -64,8 +71,14 @@ def build_router(state: GatewayState) -> APIRouter:
         call = services.transcribe(
             body.model, transcribe_request(body, uuid.uuid4().hex), timeout_s
         )
-        async with cancel_on_disconnect(request.receive):
-            reply = await call
+        try:
+            async with cancel_on_disconnect(request.receive):
+                reply = await call
+        except ApiError as exc:
+            if exc.code == AUDIO_TOO_LONG and task == "transcribe":
+                message = f"{exc.message} {LONG_AUDIO_HINT}"
+                raise ApiError(exc.status, message, exc.param, exc.code) from None
+            raise
         rendered = RENDERERS[body.response_format](reply, task)
         return Response(rendered.content, media_type=rendered.media_type)
 

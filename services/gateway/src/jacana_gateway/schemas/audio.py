@@ -24,6 +24,8 @@ from jacana_gateway.errors import missing_parameter, unknown_parameter, unsuppor
 
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 GRANULARITIES = ("segment", "word")
+# The name OpenAI's reference gives the field (a list, sent as repeated ``name[]`` parts).
+GRANULARITIES_PARAM = "timestamp_granularities[]"
 MAX_PROMPT_CHARS = 10_000  # Whisper conditions on the last 223 tokens of it anyway
 MAX_FIELDS = 64
 
@@ -115,19 +117,17 @@ def _granularities(
     fields: dict[str, list[str | UploadFile]], response_format: str
 ) -> tuple[str, ...]:
     values = fields.get("timestamp_granularities", [])
-    param = "timestamp_granularities"
+    param = GRANULARITIES_PARAM
     for value in values:
         if value not in GRANULARITIES:
             raise invalid_value(
                 f"'{param}' entries must be one of {', '.join(GRANULARITIES)} (got {value!r}).",
                 param,
             )
-        if value == "word":
-            raise unsupported_parameter(
-                param, "word timestamps are not available yet; use 'segment'"
-            )
     if values and response_format != "verbose_json":
         raise invalid_value(f"'{param}' needs response_format 'verbose_json'.", param)
+    if "word" in values:
+        raise unsupported_parameter(param, "word timestamps are not available yet; use 'segment'")
     return tuple(dict.fromkeys(str(v) for v in values))
 
 
