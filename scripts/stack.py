@@ -28,6 +28,11 @@ Video: a ``redis-server`` on a free loopback port (append-only persistence, data
 ``.run/redis``), the multimodal service and one Celery render worker (concurrency 1), with
 the artifacts in ``.run/videos``. ``JACANA_MULTIMODAL_REDIS_URL`` points them at another
 Redis instead (then none is started); ``JACANA_STACK_VIDEO=0`` leaves all three out.
+
+Transcription jobs: with the ASR service and the video part both on, the ASR service and one
+Celery transcription worker (``asr-worker``, concurrency 1) use the video part's Redis, with
+the uploads and results in ``.run/transcriptions``; ``JACANA_ASR_REDIS_URL`` names another
+Redis (then the worker runs even without the video part).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ DEFAULT_ASR_PORT = 50081
 DEFAULT_MULTIMODAL_PORT = 50091
 DEFAULT_VIDEO_MODEL_ID = "wan-tiny-random"
 RENDER_QUEUE = "jacana.video"  # jacana_multimodal.service.RENDER_QUEUE
+TRANSCRIPTION_QUEUE = "jacana.transcription"  # jacana_asr.settings.AsrSettings.job_queue
 DEFAULT_GATEWAY_PORT = 8000
 
 
@@ -160,13 +166,22 @@ class StackPlan:
     asr_model_id: str | None = None
     video: tuple[Service, ...] = ()  # Redis (unless external), multimodal, render worker
     video_model_id: str | None = None
+    asr_worker: Service | None = None  # transcription jobs, on the video part's Redis
 
     @property
     def services(self) -> list[Service]:
         """Start order: the drafter before the engine that drafts from it; Redis before the
-        multimodal service and the worker; the gateway last, since its /health needs the
+        multimodal service and the workers; the gateway last, since its /health needs the
         others serving."""
-        order = (self.drafter, self.engine, self.embeddings, self.asr, *self.video, self.gateway)
+        order = (
+            self.drafter,
+            self.engine,
+            self.embeddings,
+            self.asr,
+            *self.video,
+            self.asr_worker,
+            self.gateway,
+        )
         return [s for s in order if s is not None]
 
 
@@ -259,6 +274,27 @@ def plan_video(
     worker.probe = output_probe(worker, " ready.")
     services.append(worker)
     return tuple(services)
+
+
+def plan_asr_worker(
+    asr: Service, redis_url: str, log_dir: Path, run_dir: Path = ROOT / ".run"
+) -> Service:
+    """One transcription worker sharing ``asr``'s environment, both on ``redis_url``;
+    sets the jobs' Redis and storage directory of the service (unless already set)."""
+    asr.env.setdefault("JACANA_ASR_REDIS_URL", redis_url)
+    asr.env.setdefault("JACANA_ASR_STORAGE_DIR", str(run_dir / "transcriptions"))
+    queue = asr.env.get("JACANA_ASR_JOB_QUEUE") or TRANSCRIPTION_QUEUE
+    worker = Service(
+        name="asr-worker",
+        argv=[sys.executable, "-m", "celery", "-A", "jacana_asr.worker", "worker",
+              "-Q", queue, "--concurrency", "1", "--pool", "prefork",
+              "-n", "asr@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
+        env=asr.env,
+        probe=lambda: asyncio.sleep(0, False),
+        log_path=log_dir / "asr-worker.log",
+    )  # fmt: skip
+    worker.probe = output_probe(worker, " ready.")
+    return worker
 
 
 def _speculation(env: dict[str, str], drafter_target: str | None) -> Speculation:
@@ -385,6 +421,13 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         gateway_env["JACANA_GATEWAY_VIDEOS"] = env.get("JACANA_GATEWAY_VIDEOS") or json.dumps(
             {video_model_id: [f"{_local(multimodal_host)}:{multimodal_port}"]}
         )
+    asr_worker = None
+    if asr is not None:
+        jobs_redis = env.get("JACANA_ASR_REDIS_URL") or next(
+            (s.env["JACANA_MULTIMODAL_REDIS_URL"] for s in video if s.name == "multimodal"), ""
+        )
+        if jobs_redis:
+            asr_worker = plan_asr_worker(asr, jobs_redis, log_dir)
     base_url = f"http://{_local(gateway_host)}:{gateway_port}"
     gateway = Service(
         name="gateway",
@@ -406,6 +449,7 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         asr_model_id=asr_model_id,
         video=video,
         video_model_id=video_model_id,
+        asr_worker=asr_worker,
     )
 
 

@@ -1,7 +1,8 @@
 """Start the real services as processes on free loopback ports, for tests.
 
 Services are torn down with SIGTERM (the graceful path), escalating to SIGKILL only if
-they hang.
+they hang. Celery workers (:func:`start_worker`) run in their own process group, so
+killing one takes its pool child with it (:meth:`Worker.kill`: a machine that died).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from jacana_common.grpc_client import check_health
 
 MODEL_ID = "smollm2-135m-instruct"
 START_TIMEOUT_S = 180
+WORKER_READY_TIMEOUT_S = 120
 
 
 def free_port() -> int:
@@ -144,3 +146,53 @@ def start_gateway(engines: dict[str, list[str]], healthy: bool = True, **env: st
         f"127.0.0.1:{port}",
         http_ready if healthy else http_answering,
     )
+
+
+@dataclass
+class Worker:
+    """One ``celery worker`` process group and its log."""
+
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool child at once: a machine that died."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_worker(app: str, queue: str, name: str, env: dict[str, str]) -> Worker:
+    """``celery -A app worker -Q queue`` (prefork, concurrency 1) named ``name@host``,
+    with ``env`` over this process's environment; returns once it is ready."""
+    log_path = Path(tempfile.mkstemp(prefix=f"celery-{name}-", suffix=".log")[1])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", app, "worker",
+         "-Q", queue, "--concurrency", "1", "--pool", "prefork",
+         "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
+         "--without-heartbeat", "--loglevel", "INFO"],
+        env={**os.environ, **env},
+        stdout=log_path.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    worker = Worker(name, process, log_path)
+    deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
+    while " ready." not in worker.log_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            worker.stop()
+            raise RuntimeError(f"celery worker {name} did not start:\n{worker.log_text()}")
+        time.sleep(0.1)
+    return worker

@@ -3,13 +3,71 @@ free loopback ports (the helpers of :mod:`stack`, for the ASR stack).
 
 The gateway serves speech-to-text alone (only ``JACANA_GATEWAY_ASR``), so no LLM is
 loaded, and it is ready when ``/health`` reports the ASR service serving.
+
+:class:`AsrJobStack` adds what transcription jobs need: a redis-server, the service
+configured with it and Celery transcription workers. Each part can be stopped, killed and
+started again on the same ports and data, which is what the durability tests do.
 """
 
 from __future__ import annotations
 
-from stack import Service, start_grpc_service, start_service_gateway
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from redis_server import RedisServer
+from stack import (
+    Service,
+    Worker,
+    free_port,
+    grpc_ready,
+    http_ready,
+    start_grpc_service,
+    start_service,
+    start_service_gateway,
+    start_worker,
+)
 
 ASR_MODEL_ID = "whisper-tiny.en"
+JOB_QUEUE = "jacana.transcription"
+# Distinct sentences: repeated text compresses well, which sends a window into Whisper's
+# sampled temperature fallback, and a sampled window is not reproducible across processes.
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Speech recognition turns spoken words into written text.",
+    "Please call Stella and ask her to bring these things from the store.",
+    "Seven ships sailed north along the rocky coast before dawn.",
+    "My grandmother grows tomatoes, beans and sunflowers in her garden.",
+    "The library closes early on Sundays during the summer holidays.",
+    "A train to the capital leaves every hour from platform nine.",
+    "Heavy rain is expected tomorrow afternoon across the western valleys.",
+    "The orchestra rehearsed the new symphony for three long weeks.",
+    "Please remember to water the plants and feed the cat on Friday.",
+    "Engineers measured the bridge again after the storm had passed.",
+)
+
+
+def speech_wav(directory: Path, name: str, sentences: tuple[str, ...] = SENTENCES) -> Path:
+    """``sentences`` spoken by espeak-ng, one after another, as a 16 kHz mono s16 wav
+    (about 3.5 s a sentence). Skips the test when espeak-ng or sox is missing."""
+    missing = [b for b in ("espeak-ng", "sox") if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} on PATH")
+    parts = []
+    for i, sentence in enumerate(sentences):
+        raw = directory / f"{name}-{i}.raw.wav"
+        subprocess.run(["espeak-ng", "-w", str(raw), sentence], check=True, timeout=60)
+        parts.append(str(raw))
+    out = directory / f"{name}.wav"
+    subprocess.run(
+        ["sox", *parts, "-r", "16000", "-c", "1", "-b", "16", str(out)], check=True, timeout=60
+    )
+    return out
 
 
 def start_asr(**env: str) -> Service:
@@ -20,3 +78,100 @@ def start_asr(**env: str) -> Service:
 def start_asr_gateway(asr: dict[str, list[str]], **env: str) -> Service:
     """A gateway serving only ``asr`` (model -> endpoints); waits for /health 200."""
     return start_service_gateway("ASR", asr, **env)
+
+
+@dataclass
+class AsrJobStack:
+    """Redis, the ASR service with jobs on, transcription workers and a gateway."""
+
+    root: Path
+    redis: RedisServer
+    extra_env: dict[str, str] = field(default_factory=dict)
+    asr: Service | None = None
+    gateway: Service | None = None
+    workers: list[Worker] = field(default_factory=list)
+    asr_port: int = field(default_factory=free_port)
+    gateway_port: int = field(default_factory=free_port)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the service and the workers share. One torch thread in both, so a job's
+        result and a synchronous transcription run the same arithmetic."""
+        return {
+            "JACANA_ASR_REDIS_URL": self.redis.url,
+            "JACANA_ASR_STORAGE_DIR": str(self.storage_dir),
+            "JACANA_ASR_NUM_THREADS": "1",
+            # A dead worker's job is handed on within seconds, not hours.
+            "JACANA_ASR_LONGEST_JOB_S": "20",
+            "JACANA_ASR_VISIBILITY_TIMEOUT_S": "25",
+            "JACANA_ASR_RESTORE_INTERVAL_S": "1",
+            "OMP_NUM_THREADS": "1",
+            **self.extra_env,
+        }
+
+    @property
+    def storage_dir(self) -> Path:
+        return self.root / "transcriptions"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}/v1"
+
+    def start_asr(self) -> Service:
+        self.asr = start_service(
+            "jacana_asr",
+            {
+                **self.env,
+                "JACANA_ASR_HOST": "127.0.0.1",
+                "JACANA_ASR_PORT": str(self.asr_port),
+            },
+            f"127.0.0.1:{self.asr_port}",
+            grpc_ready,
+        )
+        return self.asr
+
+    def start_gateway(self) -> Service:
+        self.gateway = start_service(
+            "jacana_gateway",
+            {
+                "JACANA_GATEWAY_HOST": "127.0.0.1",
+                "JACANA_GATEWAY_PORT": str(self.gateway_port),
+                "JACANA_GATEWAY_ASR": json.dumps({ASR_MODEL_ID: [f"127.0.0.1:{self.asr_port}"]}),
+            },
+            f"127.0.0.1:{self.gateway_port}",
+            http_ready,
+        )
+        return self.gateway
+
+    def start_worker(self, name: str | None = None) -> Worker:
+        name = name or f"w{len(self.workers) + 1}"
+        worker = start_worker("jacana_asr.worker", JOB_QUEUE, name, self.env)
+        self.workers.append(worker)
+        return worker
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=120)
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        for service in (self.gateway, self.asr):
+            if service is not None:
+                service.stop()
+        self.redis.stop()
+
+
+def start_asr_job_stack(root: Path, workers: int = 1, **extra_env: str) -> AsrJobStack:
+    """Redis, the ASR service with jobs on, ``workers`` transcription workers, a gateway."""
+    redis = RedisServer(root / "redis")
+    redis.start()
+    stack = AsrJobStack(root, redis, extra_env)
+    try:
+        stack.start_asr()
+        for _ in range(workers):
+            stack.start_worker()
+        stack.start_gateway()
+    except BaseException:
+        stack.stop()
+        raise
+    return stack

@@ -215,6 +215,43 @@ def test_videos_render_in_a_worker_fed_by_a_persistent_redis(config):
     }
 
 
+def test_transcription_jobs_run_in_a_worker_on_the_video_jobs_redis(config):
+    """The ASR service and its transcription worker share the video jobs' Redis, one
+    environment and the storage volume; the worker is the asr image with Celery's command,
+    one job at a time, and waits for the service."""
+    services = config["services"]
+    asr, worker = services["asr"], services["asr-worker"]
+    assert worker["image"] == asr["image"]
+    assert is_non_root(worker["user"])
+    for service in (asr, worker):
+        env = environment(service)
+        assert env["JACANA_ASR_REDIS_URL"] == "redis://redis:6379/0"
+        assert env["JACANA_ASR_STORAGE_DIR"] == "/home/jacana/transcriptions"
+    assert environment(worker) == environment(asr)
+    assert environment(services["multimodal"])["JACANA_MULTIMODAL_REDIS_URL"] == (
+        "redis://redis:6379/0"
+    )
+    command = " ".join(worker["command"])
+    assert "jacana_asr.worker worker -Q jacana.transcription" in command
+    assert "--concurrency 1" in command
+    assert "inspect ping" in " ".join(worker["healthcheck"]["test"])
+    assert asr["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert worker["depends_on"]["asr"]["condition"] == "service_healthy"
+
+    def volume_at(service: dict, target: str) -> str:
+        for v in service["volumes"]:
+            source, _, rest = v.partition(":") if isinstance(v, str) else (v["source"], "", "")
+            if (rest.split(":")[0] if isinstance(v, str) else v["target"]) == target:
+                return source
+        raise AssertionError(f"no volume at {target}")
+
+    storage = "/home/jacana/transcriptions"
+    assert volume_at(asr, storage) == volume_at(worker, storage)
+    found = stages(DOCKERFILE.read_text())
+    assert "libs/jobs" in found["asr-build"]
+    assert f"install -d -o 10001 -g 10001 {storage}" in found["asr"]
+
+
 def test_gpu_overlay_merges():
     merged = compose_config(COMPOSE, GPU_OVERLAY)
     engine = merged["services"]["engine"]

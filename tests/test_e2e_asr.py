@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -199,3 +200,17 @@ def test_audio_over_the_length_limit_points_to_the_jobs_route(sdk, clips, tmp_pa
         body = _refused(sdk, 400, audio)
     assert (body["param"], body["code"]) == ("file", "audio_too_long")
     assert "/v1/audio/transcriptions/jobs" in body["message"]
+
+
+def test_jobs_without_redis_are_a_503_that_says_so(asr_gateway, clips):
+    resp = httpx.post(
+        f"http://{asr_gateway.address}/v1/audio/transcriptions/jobs",
+        data={"model": ASR_MODEL_ID},
+        files={"file": ("fox.wav", clips["wav"].read_bytes())},
+        timeout=60,
+    )
+    assert resp.status_code == 503, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "jobs_disabled" and "JACANA_ASR_REDIS_URL" in error["message"]
+    job = httpx.get(f"http://{asr_gateway.address}/v1/audio/transcriptions/jobs/transcription_1")
+    assert job.status_code == 503 and job.json()["error"]["code"] == "jobs_disabled"

@@ -202,6 +202,7 @@ def test_plan_joins_engine_embeddings_asr_video_and_gateway(tmp_path):
         "redis",
         "multimodal",
         "render",
+        "asr-worker",
         "gateway",
     ]
     engine_port = int(plan.engine.env["JACANA_ENGINE_PORT"])
@@ -244,6 +245,13 @@ def test_plan_joins_engine_embeddings_asr_video_and_gateway(tmp_path):
     videos = json.loads(plan.gateway.env["JACANA_GATEWAY_VIDEOS"])
     assert videos == {"wan-tiny-random": [f"127.0.0.1:{multimodal_port}"]}
     assert plan.video_model_id == "wan-tiny-random"
+    # Transcription jobs: the ASR service and its worker on the video part's Redis.
+    worker = plan.asr_worker
+    for service in (plan.asr, worker):
+        assert service.env["JACANA_ASR_REDIS_URL"] == redis_url
+    assert worker.env["JACANA_ASR_STORAGE_DIR"] == plan.asr.env["JACANA_ASR_STORAGE_DIR"]
+    assert worker.argv[1:7] == ["-m", "celery", "-A", "jacana_asr.worker", "worker", "-Q"]
+    assert worker.argv[7] == "jacana.transcription" and "--concurrency" in worker.argv
 
     banner = stack.banner(
         plan.base_url,
@@ -272,9 +280,18 @@ def test_video_uses_a_given_redis_or_can_be_left_out(tmp_path):
     plan = stack.plan(external, tmp_path)
     assert [s.name for s in plan.video] == ["multimodal", "render"]
     assert plan.video[1].env["JACANA_MULTIMODAL_REDIS_URL"] == "redis://10.0.0.9:6379/2"
+    assert plan.asr_worker.env["JACANA_ASR_REDIS_URL"] == "redis://10.0.0.9:6379/2"
     plan = stack.plan({**env, "JACANA_STACK_VIDEO": "0"}, tmp_path)
     assert plan.video == () and "JACANA_GATEWAY_VIDEOS" not in plan.gateway.env
     assert "videos" not in stack.banner(plan.base_url, plan.model_id, tmp_path)
+    # Without the video part's Redis, transcription jobs need one named for them.
+    assert plan.asr_worker is None and "JACANA_ASR_REDIS_URL" not in plan.asr.env
+    plan = stack.plan(
+        {**env, "JACANA_STACK_VIDEO": "0", "JACANA_ASR_REDIS_URL": "redis://10.0.0.8:6379/1"},
+        tmp_path,
+    )
+    assert [s.name for s in plan.services][-2:] == ["asr-worker", "gateway"]
+    assert plan.asr_worker.env["JACANA_ASR_REDIS_URL"] == "redis://10.0.0.8:6379/1"
     with pytest.raises(SystemExit, match="JACANA_STACK_VIDEO"):
         stack.plan({**env, "JACANA_STACK_VIDEO": "later"}, tmp_path)
 
@@ -336,7 +353,7 @@ def test_plan_can_leave_the_embeddings_service_out(tmp_path):
     plan = stack.plan(env, tmp_path)
     assert plan.embeddings is None and plan.embeddings_model_id is None
     assert [s.name for s in plan.services] == [
-        "drafter", "engine", "asr", "redis", "multimodal", "render", "gateway",
+        "drafter", "engine", "asr", "redis", "multimodal", "render", "asr-worker", "gateway",
     ]  # fmt: skip
     assert "JACANA_GATEWAY_EMBEDDINGS" not in plan.gateway.env
     assert "embeddings" not in stack.banner(plan.base_url, plan.model_id, tmp_path)

@@ -3,54 +3,21 @@ multimodal service, Celery render workers and a gateway serving only the video m
 
 Each part can be stopped, killed and started again on the same ports and data, which is
 what the durability tests do. Workers run in their own process group, so killing one
-takes its pool child with it.
+takes its pool child with it (:func:`stack.start_worker`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from redis_server import RedisServer
-from stack import Service, free_port, grpc_ready, http_ready, start_service
+from stack import Service, Worker, free_port, grpc_ready, http_ready, start_service, start_worker
 
 VIDEO_MODEL = "wan-tiny-random"
-WORKER_READY_TIMEOUT_S = 120
-
-
-@dataclass
-class Worker:
-    """One ``celery worker`` process group and its log."""
-
-    name: str
-    process: subprocess.Popen
-    log_path: Path
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        """SIGKILL the worker and its pool child at once: a machine that died."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @dataclass
@@ -121,25 +88,8 @@ class VideoStack:
 
     def start_worker(self, name: str | None = None) -> Worker:
         name = name or f"w{len(self.workers) + 1}"
-        log_path = Path(tempfile.mkstemp(prefix=f"render-{name}-", suffix=".log")[1])
-        process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "jacana_multimodal.worker", "worker",
-             "-Q", "jacana.video", "--concurrency", "1", "--pool", "prefork",
-             "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "--loglevel", "INFO"],
-            env={**os.environ, **self.env},
-            stdout=log_path.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        worker = Worker(name, process, log_path)
+        worker = start_worker("jacana_multimodal.worker", "jacana.video", name, self.env)
         self.workers.append(worker)
-        deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-        while " ready." not in worker.log_text():
-            if process.poll() is not None or time.monotonic() > deadline:
-                worker.stop()
-                raise RuntimeError(f"render worker {name} did not start:\n{worker.log_text()}")
-            time.sleep(0.1)
         return worker
 
     def gateway_http(self) -> httpx.Client:

@@ -1,8 +1,11 @@
-"""``python -m jacana_asr``: load the Whisper model, serve ``jacana.asr.v1.Asr``."""
+"""``python -m jacana_asr``: load the Whisper model, serve ``jacana.asr.v1.Asr``; with
+``JACANA_ASR_REDIS_URL`` set, also accept transcription jobs and sweep expired jobs' files
+(the jobs run in the Celery workers, ``jacana_asr.worker``, not here)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -40,14 +43,65 @@ async def build_service(settings: AsrSettings):
     )
 
 
+def build_jobs(settings: AsrSettings):
+    """The job API over the configured Redis; None when no Redis is configured."""
+    if not settings.redis_url:
+        return None
+    import redis
+
+    from jacana_asr.jobs import TranscriptionJobs
+    from jacana_asr.worker import create_app
+    from jacana_jobs import LocalStorage
+
+    return TranscriptionJobs(
+        redis.Redis.from_url(settings.redis_url),
+        LocalStorage(settings.storage_dir),
+        create_app(settings),
+        model_id=settings.model_id,
+        queue=settings.job_queue,
+        ttl_s=settings.job_ttl_s,
+        max_queued=settings.max_queued_jobs,
+        retry_after_s=settings.retry_after_s,
+        max_audio_seconds=settings.max_job_audio_seconds,
+        decode_timeout_s=settings.decode_timeout_s,
+        ffmpeg=settings.ffmpeg,
+    )
+
+
+async def sweep_forever(jobs, interval_s: float) -> None:
+    """Delete expired jobs' files every ``interval_s``; a Redis outage is logged and
+    retried at the next turn."""
+    while True:
+        try:
+            while await asyncio.to_thread(jobs.sweep) > 0:
+                pass
+        except Exception:
+            log.exception("sweeping expired transcription jobs failed")
+        await asyncio.sleep(interval_s)
+
+
 async def serve(settings: AsrSettings) -> None:
-    from jacana_asr.server import AsrServicer
+    from jacana_asr.job_server import AsrJobServicer
 
     service = await build_service(settings)
+    jobs = build_jobs(settings)
     server = GrpcServer(SERVICE_NAME, settings)
-    asr_pb2_grpc.add_AsrServicer_to_server(AsrServicer(service), server.server)
+    asr_pb2_grpc.add_AsrServicer_to_server(AsrJobServicer(service, jobs), server.server)
     await server.start()
-    await server.run(on_stop=service.close)
+    sweeper = None
+    if jobs is not None:
+        sweeper = asyncio.create_task(sweep_forever(jobs, settings.sweep_interval_s))
+    else:
+        log.info("transcription jobs are off (no JACANA_ASR_REDIS_URL)")
+
+    async def stop() -> None:
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        await service.close()
+
+    await server.run(on_stop=stop)
 
 
 def main() -> None:

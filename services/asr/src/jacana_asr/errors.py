@@ -38,3 +38,23 @@ class DecodeTimeoutError(AsrError):
 class TranscriptionFailedError(AsrError):
     """The model failed on an accepted request: a service fault, logged with its traceback
     (-> INTERNAL, which the gateway shows as a retryable 503)."""
+
+
+class QueueFullError(OverloadedError):
+    """``max_queued_jobs`` jobs wait already (-> RESOURCE_EXHAUSTED / 429 + Retry-After)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, code="queue_full")
+        self.retry_after_s = retry_after_s
+
+
+class JobNotFoundError(AsrError):
+    """A job id that never existed, was deleted or expired (-> NOT_FOUND / HTTP 404)."""
+
+
+class JobNotReadyError(AsrError):
+    """The job exists but has no result (yet) (-> FAILED_PRECONDITION / HTTP 400)."""
+
+
+class JobsDisabledError(AsrError):
+    """This replica has no job store configured (-> UNAVAILABLE / HTTP 503)."""

@@ -7,13 +7,20 @@ Audio length: OpenAI caps uploads at 25 MB and says nothing of duration. The def
 ``max_audio_seconds`` of one hour takes a 25 MB upload down to 56 kbit/s (typical speech
 mp3/opus), while bounding each request's decoded samples to 3600 s x 16 kHz x 4 B = 230 MB;
 at most ``max_concurrent + max_queued`` requests hold theirs at once.
+
+Jobs (long audio, ``POST /v1/audio/transcriptions/jobs``) are on when ``redis_url`` is set.
+One set of variables serves both the gRPC service (``python -m jacana_asr``), which accepts
+jobs, and the Celery worker (``celery -A jacana_asr.worker worker``), which runs them: they
+must agree on Redis, the storage directory, the model and the broker's timeouts. The broker
+hands an unacknowledged job to another worker after ``visibility_timeout_s``, which must
+exceed ``longest_job_s`` (or a job still running would start a second time).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from jacana_asr.service import ServiceLimits
@@ -91,6 +98,74 @@ class AsrSettings(ServiceSettings):
         max_length=4096,
         description="The ffmpeg binary that decodes uploads: a name on PATH or a path.",
     )
+
+    # -- jobs (long audio) ------------------------------------------------------------
+    redis_url: str = Field(
+        "",
+        pattern=r"^(rediss?://.*)?$",
+        description="Redis holding the transcription jobs, their queue and Celery's "
+        "results; empty: no jobs (the job routes answer 503).",
+    )
+    storage_dir: Path = Field(
+        Path(".run/transcriptions"),
+        description="Directory of the jobs' uploads and results; the service and every "
+        "worker must see the same one.",
+    )
+    job_queue: str = Field(
+        "jacana.transcription",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+        description="The Celery queue of transcription jobs; give each model its own when "
+        "several share one Redis.",
+    )
+    max_job_audio_seconds: float = Field(
+        4 * 3600.0,
+        gt=0.0,
+        le=7 * 86_400.0,
+        description="Longest audio a job accepts, in seconds after decoding.",
+    )
+    job_ttl_s: float = Field(
+        86_400.0,
+        gt=0.0,
+        le=30 * 86_400.0,
+        description="How long a job (record, upload and result) lives after it is created.",
+    )
+    max_queued_jobs: int = Field(
+        64, ge=1, le=100_000, description="Jobs waiting at most; beyond it a create is a 429."
+    )
+    retry_after_s: int = Field(
+        10, ge=1, le=3600, description="The Retry-After a 429 (job queue full) suggests."
+    )
+    longest_job_s: float = Field(
+        4 * 3600.0, gt=0.0, le=7 * 86_400.0, description="The longest one job may take."
+    )
+    visibility_timeout_s: float = Field(
+        8 * 3600.0,
+        gt=0.0,
+        le=14 * 86_400.0,
+        description="Seconds after which the broker hands an unacknowledged job (its worker "
+        "died) to another worker; must exceed longest_job_s.",
+    )
+    restore_interval_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=3600.0,
+        description="How often a worker looks for jobs whose worker died.",
+    )
+    max_attempts: int = Field(
+        3, ge=1, le=100, description="Starts of one job before it is failed for good."
+    )
+    sweep_interval_s: float = Field(
+        60.0, gt=0.0, le=86_400.0, description="How often expired jobs' files are deleted."
+    )
+
+    @model_validator(mode="after")
+    def _check_jobs(self) -> AsrSettings:
+        if self.visibility_timeout_s <= self.longest_job_s:
+            raise ValueError(
+                "visibility_timeout_s must exceed longest_job_s, or a running job is handed "
+                "to a second worker"
+            )
+        return self
 
     @field_validator("model")
     @classmethod

@@ -3,7 +3,8 @@
 - ``make_fake()`` / ``fake``: a :class:`FakeEmbeddings` on a free loopback port; it answers
   with vectors derived from its inputs (:meth:`FakeEmbeddings.vectors_for`), so order and
   values are checkable;
-- ``make_asr()`` / ``asr``: a :class:`RecordingAsr`, answering with its ``reply``;
+- ``make_asr()`` / ``asr``: a :class:`RecordingAsr`, answering with its ``reply`` (and
+  ``job``);
 - ``make_multimodal()``: a :class:`FakeMultimodal`, a video job store in memory.
 
 All record what they were asked, answer with a scripted ``error`` when one is set, and
@@ -81,13 +82,33 @@ class FakeEmbeddings(RecordingService, embeddings_pb2_grpc.EmbeddingsServicer):
 
 
 class RecordingAsr(RecordingService, asr_pb2_grpc.AsrServicer):
+    """Answers Transcribe and GetTranscriptionJobResult with ``reply``, the other job
+    calls with ``job``."""
+
     def __init__(self) -> None:
         super().__init__()
         self.reply = asr_pb2.TranscribeResponse()
+        self.job = asr_pb2.TranscriptionJob()
 
     async def Transcribe(self, request, context):
         await self.record(request, context)
         return self.reply
+
+    async def CreateTranscriptionJob(self, request, context):
+        await self.record(request, context)
+        return self.job
+
+    async def GetTranscriptionJob(self, request, context):
+        await self.record(request, context)
+        return self.job
+
+    async def GetTranscriptionJobResult(self, request, context):
+        await self.record(request, context)
+        return self.reply
+
+    async def DeleteTranscriptionJob(self, request, context):
+        await self.record(request, context)
+        return asr_pb2.DeleteTranscriptionJobResponse(job_id=request.job_id, deleted=True)
 
 
 class FakeMultimodal(RecordingService, multimodal_pb2_grpc.MultimodalServicer):

@@ -9,12 +9,21 @@ backend (:mod:`jacana_gateway.backends`) and shape the answer; failures are
 - :mod:`.ops`: /health, /version (never authenticated);
 - :mod:`.embeddings`: /v1/embeddings;
 - :mod:`.audio`: /v1/audio/transcriptions, /v1/audio/translations;
+- :mod:`.audio_jobs`: /v1/audio/transcriptions/jobs (long audio as a job);
 - :mod:`.videos`: /v1/videos and the routes below it.
 """
 
 from __future__ import annotations
 
-from jacana_gateway.routes import audio, embeddings, generation, models, ops, videos
+from jacana_gateway.routes import (
+    audio,
+    audio_jobs,
+    embeddings,
+    generation,
+    models,
+    ops,
+    videos,
+)
 
 # In the order the app includes them (and the OpenAPI document lists them).
-ROUTE_FAMILIES = (generation, models, ops, embeddings, audio, videos)
+ROUTE_FAMILIES = (generation, models, ops, embeddings, audio, audio_jobs, videos)

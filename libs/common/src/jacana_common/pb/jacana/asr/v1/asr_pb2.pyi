@@ -79,18 +79,20 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model_id", "device", "max_audio_seconds", "max_concurrent", "max_queued")
+    __slots__ = ("model_id", "device", "max_audio_seconds", "max_concurrent", "max_queued", "max_job_audio_seconds")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     MAX_AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOB_AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     device: str
     max_audio_seconds: float
     max_concurrent: int
     max_queued: int
-    def __init__(self, model_id: _Optional[str] = ..., device: _Optional[str] = ..., max_audio_seconds: _Optional[float] = ..., max_concurrent: _Optional[int] = ..., max_queued: _Optional[int] = ...) -> None: ...
+    max_job_audio_seconds: float
+    def __init__(self, model_id: _Optional[str] = ..., device: _Optional[str] = ..., max_audio_seconds: _Optional[float] = ..., max_concurrent: _Optional[int] = ..., max_queued: _Optional[int] = ..., max_job_audio_seconds: _Optional[float] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ()
@@ -109,3 +111,68 @@ class AsrStats(_message.Message):
     rejected_total: int
     audio_seconds_total: float
     def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., requests_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ...) -> None: ...
+
+class CreateTranscriptionJobRequest(_message.Message):
+    __slots__ = ("request", "response_format", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    request: TranscribeRequest
+    response_format: str
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, request: _Optional[_Union[TranscribeRequest, _Mapping]] = ..., response_format: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GetTranscriptionJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class TranscriptionJobError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class TranscriptionJob(_message.Message):
+    __slots__ = ("id", "model", "status", "progress_seconds", "duration", "created_at", "completed_at", "expires_at", "error", "response_format", "language")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    model: str
+    status: str
+    progress_seconds: float
+    duration: float
+    created_at: int
+    completed_at: int
+    expires_at: int
+    error: TranscriptionJobError
+    response_format: str
+    language: str
+    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ..., status: _Optional[str] = ..., progress_seconds: _Optional[float] = ..., duration: _Optional[float] = ..., created_at: _Optional[int] = ..., completed_at: _Optional[int] = ..., expires_at: _Optional[int] = ..., error: _Optional[_Union[TranscriptionJobError, _Mapping]] = ..., response_format: _Optional[str] = ..., language: _Optional[str] = ...) -> None: ...
+
+class DeleteTranscriptionJobResponse(_message.Message):
+    __slots__ = ("job_id", "deleted")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    deleted: bool
+    def __init__(self, job_id: _Optional[str] = ..., deleted: _Optional[bool] = ...) -> None: ...

@@ -49,6 +49,26 @@ class AsrStub:
                 request_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.AsrStats.FromString,
                 _registered_method=True)
+        self.CreateTranscriptionJob = channel.unary_unary(
+                '/jacana.asr.v1.Asr/CreateTranscriptionJob',
+                request_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.CreateTranscriptionJobRequest.SerializeToString,
+                response_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscriptionJob.FromString,
+                _registered_method=True)
+        self.GetTranscriptionJob = channel.unary_unary(
+                '/jacana.asr.v1.Asr/GetTranscriptionJob',
+                request_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.SerializeToString,
+                response_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscriptionJob.FromString,
+                _registered_method=True)
+        self.GetTranscriptionJobResult = channel.unary_unary(
+                '/jacana.asr.v1.Asr/GetTranscriptionJobResult',
+                request_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.SerializeToString,
+                response_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeResponse.FromString,
+                _registered_method=True)
+        self.DeleteTranscriptionJob = channel.unary_unary(
+                '/jacana.asr.v1.Asr/DeleteTranscriptionJob',
+                request_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.SerializeToString,
+                response_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.DeleteTranscriptionJobResponse.FromString,
+                _registered_method=True)
 
 
 class AsrServicer:
@@ -82,6 +102,42 @@ class AsrServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateTranscriptionJob(self, request, context):
+        """Long audio as a job: the upload is checked and stored, a Celery worker transcribes
+        it, and the result is fetched once the job is completed. Jobs live in Redis, so any
+        replica that shares it answers for any job. Errors: those of Transcribe for the
+        upload (INVALID_ARGUMENT naming `file`, `language`, ...; the length limit is
+        ModelInfo.max_job_audio_seconds), RESOURCE_EXHAUSTED (too many jobs queued; trailing
+        metadata `retry-after`), UNAVAILABLE (jobs are not configured on this replica:
+        code=jobs_disabled; or Redis is unreachable).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTranscriptionJob(self, request, context):
+        """A job's status and progress. NOT_FOUND: no such job (never created, deleted, expired).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTranscriptionJobResult(self, request, context):
+        """The result of a completed job, as Transcribe answers it. FAILED_PRECONDITION
+        (code=job_not_ready) while the job is not completed; NOT_FOUND as above.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTranscriptionJob(self, request, context):
+        """Deletes a job and its files; a queued job never runs, a running one stops at the
+        worker's next check and stores no result. NOT_FOUND as above.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AsrServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -99,6 +155,26 @@ def add_AsrServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetStatsRequest.FromString,
                     response_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.AsrStats.SerializeToString,
+            ),
+            'CreateTranscriptionJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTranscriptionJob,
+                    request_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.CreateTranscriptionJobRequest.FromString,
+                    response_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscriptionJob.SerializeToString,
+            ),
+            'GetTranscriptionJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTranscriptionJob,
+                    request_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.FromString,
+                    response_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscriptionJob.SerializeToString,
+            ),
+            'GetTranscriptionJobResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTranscriptionJobResult,
+                    request_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.FromString,
+                    response_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeResponse.SerializeToString,
+            ),
+            'DeleteTranscriptionJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTranscriptionJob,
+                    request_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.FromString,
+                    response_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.DeleteTranscriptionJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -182,6 +258,114 @@ class Asr:
             '/jacana.asr.v1.Asr/GetStats',
             jacana_dot_asr_dot_v1_dot_asr__pb2.GetStatsRequest.SerializeToString,
             jacana_dot_asr_dot_v1_dot_asr__pb2.AsrStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTranscriptionJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jacana.asr.v1.Asr/CreateTranscriptionJob',
+            jacana_dot_asr_dot_v1_dot_asr__pb2.CreateTranscriptionJobRequest.SerializeToString,
+            jacana_dot_asr_dot_v1_dot_asr__pb2.TranscriptionJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTranscriptionJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jacana.asr.v1.Asr/GetTranscriptionJob',
+            jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.SerializeToString,
+            jacana_dot_asr_dot_v1_dot_asr__pb2.TranscriptionJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTranscriptionJobResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jacana.asr.v1.Asr/GetTranscriptionJobResult',
+            jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.SerializeToString,
+            jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTranscriptionJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jacana.asr.v1.Asr/DeleteTranscriptionJob',
+            jacana_dot_asr_dot_v1_dot_asr__pb2.GetTranscriptionJobRequest.SerializeToString,
+            jacana_dot_asr_dot_v1_dot_asr__pb2.DeleteTranscriptionJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
