@@ -53,6 +53,12 @@ def encode():
 
 
 @pytest.fixture(scope="session")
+def synthesize_clip():
+    """synthesize_clip(directory, name, sentence) -> a 16 kHz mono wav of espeak-ng speech."""
+    return synthesize
+
+
+@pytest.fixture(scope="session")
 def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("speech")
 

@@ -22,7 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from jacana_asr.__main__ import SERVICE_NAME
-from jacana_asr.server import AsrServicer
+from jacana_asr.server import AsrServicer, decode_options
 from jacana_asr.service import ServiceLimits, TranscriptionService
 from jacana_asr.settings import AsrSettings
 from jacana_asr.transcription import SAMPLE_RATE, TranscribeOptions, Transcription
@@ -153,12 +153,21 @@ async def test_unknown_model_is_not_found(stub):
         ({"temperature": 1.01}, "temperature"),
         ({"temperature": -0.5}, "temperature"),
         ({"temperature": float("nan")}, "temperature"),
+        ({"beam_size": 0}, "beam_size"),
+        ({"beam_size": 17}, "beam_size"),
         ({"task": 7}, "task"),
     ],
 )
 async def test_bad_options_are_invalid_argument(stub, fields, param):
     code, _, blamed, _ = await refusal(stub, audio=wav_bytes(0.5), **fields)
     assert (code, blamed) == (grpc.StatusCode.INVALID_ARGUMENT, param)
+
+
+def test_beam_size_and_seed_are_optional_fields():
+    unset = decode_options(pb.TranscribeRequest())
+    assert (unset.beam_size, unset.seed) == (5, None)  # faster-whisper's beam; a fresh seed
+    chosen = decode_options(pb.TranscribeRequest(beam_size=1, seed=0))
+    assert (chosen.beam_size, chosen.seed) == (1, 0)
 
 
 @pytest.mark.parametrize("limits", [ServiceLimits(1.0, 1, 0, ffmpeg="/nonexistent/ffmpeg")])

@@ -21,7 +21,7 @@ from jacana_asr.errors import (
 )
 from jacana_asr.languages import language_name
 from jacana_asr.service import TranscriptionService
-from jacana_asr.transcription import TranscribeOptions, Transcription
+from jacana_asr.transcription import DEFAULT_BEAM_SIZE, TranscribeOptions, Transcription
 from jacana_common.errors import grpc_details
 from jacana_common.pb.jacana.asr.v1 import asr_pb2, asr_pb2_grpc
 
@@ -46,6 +46,8 @@ def decode_options(request: asr_pb2.TranscribeRequest) -> TranscribeOptions:
         task=task,
         prompt=request.prompt or None,
         temperature=request.temperature,
+        beam_size=request.beam_size if request.HasField("beam_size") else DEFAULT_BEAM_SIZE,
+        seed=request.seed if request.HasField("seed") else None,
     )
 
 

@@ -17,6 +17,7 @@ keeps that worker busy until then.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import threading
@@ -35,7 +36,13 @@ from jacana_asr.errors import (
     TranscriptionFailedError,
 )
 from jacana_asr.languages import LANGUAGE_NAMES
-from jacana_asr.transcription import TranscribeOptions, Transcriber, Transcription
+from jacana_asr.transcription import (
+    MAX_BEAM_SIZE,
+    MIN_BEAM_SIZE,
+    TranscribeOptions,
+    Transcriber,
+    Transcription,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +79,8 @@ def check_options(options: TranscribeOptions) -> TranscribeOptions:
     """``options`` with the language lowercased and an empty prompt or language unset.
 
     Raises :class:`InvalidRequestError` naming the field: an unknown language code, a task
-    other than transcribe/translate, a temperature outside [0, 1].
+    other than transcribe/translate, a temperature outside [0, 1], a beam_size outside
+    [MIN_BEAM_SIZE, MAX_BEAM_SIZE].
     """
     if options.task not in TASKS:
         raise InvalidRequestError(
@@ -83,6 +91,12 @@ def check_options(options: TranscribeOptions) -> TranscribeOptions:
         raise InvalidRequestError(
             f"temperature must be between 0 and 1 (got {temperature})", "temperature"
         )
+    if not MIN_BEAM_SIZE <= options.beam_size <= MAX_BEAM_SIZE:
+        raise InvalidRequestError(
+            f"beam_size must be between {MIN_BEAM_SIZE} and {MAX_BEAM_SIZE} "
+            f"(got {options.beam_size})",
+            "beam_size",
+        )
     language = (options.language or "").strip().lower() or None
     if language is not None and language not in LANGUAGE_NAMES:
         raise InvalidRequestError(
@@ -90,12 +104,7 @@ def check_options(options: TranscribeOptions) -> TranscribeOptions:
             "as 'en', or leave it out to detect the language",
             "language",
         )
-    return TranscribeOptions(
-        language=language,
-        task=options.task,
-        prompt=options.prompt or None,
-        temperature=temperature,
-    )
+    return dataclasses.replace(options, language=language, prompt=options.prompt or None)
 
 
 def audio_error(exc: AudioError) -> Exception:

@@ -3,20 +3,30 @@
 Owns the seek loop over 30 s windows: each window is encoded, decoded with the previous
 windows' text as its prompt, cut at its timestamp pairs into segments, and the next window
 starts where the last closed segment ended. Decisions follow faster-whisper's defaults, the
-service's reference (greedy; no beam search):
-- temperature 0 asks for the fallback schedule 0, 0.2, ... 1.0: a window whose text loops
-  (zlib compression ratio > 2.4) or scores low (average log-probability < -1) is decoded
-  again hotter; a temperature above 0 decodes once at that temperature (OpenAI's rule);
+service's reference:
+- temperature 0 asks for the fallback schedule 0, 0.2, ... 1.0: a window is first searched
+  (beam search of ``beam_size``, or greedy), and one whose text loops (zlib compression
+  ratio > 2.4) or scores low (average log-probability < -1) is decoded again hotter, by
+  best-of-``best_of`` sampling; a temperature above 0 samples once at that temperature
+  (OpenAI's rule);
+- every sampled window of a request draws from one stream seeded by the request's ``seed``
+  (sampling.Draws, CTranslate2's generator), in window order;
 - a window the model calls silent (no-speech probability > 0.6 and a low score) is skipped;
 - after a window decoded above 0.5 the text prompt restarts, so a hallucination does not
   condition the rest.
 Everything runs on ``device``; the host sees only token ids and scores.
+
+Windows run through a ``WindowRunner``: ``SoloRunner`` decodes each window on the calling
+thread; batching.py's ``WindowBatcher`` decodes the windows of concurrent requests together
+on one loop thread. A request's output is the same either way.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -24,6 +34,7 @@ from tokenizers import Tokenizer
 
 from jacana_asr.ct2_checkpoint import load_checkpoint
 from jacana_asr.features import log_mel, mel_window
+from jacana_asr.sampling import Draws
 from jacana_asr.segments import compression_ratio, split_window
 from jacana_asr.transcription import (
     SAMPLE_RATE,
@@ -49,6 +60,35 @@ class Thresholds:
     prompt_reset_temperature: float = 0.5
 
 
+class WindowRunner(Protocol):
+    """Runs the model on windows: may be called from several threads at once."""
+
+    def encode(self, mel: torch.Tensor) -> torch.Tensor:
+        """mel: [n_mels, n_frames] one window -> encoder output [1, n_audio_ctx, d_model]."""
+        ...
+
+    def decode(
+        self,
+        encoded: torch.Tensor,
+        prompt: list[int],
+        options: WindowOptions,
+        draws: Draws | None,
+    ) -> WindowResult: ...
+
+
+class SoloRunner:
+    """Each window on the calling thread, alone."""
+
+    def __init__(self, model: WhisperModel, tokens: WhisperTokens) -> None:
+        self.model, self.tokens = model, tokens
+
+    def encode(self, mel: torch.Tensor) -> torch.Tensor:
+        return self.model.encode(mel[None])
+
+    def decode(self, encoded, prompt, options, draws) -> WindowResult:
+        return decode_window(self.model, encoded, prompt, self.tokens, options, draws)
+
+
 @dataclass(frozen=True)
 class _Attempt:
     result: WindowResult
@@ -58,7 +98,8 @@ class _Attempt:
 class WhisperTranscriber:
     """A Whisper checkpoint (CTranslate2 layout) loaded for transcription.
 
-    Not thread-safe: one transcription at a time (the service runs it on its own worker).
+    Thread-safe when its runner is (the service calls it from ``max_concurrent`` workers):
+    the model's weights are only read, and each call keeps its own state.
     """
 
     def __init__(
@@ -72,6 +113,7 @@ class WhisperTranscriber:
         self.tokens: WhisperTokens = load_whisper_tokens(model_dir, self.model.config.n_vocab)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.thresholds = thresholds
+        self.runner: WindowRunner = SoloRunner(self.model, self.tokens)
 
     def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Transcription:
         """audio: [samples] float32 mono at 16 kHz. See the module docstring for the loop."""
@@ -82,19 +124,20 @@ class WhisperTranscriber:
         if options.prompt:
             history = self._encode_text(" " + options.prompt.strip())
         prompt_reset_since = 0
+        draws = Draws(secrets.randbits(32) if options.seed is None else options.seed)
         language = options.language if tokens.is_multilingual else "en"
         segments: list[Segment] = []
         seek = 0
         while seek < total_frames:
             window = mel_window(mel, seek)
-            encoded = self.model.encode(window.features[None])  # [1, n_audio_ctx, d_model]
+            encoded = self.runner.encode(window.features)  # [1, n_audio_ctx, d_model]
             if language is None:
                 language = self._detect_language(encoded)
             previous = history[prompt_reset_since:][-(MAX_LENGTH // 2 - 1) :]
             prompt = ([tokens.sot_prev, *previous] if previous else []) + tokens.sot_sequence(
                 language, options.task, timestamps=True
             )
-            attempt, temperature = self._decode_with_fallback(encoded, prompt, options)
+            attempt, temperature = self._decode_with_fallback(encoded, prompt, options, draws)
             result = attempt.result
             if result.no_speech_prob > self.thresholds.no_speech and not (
                 result.avg_logprob > self.thresholds.log_prob
@@ -137,20 +180,26 @@ class WhisperTranscriber:
         )
 
     def _decode_with_fallback(
-        self, encoded: torch.Tensor, prompt: list[int], options: TranscribeOptions
+        self,
+        encoded: torch.Tensor,
+        prompt: list[int],
+        options: TranscribeOptions,
+        draws: Draws,
     ) -> tuple[_Attempt, float]:
         """Decode one window, hotter each time the result loops or scores low."""
         schedule = FALLBACK_TEMPERATURES if options.temperature == 0 else (options.temperature,)
         limits = self.thresholds
         attempts: list[tuple[_Attempt, float]] = []
         for temperature in schedule:
-            result = decode_window(
-                self.model,
-                encoded,
-                prompt,
-                self.tokens,
-                WindowOptions(max_length=MAX_LENGTH, temperature=temperature),
+            window_options = WindowOptions(
+                max_length=MAX_LENGTH,
+                temperature=temperature,
+                beam_size=options.beam_size,
+                patience=options.patience,
+                best_of=options.best_of,
+                length_penalty=options.length_penalty,
             )
+            result = self.runner.decode(encoded, prompt, window_options, draws)
             attempt = _Attempt(result, compression_ratio(self._decode_text(result.tokens).strip()))
             attempts.append((attempt, temperature))
             loops = attempt.compression_ratio > limits.compression_ratio

@@ -9,22 +9,36 @@ from typing import Protocol
 import numpy as np
 
 SAMPLE_RATE = 16_000  # Whisper's input rate: every decoded upload is resampled to it
+DEFAULT_BEAM_SIZE = 5  # faster-whisper's
+MIN_BEAM_SIZE, MAX_BEAM_SIZE = 1, 16  # the range a request may ask for
 
 
 @dataclass(frozen=True)
 class TranscribeOptions:
-    """One request's decoding choices.
+    """One request's decoding choices; the defaults are faster-whisper's.
 
     language: ISO-639-1 code ("en"), or None to detect it (an English-only model always
     answers "en"). task: "transcribe" keeps the spoken language; "translate" writes English.
     prompt: text that conditions the first window (previous context, spellings).
-    temperature: 0 decodes greedily; above 0 samples with that temperature.
+    temperature: 0 searches, falling back to sampling at 0.2 ... 1.0 where a window loops
+    or scores low; above 0 samples with that temperature only.
+    beam_size: beams of the search at temperature 0 (1: greedy). best_of: samples drawn
+    per window at temperature > 0, the best-scoring kept. patience: a beam search stops
+    once round(beam_size * patience) hypotheses have finished. length_penalty: hypotheses
+    rank by summed log-probability / length ** length_penalty.
+    seed: makes the sampled windows reproducible (the same seed, audio and options give the
+    same output); None draws a fresh seed per request.
     """
 
     language: str | None = None
     task: str = "transcribe"
     prompt: str | None = None
     temperature: float = 0.0
+    beam_size: int = DEFAULT_BEAM_SIZE
+    best_of: int = 5
+    patience: float = 1.0
+    length_penalty: float = 1.0
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

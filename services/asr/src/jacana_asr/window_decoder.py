@@ -1,46 +1,72 @@
 """Decoding one 30 s window: prompt + encoder output -> tokens, log-probability, no-speech.
 
-Owns the decoding policy (greedy or seeded temperature sampling) and Whisper's logit rules,
-applied in the order CTranslate2's Whisper ``generate`` applies them, so that greedy output
-is token-identical to it on the same weights:
+Owns the decoding policy of a window, CTranslate2's Whisper ``generate`` step for step, so
+that output is token-identical to it on the same weights:
 
-1. no-speech probability: softmax of the *raw* logits at <|startoftranscript|>'s position;
-2. suppress ``suppress_ids`` at every step;
-3. suppress blank (space, <|endoftext|>) at the first sampled step;
-4. timestamp rules (unless the prompt ends in <|notimestamps|>): never <|notimestamps|>;
-   the first token is a timestamp no later than ``max_initial_timestamp_index``; timestamps
-   come in pairs (after a lone timestamp: text is not allowed, only <|endoftext|> or a
-   timestamp not earlier than it; after a pair: no timestamp); timestamps never decrease; and
-   if the total probability of the timestamps beats every single text token, a timestamp is
-   forced.
+- the search: beam search (temperature 0, beam_size > 1; beam_search.py), greedy
+  (temperature 0, beam_size 1) or best-of-n sampling (temperature > 0; sampling.py);
+- the no-speech probability: softmax of the *raw* logits at <|startoftranscript|>'s position;
+- the logit rules (logit_rules.py), in CTranslate2's order: suppress ``suppress_ids`` at
+  every step; suppress blank (space, <|endoftext|>) at the first step; Whisper's timestamp
+  grammar unless the prompt ends in <|notimestamps|>.
 
-State (the decoder cache) lives for one call, on the model's device; the rules work on one
-[vocab] row of float32 logits at a time.
+``WindowDecoding`` is one window in progress, host side (token ids, scores); its decoder
+rows live in a ``DecoderBatch`` that whoever drives it owns: ``decode_window`` below for one
+window alone, the decode loop of batching.py for many windows at once. Either way the
+window's tokens are the same.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
+from jacana_asr.beam_search import BeamSearch
+from jacana_asr.decoder_batch import DecoderBatch
+from jacana_asr.logit_rules import (
+    LogitRule,
+    SuppressAtBegin,
+    SuppressTokens,
+    TimestampRules,
+)
+from jacana_asr.sampling import Draws, SamplingSearch
 from jacana_asr.whisper_model import WhisperModel
 from jacana_asr.whisper_tokens import WhisperTokens
+
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "LogitRule",
+    "SuppressAtBegin",
+    "SuppressTokens",
+    "TimestampRules",
+    "WindowDecoding",
+    "WindowOptions",
+    "WindowResult",
+    "decode_window",
+    "logit_rules",
+    "split_prompt",
+]
 
 DEFAULT_MAX_LENGTH = 448  # prompt + generated tokens, as faster-whisper asks CTranslate2
 
 
 @dataclass(frozen=True)
 class WindowOptions:
-    """How to decode one window.
+    """How to decode one window (CTranslate2's ``generate`` arguments of the same names).
 
     max_length: budget of prompt + generated tokens. As in CTranslate2, at most
       min(max_length // 2, max_length - (prompt tokens before the last one)) tokens are
       sampled, <|endoftext|> included.
-    temperature: 0 picks the most likely token; > 0 samples from softmax(logits / T).
-    seed: seeds the sampler (ignored when greedy); None draws from torch's global RNG.
+    temperature: 0 searches (greedy or beam); > 0 samples from softmax(log_probs / T).
+    beam_size: beams at temperature 0 (1: greedy). patience: the beam search stops once
+      round(beam_size * patience) hypotheses have finished.
+    best_of: independent samples at temperature > 0; the best-scoring one is kept.
+    length_penalty: hypotheses are ranked by summed log-prob / length ** length_penalty.
+    seed: seeds the samples when ``decode_window`` is not handed a ``Draws`` stream; None
+      draws a fresh seed.
     suppress_tokens: ids banned at every step; None uses the model config's suppress_ids.
     suppress_blank: ban the space and <|endoftext|> as the first sampled token.
     max_initial_timestamp_index: the first timestamp is at most this many 20 ms steps.
@@ -48,6 +74,10 @@ class WindowOptions:
 
     max_length: int = DEFAULT_MAX_LENGTH
     temperature: float = 0.0
+    beam_size: int = 1
+    patience: float = 1.0
+    best_of: int = 1
+    length_penalty: float = 1.0
     seed: int | None = None
     suppress_tokens: tuple[int, ...] | None = None
     suppress_blank: bool = True
@@ -58,6 +88,10 @@ class WindowOptions:
             raise ValueError(f"max_length must be >= 2, got {self.max_length}")
         if not self.temperature >= 0.0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.beam_size < 1 or self.best_of < 1:
+            raise ValueError("beam_size and best_of must be >= 1")
+        if not self.patience > 0.0:
+            raise ValueError(f"patience must be > 0, got {self.patience}")
         if self.max_initial_timestamp_index < 0:
             raise ValueError("max_initial_timestamp_index must be >= 0")
 
@@ -66,10 +100,10 @@ class WindowOptions:
 class WindowResult:
     """What one window decoded to.
 
-    tokens: the sampled tokens, <|endoftext|> excluded.
-    sum_logprob: log-probabilities (after the logit rules) of every sampled token, the final
+    tokens: the chosen hypothesis, <|endoftext|> excluded.
+    sum_logprob: log-probabilities (after the logit rules) of its tokens, the final
       <|endoftext|> included. avg_logprob: sum_logprob / (len(tokens) + 1), faster-whisper's
-      measure (CTranslate2's ``score`` is sum_logprob / len(tokens)).
+      measure (CTranslate2's ``score`` is sum_logprob / len(tokens) ** length_penalty).
     no_speech_prob: probability of <|nospeech|> at the <|startoftranscript|> position.
     """
 
@@ -78,70 +112,6 @@ class WindowResult:
     avg_logprob: float
     no_speech_prob: float
     temperature: float
-
-
-class LogitRule(Protocol):
-    """Bans tokens for the next step by setting their logits to -inf, in place."""
-
-    def apply(self, step: int, logits: torch.Tensor, generated: Sequence[int]) -> None:
-        """step: index of the token being chosen (0 = first); logits: [vocab] float32."""
-        ...
-
-
-@dataclass(frozen=True)
-class SuppressTokens:
-    ids: tuple[int, ...]
-
-    def apply(self, step: int, logits: torch.Tensor, generated: Sequence[int]) -> None:
-        if self.ids:
-            logits[list(self.ids)] = float("-inf")
-
-
-@dataclass(frozen=True)
-class SuppressAtBegin:
-    ids: tuple[int, ...]
-
-    def apply(self, step: int, logits: torch.Tensor, generated: Sequence[int]) -> None:
-        if step == 0 and self.ids:
-            logits[list(self.ids)] = float("-inf")
-
-
-@dataclass(frozen=True)
-class TimestampRules:
-    """Whisper's timestamp grammar (see the module docstring); ids from WhisperTokens."""
-
-    eot: int
-    no_timestamps: int
-    timestamp_begin: int
-    timestamp_end: int
-    max_initial_timestamp: int  # an id, not an index
-
-    def apply(self, step: int, logits: torch.Tensor, generated: Sequence[int]) -> None:
-        logits[self.no_timestamps] = float("-inf")
-        check_probability = False
-        if step == 0:
-            logits[: self.timestamp_begin] = float("-inf")
-            logits[self.max_initial_timestamp + 1 : self.timestamp_end + 1] = float("-inf")
-        else:
-            last = generated[-1]
-            if last >= self.timestamp_begin:
-                penultimate = generated[-2] if step > 1 else last
-                if penultimate >= self.timestamp_begin:  # a closed pair: text must follow
-                    logits[self.timestamp_begin : self.timestamp_end + 1] = float("-inf")
-                else:  # an open timestamp: close it (or end)
-                    logits[: self.eot] = float("-inf")
-                    logits[self.timestamp_begin : last] = float("-inf")
-                    check_probability = True
-            else:
-                check_probability = True
-                previous = next((t for t in reversed(generated) if t >= self.timestamp_begin), None)
-                if previous is not None:  # timestamps must not go backwards
-                    logits[self.timestamp_begin : previous + 1] = float("-inf")
-        if check_probability:
-            log_probs = logits.log_softmax(dim=-1)
-            timestamp_mass = log_probs[self.timestamp_begin : self.timestamp_end + 1].logsumexp(0)
-            if timestamp_mass > log_probs[: self.timestamp_begin].max():
-                logits[: self.timestamp_begin] = float("-inf")
 
 
 def logit_rules(tokens: WhisperTokens, options: WindowOptions, timestamps: bool) -> list[LogitRule]:
@@ -181,6 +151,92 @@ def split_prompt(prompt: Sequence[int], tokens: WhisperTokens) -> tuple[int, int
     return sot_index, end
 
 
+class WindowDecoding:
+    """One window being decoded: what to feed its decoder rows and what they chose.
+
+    Drive it as ``decode_window`` does: add ``rows`` rows fed ``context`` to a DecoderBatch
+    (asking for the logits at ``no_speech_at``, handed to ``start``), then step the batch
+    with ``inputs()`` and hand each step's logits to ``advance``, whose answer says which
+    rows the next step continues, until ``done``.
+    """
+
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        tokens: WhisperTokens,
+        options: WindowOptions,
+        draws: Draws | None = None,
+    ) -> None:
+        sot_index, prompt_end = split_prompt(prompt, tokens)
+        n_context = prompt_end - 1  # tokens fed before the first decoding step
+        max_new = min(options.max_length // 2, options.max_length - n_context)
+        if max_new <= 0:
+            raise ValueError(f"a prompt of {len(prompt)} tokens leaves no room in max_length")
+        self.tokens, self.options = tokens, options
+        self.context = list(prompt[:n_context])
+        self.no_speech_at = sot_index if sot_index < n_context else None
+        rules = logit_rules(tokens, options, timestamps=prompt[-1] != tokens.no_timestamps)
+        common = dict(rules=rules, eot=tokens.eot, first_input=prompt[-1], max_new=max_new)
+        if options.temperature == 0.0 and options.beam_size > 1:
+            self.search: BeamSearch | SamplingSearch = BeamSearch(
+                **common,
+                beam_size=options.beam_size,
+                patience=options.patience,
+                length_penalty=options.length_penalty,
+            )
+        else:
+            sampled = options.temperature > 0.0
+            if sampled and draws is None:
+                seed = secrets.randbits(32) if options.seed is None else options.seed
+                draws = Draws(seed)
+            self.search = SamplingSearch(
+                **common,
+                temperature=options.temperature,
+                rows=options.best_of if sampled else 1,
+                length_penalty=options.length_penalty,
+                draws=draws,
+            )
+        self.no_speech_prob: float | None = None
+        self._step = 0
+
+    @property
+    def rows(self) -> int:
+        """Decoder rows the next step runs."""
+        return self.search.rows
+
+    @property
+    def done(self) -> bool:
+        return self.search.done
+
+    def start(self, context_logits: torch.Tensor | None) -> None:
+        """context_logits: raw [vocab] logits at ``no_speech_at`` (None when it is None)."""
+        if self.no_speech_at is not None:
+            self.no_speech_prob = _no_speech(context_logits, self.tokens)
+
+    def inputs(self) -> list[int]:
+        return self.search.inputs()
+
+    def advance(self, logits: torch.Tensor) -> list[int]:
+        """logits: [rows, vocab] raw. Returns the rows (of this step) the next step's rows
+        continue, in order; empty when the window is done."""
+        if self.no_speech_prob is None:  # <|sot|> was the last prompt token: this is its row
+            self.no_speech_prob = _no_speech(logits[0], self.tokens)
+        sources = self.search.advance(self._step, logits)
+        self._step += 1
+        return sources
+
+    def result(self) -> WindowResult:
+        best = self.search.result()
+        sum_logprob = float(best.sum_logprob)
+        return WindowResult(
+            tokens=tuple(best.tokens),
+            sum_logprob=sum_logprob,
+            avg_logprob=sum_logprob / (len(best.tokens) + 1),
+            no_speech_prob=float(self.no_speech_prob),
+            temperature=self.options.temperature,
+        )
+
+
 @torch.inference_mode()
 def decode_window(
     model: WhisperModel,
@@ -188,74 +244,29 @@ def decode_window(
     prompt: Sequence[int],
     tokens: WhisperTokens,
     options: WindowOptions = WindowOptions(),
+    draws: Draws | None = None,
 ) -> WindowResult:
-    """Decode one window.
+    """Decode one window on its own.
 
     audio: encoder output [1, n_audio_ctx, d_model] (or [n_audio_ctx, d_model]).
     prompt: [<|startofprev|> previous text...] <|sot|> [<|lang|> <|task|>] [<|notimestamps|>].
+    draws: the sampling stream (temperature > 0); None seeds one from ``options.seed``.
     """
     if audio.dim() == 2:
         audio = audio[None]
     if audio.dim() != 3 or audio.shape[0] != 1:
         raise ValueError(f"expected audio [1, n_audio_ctx, d_model], got {tuple(audio.shape)}")
-    sot_index, prompt_end = split_prompt(prompt, tokens)
-    n_context = prompt_end - 1  # tokens fed before the first decoding step
-    max_new = min(options.max_length // 2, options.max_length - n_context)
-    if max_new <= 0:
-        raise ValueError(f"a prompt of {len(prompt)} tokens leaves no room in max_length")
-    timestamps = prompt[-1] != tokens.no_timestamps
-    rules = logit_rules(tokens, options, timestamps)
-    generator = _generator(options, model.device)
-
-    cache = model.new_cache(audio)
-    no_speech_prob = None
-    if n_context > 0:
-        context = torch.tensor([list(prompt[:n_context])], dtype=torch.long)
-        context_logits = model.decode(context, cache)  # [1, n_context, vocab]
-        if sot_index < n_context:
-            no_speech_prob = _no_speech(context_logits[0, sot_index], tokens)
-
-    generated: list[int] = []
-    sum_logprob = 0.0
-    next_input = prompt[-1]
-    for step in range(max_new):
-        logits = model.decode(torch.tensor([[next_input]]), cache)[0, -1].clone()  # [vocab]
-        if no_speech_prob is None:  # <|sot|> was the last prompt token: this is its position
-            no_speech_prob = _no_speech(logits, tokens)
-        for rule in rules:
-            rule.apply(step, logits, generated)
-        log_probs = logits.log_softmax(dim=-1)
-        token = _pick(log_probs, options.temperature, generator)
-        sum_logprob += float(log_probs[token])
-        if token == tokens.eot:
-            break
-        generated.append(token)
-        next_input = token
-
-    return WindowResult(
-        tokens=tuple(generated),
-        sum_logprob=sum_logprob,
-        avg_logprob=sum_logprob / (len(generated) + 1),
-        no_speech_prob=float(no_speech_prob),
-        temperature=options.temperature,
+    decoding = WindowDecoding(prompt, tokens, options, draws)
+    batch = DecoderBatch(model)
+    context_logits = batch.add(
+        "window", audio, decoding.context, decoding.rows, decoding.no_speech_at
     )
+    decoding.start(context_logits)
+    while not decoding.done:
+        logits = batch.step(decoding.inputs())
+        batch.continue_rows("window", decoding.advance(logits))
+    return decoding.result()
 
 
 def _no_speech(logits: torch.Tensor, tokens: WhisperTokens) -> float:
-    return float(logits.softmax(dim=-1)[tokens.no_speech])
-
-
-def _generator(options: WindowOptions, device: torch.device) -> torch.Generator | None:
-    if options.temperature == 0.0 or options.seed is None:
-        return None
-    generator = torch.Generator(device=device)
-    generator.manual_seed(options.seed)
-    return generator
-
-
-def _pick(log_probs: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
-    # log_probs: [vocab]
-    if temperature == 0.0:
-        return int(log_probs.argmax())
-    probs = (log_probs / temperature).softmax(dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    return float(logits.float().softmax(dim=-1)[tokens.no_speech])

@@ -15,7 +15,7 @@ TASK_TRANSCRIBE: Task
 TASK_TRANSLATE: Task
 
 class TranscribeRequest(_message.Message):
-    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature")
+    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature", "beam_size", "seed")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     FILENAME_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,8 @@ class TranscribeRequest(_message.Message):
     TASK_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     audio: bytes
     filename: str
@@ -32,7 +34,9 @@ class TranscribeRequest(_message.Message):
     task: Task
     prompt: str
     temperature: float
-    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ...) -> None: ...
+    beam_size: int
+    seed: int
+    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class Segment(_message.Message):
     __slots__ = ("id", "seek", "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob", "temperature")

@@ -79,10 +79,11 @@ class AsrServicer:
         Errors, each with the blamed field in the details (`param=` / `code=` lines):
         INVALID_ARGUMENT (audio empty, undecodable, without an audio stream, or longer than
         ModelInfo.max_audio_seconds (code=audio_too_long); unknown `language`; `temperature`
-        outside [0, 1]), NOT_FOUND (`model` is not the served model), RESOURCE_EXHAUSTED
-        (ModelInfo.max_concurrent transcriptions run and ModelInfo.max_queued wait; retry
-        later), UNAVAILABLE (this replica cannot decode audio: no ffmpeg),
-        DEADLINE_EXCEEDED (decoding the upload stalled past the service's limit).
+        outside [0, 1]; `beam_size` outside [1, 16]), NOT_FOUND (`model` is not the served
+        model), RESOURCE_EXHAUSTED (ModelInfo.max_concurrent transcriptions run and
+        ModelInfo.max_queued wait; retry later), UNAVAILABLE (this replica cannot decode
+        audio: no ffmpeg), DEADLINE_EXCEEDED (decoding the upload stalled past the service's
+        limit).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
