@@ -55,6 +55,14 @@ class MultimodalSettings(ServiceSettings):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Render device of the workers; auto: CUDA when present."
     )
+    cuda_compile: bool = Field(
+        True,
+        description="torch.compile the video transformer's blocks when rendering on CUDA "
+        "(1.26x faster per denoising step of Wan 2.1 1.3B at 832x480 on an H100; the same "
+        "function, with fewer bfloat16 roundings). Once per worker process: the first "
+        "render of each new size and length waits for it (about 10 s on an H100). Ignored "
+        "on a CPU.",
+    )
     job_ttl_s: float = Field(
         86_400.0,
         gt=0.0,

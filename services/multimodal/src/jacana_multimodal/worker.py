@@ -77,7 +77,9 @@ def _model(model_id: str):
             device, dtype = "cpu", torch.float32
         log.info("loading %s on %s", model_id, device)
         cache_dir = settings.cache_dir.expanduser()
-        _models[model_id] = load_model(specs[model_id], cache_dir, device, dtype)
+        _models[model_id] = load_model(
+            specs[model_id], cache_dir, device, dtype, cuda_compile=settings.cuda_compile
+        )
     return _models[model_id]
 
 

@@ -33,9 +33,9 @@ def tiny_i2v_dir(wan_cache) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_t2v(tiny_t2v_dir) -> WanVideoModel:
-    return WanVideoModel(tiny_t2v_dir, cards.WAN21_T2V_TINY, device="cpu", dtype=torch.float32)
+    return WanVideoModel.load(tiny_t2v_dir, cards.WAN21_T2V_TINY, device="cpu", dtype=torch.float32)
 
 
 @pytest.fixture(scope="session")
 def tiny_i2v(tiny_i2v_dir) -> WanVideoModel:
-    return WanVideoModel(tiny_i2v_dir, cards.WAN21_I2V_TINY, device="cpu", dtype=torch.float32)
+    return WanVideoModel.load(tiny_i2v_dir, cards.WAN21_I2V_TINY, device="cpu", dtype=torch.float32)

@@ -155,14 +155,16 @@ def test_bfloat16_denoising_with_float32_decoding(tiny_t2v, tiny_t2v_dir, tiny_i
     VAE (and CLIP) in float32. On these random weights bfloat16 rounding moves pixels by
     about a tenth of a level on average (measured 0.11 of 255); 1.0 leaves room for other
     CPUs' kernels while still catching a render that went astray."""
-    model = WanVideoModel(tiny_t2v_dir, cards.WAN21_T2V_TINY, device="cpu", dtype=torch.bfloat16)
+    model = WanVideoModel.load(
+        tiny_t2v_dir, cards.WAN21_T2V_TINY, device="cpu", dtype=torch.bfloat16
+    )
     assert model.pipeline.transformer.dtype == model.pipeline.text_encoder.dtype == torch.bfloat16
     assert model.pipeline.vae.dtype == torch.float32
     request = _request(seconds=1)
     reduced = model.render(request, _no_progress).astype(int)
     full = tiny_t2v.render(request, _no_progress).astype(int)
     assert np.abs(reduced - full).mean() < 1.0
-    i2v = WanVideoModel(tiny_i2v_dir, cards.WAN21_I2V_TINY, device="cpu", dtype=torch.bfloat16)
+    i2v = WanVideoModel.load(tiny_i2v_dir, cards.WAN21_I2V_TINY, device="cpu", dtype=torch.bfloat16)
     assert i2v.pipeline.image_encoder.dtype == torch.float32
 
 
@@ -170,7 +172,7 @@ def test_bfloat16_denoising_with_float32_decoding(tiny_t2v, tiny_t2v_dir, tiny_i
 def test_tiny_renders_on_cuda_in_bfloat16(tiny_t2v_dir):
     device, dtype = default_device_and_dtype()
     assert device.type == "cuda" and dtype == torch.bfloat16
-    model = WanVideoModel(tiny_t2v_dir, cards.WAN21_T2V_TINY, device=device, dtype=dtype)
+    model = WanVideoModel.load(tiny_t2v_dir, cards.WAN21_T2V_TINY, device=device, dtype=dtype)
     request = _request(width=128, height=128)
     frames = model.render(request, _no_progress)
     assert frames.shape == (16, 128, 128, 3) and frames.dtype == np.uint8

@@ -4,6 +4,7 @@ A ``ModelSpec`` (from settings) names a model id, an architecture and, for downl
 checkpoints, a directory. ``ARCHITECTURES`` maps each architecture name to its card
 template, the loader of its weights and, for the embedded tiny models, the builder that
 creates the directory when the spec has none. Adding an architecture is one entry there.
+``load_model`` hands the loader the worker's ``cuda_compile`` setting.
 
 ``card_for`` is pure and imports neither torch nor diffusers: the service, which validates
 requests but never renders, stays light. Only ``load_model`` (in a render worker) imports
@@ -39,12 +40,18 @@ class ModelSpec:
     path: Path | None = None
 
 
-def _load_wan(path: Path, card: ModelCard, device: torch.device | str, dtype: torch.dtype):
+def _load_wan(
+    path: Path,
+    card: ModelCard,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    cuda_compile: bool,
+):
     # Imported here, not at the top: torch and diffusers take seconds to import and the
     # service process never needs them.
     from jacana_multimodal.pipelines.wan import WanVideoModel
 
-    return WanVideoModel(path, card, device=device, dtype=dtype)
+    return WanVideoModel.load(path, card, device=device, dtype=dtype, cuda_compile=cuda_compile)
 
 
 def _build_tiny(cache_dir: Path, *, image_to_video: bool) -> Path:
@@ -116,14 +123,20 @@ def model_path(spec: ModelSpec, cache_dir: Path) -> Path:
 
 
 def load_model(
-    spec: ModelSpec, cache_dir: Path, device: torch.device | str, dtype: torch.dtype
+    spec: ModelSpec,
+    cache_dir: Path,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    cuda_compile: bool = False,
 ) -> VideoModel:
-    """Load ``spec``'s weights onto ``device`` in ``dtype``.
+    """Load ``spec``'s weights onto ``device`` in ``dtype``; with ``cuda_compile``, a model
+    on CUDA compiles its transformer (``MultimodalSettings.cuda_compile``).
 
     The caller picks them (``wan.default_device_and_dtype()`` gives the usual choice).
     """
     path = model_path(spec, Path(cache_dir))
-    return _architecture(spec.architecture).load(path, card_for(spec), device, dtype)
+    arch = _architecture(spec.architecture)
+    return arch.load(path, card_for(spec), device, dtype, cuda_compile)
 
 
 _SPEC_KEYS = {"id", "architecture", "path"}
