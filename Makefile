@@ -5,7 +5,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help bootstrap models-large up test test-gpu test-slow proto docs lint fmt bench bench-spec clean distclean
+.PHONY: help bootstrap models-large up test test-gpu test-slow proto docs lint fmt bench bench-spec bench-video clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ bench: bootstrap ## CPU decode benchmark, Jacana vs transformers (writes bench/r
 
 bench-spec: models-large ## speculative decoding off vs on, CPU grid (about 20 min; bench/results/spec_bench/)
 	$(PY) bench/spec_bench.py --grid cpu
+
+bench-video: bootstrap ## video service overhead: the API vs the bare pipeline on CPU (~2 min; bench/results/video_cpu/)
+	$(PY) bench/video_cpu.py
 
 clean: ## remove caches, logs and build output (keeps .venv)
 	rm -rf .run .pytest_cache .ruff_cache build dist bench/results/*/*.tmp

@@ -15,6 +15,9 @@
 #             beside them: $OUT/gpu_targets/<hardware>.md (~7 min on an H200)
 # embeddings  embeddings_gpu.py: all-MiniLM-L6-v2, 128-token inputs, vs sentence-transformers
 # spec        the speculative GPU test, then spec_bench.py --grid gpu (~6 min)
+# video       the multimodal GPU tests, then video_gpu.py: Wan 2.1 T2V 1.3B (random weights),
+#             832x480, 81 frames, 10 steps, Jacana vs diffusers and each acceleration
+#             alone (~8 min; needs .whl)
 #
 # Results go to $OUT/<benchmark>/<hardware>.{json,md} ($OUT: the device call's folder, else
 # bench/results), the parity tests' report to $OUT/gpu_parity/<hardware>.json, pytest's
@@ -42,6 +45,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   export PYTHONPATH=/tmp/site
 fi
 SRC=services/engine/src:services/embeddings/src:services/drafter/src:services/gateway/src
+SRC=$SRC:services/multimodal/src
 export PYTHONPATH=$SRC:libs/common/src:bench:tests${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,memory.used,memory.total,power.limit,clocks.max.sm --format=csv,noheader
 eval "$(bash bench/gpu_assets.sh receive)"
@@ -182,6 +186,11 @@ for phase in "$@"; do
       # periodic measurements weigh in it as in a running server
       timeout 480 python3 bench/spec_bench.py --grid gpu --device cuda --reps 3 \
         --max-tokens 512 --out "$OUT" 2>&1 | tail -60
+      ;;
+    video)
+      stamp "video: the multimodal GPU tests, then Wan 2.1 1.3B beside diffusers"
+      timeout 150 "${PYTEST[@]}" -m gpu -s services/multimodal/tests 2>&1 | tail -8
+      timeout 420 python3 bench/video_gpu.py --out "$OUT" 2>&1 | tail -60
       ;;
     *) echo "unknown phase $phase" >&2 ;;
   esac
