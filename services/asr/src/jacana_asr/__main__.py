@@ -33,7 +33,12 @@ async def build_service(settings: AsrSettings):
         torch.set_num_threads(settings.num_threads)
     log.info("loading %s from %s on %s", settings.model_id, settings.model, settings.device)
     started = time.perf_counter()
-    transcriber = await asyncio.to_thread(WhisperTranscriber, settings.model, settings.device)
+    transcriber = await asyncio.to_thread(
+        WhisperTranscriber,
+        settings.model,
+        settings.device,
+        max_batch_windows=settings.max_batch_windows,
+    )
     # The first call pays for lazy initialisation; do not bill it to a client.
     silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
     await asyncio.to_thread(transcriber.transcribe, silence, TranscribeOptions())

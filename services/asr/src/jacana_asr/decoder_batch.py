@@ -124,6 +124,7 @@ class DecoderBatch:
         self._lengths = [n + 1 for n in self._lengths]
         return self._logits(hidden[:, 0])
 
+    @torch.inference_mode()
     def continue_rows(self, key: Hashable, sources: Sequence[int]) -> None:
         """The window's next rows continue its rows ``sources`` (window-relative): a beam
         reorder, rows that ended dropped, or one row expanded into several."""
@@ -148,6 +149,7 @@ class DecoderBatch:
         window.rows = len(sources)
         self._select(order)
 
+    @torch.inference_mode()
     def remove(self, key: Hashable) -> None:
         start, stop = self.span(key)
         self._windows = [w for w in self._windows if w.key != key]

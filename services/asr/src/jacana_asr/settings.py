@@ -78,6 +78,14 @@ class AsrSettings(ServiceSettings):
         description="Transcriptions on the model at once, each on its own worker thread "
         "(1: the model's kernels already use every core).",
     )
+    max_batch_windows: int = Field(
+        16,
+        ge=1,
+        le=256,
+        description="30 s windows of concurrent transcriptions encoded and decoded together "
+        "in one batch (each transcription has one window in flight, so max_concurrent bounds "
+        "the batch too); more wait for a place.",
+    )
     max_queued: int = Field(
         8,
         ge=0,

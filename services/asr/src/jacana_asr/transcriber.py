@@ -16,9 +16,10 @@ service's reference:
   condition the rest.
 Everything runs on ``device``; the host sees only token ids and scores.
 
-Windows run through a ``WindowRunner``: ``SoloRunner`` decodes each window on the calling
-thread; batching.py's ``WindowBatcher`` decodes the windows of concurrent requests together
-on one loop thread. A request's output is the same either way.
+Windows run through a ``WindowRunner``: batching.py's ``WindowBatcher`` (the default)
+encodes and decodes the windows of concurrent requests together on one loop thread;
+``SoloRunner`` decodes each window alone on the calling thread. A request's output is the
+same either way.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
+from jacana_asr.batching import WindowBatcher
 from jacana_asr.ct2_checkpoint import load_checkpoint
 from jacana_asr.features import log_mel, mel_window
 from jacana_asr.sampling import Draws
@@ -48,6 +50,7 @@ from jacana_asr.window_decoder import WindowOptions, WindowResult, decode_window
 
 MAX_LENGTH = 448  # the decoder's positions (n_text_ctx): prompt + output of one window
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+DEFAULT_BATCH_WINDOWS = 16
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ class WindowRunner(Protocol):
         draws: Draws | None,
     ) -> WindowResult: ...
 
+    def close(self) -> None:
+        """Stop; work still waiting fails."""
+        ...
+
 
 class SoloRunner:
     """Each window on the calling thread, alone."""
@@ -87,6 +94,9 @@ class SoloRunner:
 
     def decode(self, encoded, prompt, options, draws) -> WindowResult:
         return decode_window(self.model, encoded, prompt, self.tokens, options, draws)
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -107,13 +117,24 @@ class WhisperTranscriber:
         model_dir: str | Path,
         device: str = "cpu",
         thresholds: Thresholds = Thresholds(),
+        max_batch_windows: int | None = DEFAULT_BATCH_WINDOWS,
     ) -> None:
+        """max_batch_windows: windows of concurrent calls decoded together; None decodes
+        each call's windows alone on its own thread."""
         model_dir = Path(model_dir)
         self.model = WhisperModel(load_checkpoint(model_dir), device=device)
         self.tokens: WhisperTokens = load_whisper_tokens(model_dir, self.model.config.n_vocab)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.thresholds = thresholds
-        self.runner: WindowRunner = SoloRunner(self.model, self.tokens)
+        self.runner: WindowRunner = (
+            SoloRunner(self.model, self.tokens)
+            if max_batch_windows is None
+            else WindowBatcher(self.model, self.tokens, max_batch_windows)
+        )
+
+    def close(self) -> None:
+        """Stop the runner (calls still waiting for the model fail)."""
+        self.runner.close()
 
     def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Transcription:
         """audio: [samples] float32 mono at 16 kHz. See the module docstring for the loop."""
