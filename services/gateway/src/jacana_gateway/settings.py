@@ -102,7 +102,8 @@ class GatewaySettings(ServiceSettings):
         validation_alias=_alias("MAX_NEW_TOKENS"),
         description=(
             "Largest accepted max_tokens; also the cap sent to the engine when a chat "
-            "request does not set max_tokens (or sets it to null)."
+            "request does not set max_tokens (or sets it to null). Completions default "
+            "to 16, null included."
         ),
     )
     request_timeout_s: float = Field(

@@ -92,7 +92,9 @@ async def test_unset_fields_get_openai_defaults(make_client, make_settings, engi
         assert (await client.post("/v1/completions", json=text)).status_code == 200
         with_null = {"model": "m", "prompt": "once", "max_tokens": None, "top_k": -1}
         assert (await client.post("/v1/completions", json=with_null)).status_code == 200
-    chat_req, text_req, null_req = engine.servicer.requests
+        nulls = {**chat, "max_tokens": None, "max_completion_tokens": None}
+        assert (await client.post("/v1/chat/completions", json=nulls)).status_code == 200
+    chat_req, text_req, null_req, null_chat_req = engine.servicer.requests
     s = chat_req.sampling
     assert (s.temperature, s.top_p, s.top_k, s.min_p, s.max_tokens) == (1.0, 1.0, 0, 0.0, 321)
     assert s.clamp_max_tokens is True  # the server cap, lowered to fit the context
@@ -100,8 +102,27 @@ async def test_unset_fields_get_openai_defaults(make_client, make_settings, engi
     assert chat_req.chat.add_generation_prompt is True
     assert text_req.prompt == "once" and text_req.sampling.max_tokens == 16  # OpenAI's default
     assert text_req.sampling.clamp_max_tokens is False
-    assert null_req.sampling.max_tokens == 321 and null_req.sampling.top_k == 0
-    assert null_req.sampling.clamp_max_tokens is True
+    # an explicit null is the omitted value: 16, never the server's whole limit
+    assert null_req.sampling.max_tokens == 16 and null_req.sampling.top_k == 0
+    assert null_req.sampling.clamp_max_tokens is False
+    assert null_chat_req.sampling.max_tokens == 321
+    assert null_chat_req.sampling.clamp_max_tokens is True
+
+
+async def test_completion_default_is_capped_by_the_server_limit(
+    make_client, make_settings, engine, script
+):
+    engine.servicer.script = script([last("x")])
+    config = make_settings({"m": [engine.address]}, max_new_tokens=8)
+    async with make_client(config) as client:
+        for body in (
+            {"model": "m", "prompt": "a"},
+            {"model": "m", "prompt": "a", "max_tokens": None},
+        ):
+            assert (await client.post("/v1/completions", json=body)).status_code == 200
+        too_many = {"model": "m", "prompt": "a", "max_tokens": 9}
+        assert (await client.post("/v1/completions", json=too_many)).status_code == 400
+    assert [r.sampling.max_tokens for r in engine.servicer.requests] == [8, 8]
 
 
 async def test_completion_prompt_forms(make_client, make_settings, engine, script):

@@ -24,6 +24,9 @@ Decisions:
 - ``logit_bias`` keys are token ids as decimal strings (at most ``MAX_LOGIT_BIAS``
   entries), values in [-100, 100]; whether an id is in the vocabulary is the engine's
   call. Logprobs: chat ``top_logprobs`` and completions ``logprobs`` go up to 20.
+- ``max_tokens`` on completions, unset or null, means OpenAI's default of 16
+  (:data:`COMPLETION_MAX_TOKENS`, applied with the server's limit by
+  :mod:`jacana_gateway.translate.generation_request`): a null never asks for more.
 - A string (or object key) anywhere in the body holding an unpaired UTF-16 surrogate
   (a lone ``\\ud800`` escape) is a 400 naming its field (:mod:`.unicode`).
 """
@@ -47,6 +50,8 @@ MAX_LOGIT_BIAS = 1024
 MAX_LOGPROBS = 20
 UINT32_MAX = 2**32 - 1
 MAX_CACHE_SALT_CHARS = 1024
+# OpenAI's default max_tokens for /v1/completions, for an unset or null one alike.
+COMPLETION_MAX_TOKENS = 16
 
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -214,7 +219,9 @@ class CompletionRequest(GenerationRequest):
 
     prompt: Annotated[Any, WithJsonSchema(_PROMPT_SCHEMA)] = Field(...)
     max_tokens: Annotated[Int, Field(ge=1)] | None = Field(
-        16, description="Most tokens to generate (OpenAI's default for completions: 16)."
+        None,
+        description="Most tokens to generate. Unset or null: OpenAI's default for "
+        "completions, 16 (or the server's limit when that is lower).",
     )
     echo: Bool | None = Field(None, description="Prepend the prompt to each choice's text.")
     best_of: Annotated[Int, Field(ge=1, le=128)] | None = Field(

@@ -3,10 +3,11 @@
 Pure functions: no I/O. The gateway's own limits are enforced here (400s):
 - prompt longer than ``max_prompt_chars`` (chat: all contents together; token-id prompts:
   number of ids), code ``"prompt_too_long"``;
-- ``max_tokens`` / ``max_completion_tokens`` above ``max_new_tokens``. When the request
-  leaves it unset (chat) or null, the engine gets ``max_new_tokens`` with
-  ``clamp_max_tokens`` set, so it is lowered to fit the context rather than rejected;
-  completions default to 16 like OpenAI's.
+- ``max_tokens`` / ``max_completion_tokens`` above ``max_new_tokens``. When a chat
+  request leaves both unset or null, the engine gets ``max_new_tokens`` with
+  ``clamp_max_tokens`` set, so it is lowered to fit the context rather than rejected.
+  Completions, unset or null, get OpenAI's 16 (or ``max_new_tokens`` when lower). No
+  request reaches the engine without a bound.
 Sampling defaults follow OpenAI: temperature 1, top_p 1; ``top_k`` -1 becomes 0 (off);
 negative seeds are taken modulo 2^64 (the engine's seed is unsigned). Penalties, bias,
 choices, logprobs and echo: :mod:`.sampling`; response_format and the guided_* fields:
@@ -18,14 +19,19 @@ from __future__ import annotations
 from jacana_common.errors import ApiError
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
 from jacana_gateway.schemas.chat import ChatCompletionRequest
-from jacana_gateway.schemas.generation import CompletionRequest, GenerationRequest
+from jacana_gateway.schemas.generation import (
+    COMPLETION_MAX_TOKENS,
+    CompletionRequest,
+    GenerationRequest,
+)
 from jacana_gateway.translate import sampling, structured_output, tool_calling
 
 _ENGINE_ROLE = {"developer": "system"}
 
 
 def _max_tokens(body: GenerationRequest, max_new_tokens: int) -> int | None:
-    """The client's new-token limit (checked against ``max_new_tokens``), or None if unset."""
+    """The client's new-token limit (checked against ``max_new_tokens``); None for a chat
+    request that sets neither name (the engine then gets the server's cap, clamped)."""
     param, value = "max_tokens", body.max_tokens
     if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
         if value is not None and value != body.max_completion_tokens:
@@ -37,6 +43,8 @@ def _max_tokens(body: GenerationRequest, max_new_tokens: int) -> int | None:
             )
         param, value = "max_completion_tokens", body.max_completion_tokens
     if value is None:
+        if isinstance(body, CompletionRequest):
+            return min(COMPLETION_MAX_TOKENS, max_new_tokens)
         return None
     if value > max_new_tokens:
         raise ApiError(
