@@ -23,7 +23,7 @@ def stack(tmp_path) -> Iterator[VideoStack]:
         workers=0,
         # Short enough that a dead worker's render moves on within seconds; longer than
         # any render here.
-        JACANA_MULTIMODAL_LONGEST_RENDER_S="8",
+        JACANA_MULTIMODAL_LONGEST_JOB_S="8",
         JACANA_MULTIMODAL_VISIBILITY_TIMEOUT_S="10",
     )
     try:
@@ -104,7 +104,7 @@ def test_every_video_survives_a_gateway_and_service_restart(stack: VideoStack) -
 
 
 def test_a_full_queue_is_429_with_retry_after(tmp_path) -> None:
-    stack = start_video_stack(tmp_path, workers=0, JACANA_MULTIMODAL_MAX_QUEUED="2")
+    stack = start_video_stack(tmp_path, workers=0, JACANA_MULTIMODAL_MAX_QUEUED_JOBS="2")
     try:
         client = client_for(stack)
         accepted = [

@@ -39,7 +39,7 @@ class VideoStack:
             "JACANA_MULTIMODAL_CACHE_DIR": str(self.root / "cache"),
             "JACANA_MULTIMODAL_DEVICE": "cpu",
             # A dead worker's render is handed on within seconds, not hours.
-            "JACANA_MULTIMODAL_LONGEST_RENDER_S": "20",
+            "JACANA_MULTIMODAL_LONGEST_JOB_S": "20",
             "JACANA_MULTIMODAL_VISIBILITY_TIMEOUT_S": "25",
             "JACANA_MULTIMODAL_RESTORE_INTERVAL_S": "1",
             "OMP_NUM_THREADS": "1",

@@ -25,6 +25,7 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from jacana_jobs.records import IllegalTransition, JobNotFound, JobRecord
+from jacana_jobs.settings import JobQueueSettings
 from jacana_jobs.storage import ArtifactStorage
 from jacana_jobs.store import JobStore
 
@@ -229,3 +230,28 @@ def job_task(
         return task
 
     return register
+
+
+def job_worker_app(
+    name: str,
+    broker_url: str,
+    queue: str,
+    settings: JobQueueSettings,
+    task_name: str,
+    body: JobBody,
+    *,
+    store: Callable[[], JobStore],
+    storage: Callable[[], ArtifactStorage],
+) -> Celery:
+    """A worker's Celery app: ``make_celery`` with the timeouts of ``settings``, tasks sent
+    to ``queue`` by default, and ``body`` registered as the job task ``task_name``."""
+    app = make_celery(
+        name,
+        broker_url,
+        visibility_timeout_s=settings.visibility_timeout_s,
+        longest_task_s=settings.longest_job_s,
+        restore_interval_s=settings.restore_interval_s,
+    )
+    app.conf.task_default_queue = queue
+    job_task(app, task_name, store=store, storage=storage, max_attempts=settings.max_attempts)(body)
+    return app

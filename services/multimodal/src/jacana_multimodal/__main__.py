@@ -11,6 +11,7 @@ import logging
 from jacana_common.grpc_server import GrpcServer
 from jacana_common.logging import configure_logging
 from jacana_common.pb.jacana.multimodal.v1 import multimodal_pb2_grpc
+from jacana_jobs.service_loop import sweep_forever
 from jacana_multimodal.settings import MultimodalSettings
 
 log = logging.getLogger("jacana_multimodal")
@@ -32,21 +33,9 @@ def build_jobs(settings: MultimodalSettings):
         create_app(settings),
         [card_for(spec) for spec in settings.model_specs()],
         ttl_s=settings.job_ttl_s,
-        max_queued=settings.max_queued,
+        max_queued=settings.max_queued_jobs,
         retry_after_s=settings.retry_after_s,
     )
-
-
-async def sweep_forever(jobs, interval_s: float) -> None:
-    """Delete expired videos' files every ``interval_s``; a Redis outage is logged and
-    retried at the next turn."""
-    while True:
-        try:
-            while await asyncio.to_thread(jobs.sweep) > 0:
-                pass
-        except Exception:
-            log.exception("sweeping expired videos failed")
-        await asyncio.sleep(interval_s)
 
 
 async def serve(settings: MultimodalSettings) -> None:
@@ -56,7 +45,7 @@ async def serve(settings: MultimodalSettings) -> None:
     server = GrpcServer(SERVICE_NAME, settings)
     multimodal_pb2_grpc.add_MultimodalServicer_to_server(MultimodalServicer(jobs), server.server)
     await server.start()
-    sweeper = asyncio.create_task(sweep_forever(jobs, settings.sweep_interval_s))
+    sweeper = asyncio.create_task(sweep_forever(jobs.sweep, settings.sweep_interval_s, "videos"))
 
     async def stop() -> None:
         sweeper.cancel()

@@ -6,11 +6,10 @@ the Celery render worker (``celery -A jacana_multimodal.worker worker``) must ag
 Redis, the artifact directory, the models and the broker's timeouts, so they read the
 same variables. Read once per process (``MultimodalSettings.load``).
 
-Durability: the broker hands an unacknowledged render to another worker after
-``visibility_timeout_s``; it must exceed ``longest_render_s`` or a render still running
-would be started a second time (harmless, renders are idempotent per job id, but
-wasteful). A worker that died is noticed after at most ``visibility_timeout_s`` plus
-``restore_interval_s``.
+The job queue's behaviour (expiry, admission, re-delivery) comes from
+``jacana_jobs.JobQueueSettings``: a worker that died is noticed after at most
+``visibility_timeout_s`` plus ``restore_interval_s``, and its render starts again on
+another worker (renders are idempotent per job id).
 """
 
 from __future__ import annotations
@@ -22,10 +21,11 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from jacana_common.settings import ServiceSettings
+from jacana_jobs.settings import JobQueueSettings
 from jacana_multimodal.pipelines.registry import ModelSpec, default_specs, parse_model_specs
 
 
-class MultimodalSettings(ServiceSettings):
+class MultimodalSettings(ServiceSettings, JobQueueSettings):
     """Every knob of the video service and its workers, validated at start-up."""
 
     model_config = SettingsConfigDict(env_prefix="JACANA_MULTIMODAL_", extra="ignore", frozen=True)
@@ -63,49 +63,9 @@ class MultimodalSettings(ServiceSettings):
         "render of each new size and length waits for it (about 10 s on an H100). Ignored "
         "on a CPU.",
     )
-    job_ttl_s: float = Field(
-        86_400.0,
-        gt=0.0,
-        le=30 * 86_400.0,
-        description="How long a video (record and files) lives after it is created; it is "
-        "the Video object's expires_at.",
-    )
-    max_queued: int = Field(
-        64, ge=1, le=100_000, description="Renders waiting at most; beyond it a create is a 429."
-    )
-    retry_after_s: int = Field(
-        10, ge=1, le=3600, description="The Retry-After a 429 (queue full) suggests."
-    )
-    longest_render_s: float = Field(
-        3600.0, gt=0.0, le=7 * 86_400.0, description="The longest one render may take."
-    )
-    visibility_timeout_s: float = Field(
-        7200.0,
-        gt=0.0,
-        le=14 * 86_400.0,
-        description="Seconds after which the broker hands an unacknowledged render (its "
-        "worker died) to another worker; must exceed longest_render_s.",
-    )
-    restore_interval_s: float = Field(
-        10.0,
-        gt=0.0,
-        le=3600.0,
-        description="How often a worker looks for renders whose worker died.",
-    )
-    max_attempts: int = Field(
-        3, ge=1, le=100, description="Starts of one render before it is failed for good."
-    )
-    sweep_interval_s: float = Field(
-        60.0, gt=0.0, le=86_400.0, description="How often expired videos' files are deleted."
-    )
 
     @model_validator(mode="after")
     def _check(self) -> MultimodalSettings:
-        if self.visibility_timeout_s <= self.longest_render_s:
-            raise ValueError(
-                "visibility_timeout_s must exceed longest_render_s, or a running render is "
-                "handed to a second worker"
-            )
         self.model_specs()  # a bad MODELS value fails at start-up, not on first use
         return self
 

@@ -29,8 +29,7 @@ from jacana_jobs import (
     JobFailure,
     JobStore,
     LocalStorage,
-    job_task,
-    make_celery,
+    job_worker_app,
 )
 from jacana_multimodal.artifacts import artifact_key, input_key
 from jacana_multimodal.requests import VideoParams
@@ -121,22 +120,16 @@ def render_video(ctx: JobContext) -> dict[str, str]:
 def create_app(settings: MultimodalSettings | None = None) -> Celery:
     """The Celery app with the render task registered on ``RENDER_QUEUE``."""
     settings = settings or _settings()
-    celery = make_celery(
+    return job_worker_app(
         "jacana_multimodal",
         settings.redis_url,
-        visibility_timeout_s=settings.visibility_timeout_s,
-        longest_task_s=settings.longest_render_s,
-        restore_interval_s=settings.restore_interval_s,
-    )
-    celery.conf.task_default_queue = RENDER_QUEUE
-    job_task(
-        celery,
+        RENDER_QUEUE,
+        settings,
         RENDER_TASK,
+        render_video,
         store=_store,
         storage=_storage,
-        max_attempts=settings.max_attempts,
-    )(render_video)
-    return celery
+    )
 
 
 @cache
