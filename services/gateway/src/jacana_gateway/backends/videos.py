@@ -40,19 +40,13 @@ from jacana_common.errors import ApiError, api_error_from_grpc
 from jacana_common.pb.jacana.multimodal.v1 import multimodal_pb2 as pb
 from jacana_common.pb.jacana.multimodal.v1 import multimodal_pb2_grpc
 from jacana_common.telemetry import outgoing_metadata
-from jacana_gateway.backends.replica_pool import (
-    Replica,
-    ReplicaPool,
-    ServiceBackends,
-    call_with_failover,
-)
+from jacana_gateway.backends.replica_pool import Replica, ReplicaPool, call_with_failover
+from jacana_gateway.backends.shared_store import ANY_REPLICA, SharedStoreBackends
 from jacana_gateway.errors import ApiErrorWithHeaders
 
 log = logging.getLogger(__name__)
 
 MULTIMODAL_SERVICE = "jacana.multimodal.v1.Multimodal"
-# The routing key of calls any replica can answer; not a valid model id, so never a model's.
-ANY_REPLICA = "*"
 CARD_TTL_S = 60.0
 RETRY_CARD_S = 5.0
 DEFAULT_RETRY_AFTER_S = 1
@@ -133,7 +127,7 @@ class ContentStream:
         self._pool.release(self._replica)
 
 
-class VideoBackends(ServiceBackends):
+class VideoBackends(SharedStoreBackends):
     """Video model id -> multimodal service replicas, plus :data:`ANY_REPLICA` for the
     calls by video id; the job calls routed over them and the cached model cards."""
 
@@ -147,24 +141,9 @@ class VideoBackends(ServiceBackends):
         retry_after_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._models = list(targets)
-        every = list(dict.fromkeys(t for endpoints in targets.values() for t in endpoints))
-        routed = {**targets, ANY_REPLICA: every} if every else dict(targets)
-        super().__init__(routed, retry_after_s=retry_after_s, clock=clock)
+        super().__init__(targets, retry_after_s=retry_after_s, clock=clock)
         self._clock = clock
         self._cards: dict[str, tuple[float, pb.ModelCard | None]] = {}
-
-    @property
-    def models(self) -> list[str]:
-        return list(self._models)
-
-    def __contains__(self, model: object) -> bool:
-        return model in self._models
-
-    async def health(self, timeout: float) -> dict[str, dict[str, bool]]:
-        report = await super().health(timeout)
-        report.pop(ANY_REPLICA, None)
-        return report
 
     async def _call(self, key: str, method: str, request, timeout: float):
         return await call_with_failover(
