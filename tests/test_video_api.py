@@ -18,7 +18,7 @@ import openai
 import pytest
 from PIL import Image
 
-from video_stack import VIDEO_MODEL, VideoStack, start_video_stack
+from video_stack import VIDEO_MODEL, VideoStack, start_video_stack, wait_for
 
 SIZE = "128x128"
 I2V_MODEL = "wan-tiny-i2v-random"
@@ -44,16 +44,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VideoStack]:
 @pytest.fixture(scope="module")
 def client(stack: VideoStack) -> openai.OpenAI:
     return openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
-
-
-def wait_for(client: openai.OpenAI, video_id: str, predicate, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        video = client.videos.retrieve(video_id)
-        if predicate(video):
-            return video
-        assert time.monotonic() < deadline, f"{video_id} stuck at {video.status} {video.progress}%"
-        time.sleep(0.05)
 
 
 def long_render(client: openai.OpenAI, **extra) -> str:

@@ -4,13 +4,12 @@ redis-server with append-only persistence, Celery workers, the tiny Wan pipeline
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import openai
 import pytest
 
-from video_stack import VIDEO_MODEL, VideoStack, start_video_stack
+from video_stack import VIDEO_MODEL, VideoStack, start_video_stack, wait_for
 
 SIZE = "128x128"
 pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")
@@ -34,16 +33,6 @@ def stack(tmp_path) -> Iterator[VideoStack]:
 
 def client_for(stack: VideoStack) -> openai.OpenAI:
     return openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
-
-
-def wait_for(client: openai.OpenAI, video_id: str, predicate, timeout_s: float = 90.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        video = client.videos.retrieve(video_id)
-        if predicate(video):
-            return video
-        assert time.monotonic() < deadline, f"{video_id} stuck at {video.status} {video.progress}%"
-        time.sleep(0.05)
 
 
 def test_a_render_whose_worker_is_killed_completes_on_another(stack: VideoStack) -> None:

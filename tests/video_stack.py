@@ -9,6 +9,7 @@ takes its pool child with it (:func:`stack.start_worker`).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,3 +119,15 @@ def start_video_stack(root: Path, workers: int = 1, **extra_env: str) -> VideoSt
         stack.stop()
         raise
     return stack
+
+
+def wait_for(client, video_id: str, predicate, timeout_s: float = 90.0):
+    """Poll ``client.videos.retrieve(video_id)`` until ``predicate(video)``; fail with the
+    video's last status after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        video = client.videos.retrieve(video_id)
+        if predicate(video):
+            return video
+        assert time.monotonic() < deadline, f"{video_id} stuck at {video.status} {video.progress}%"
+        time.sleep(0.05)
