@@ -8,6 +8,11 @@ Usage from a service's ``__main__``::
 
 On SIGTERM the health status flips to NOT_SERVING (so balancers stop sending), in-flight
 calls get ``shutdown_grace_s`` to finish, then the server stops and ``on_stop`` runs.
+
+Metrics: the server owns the service's Prometheus registry (``server.registry``; the
+service registers its metrics there) and, when the settings carry a non-zero
+``metrics_port`` (:class:`~jacana_common.metrics.MetricsSettings`), serves it on that
+port from :meth:`GrpcServer.start` until :meth:`GrpcServer.stop`.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
 from jacana_common.grpc_client import KEEPALIVE_TIME_MS, MAX_MESSAGE_BYTES
+from jacana_common.metrics import MetricsExporter, MetricsSettings
 from jacana_common.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -49,6 +56,8 @@ class GrpcServer:
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port: int | None = None
+        self.registry = CollectorRegistry()
+        self.metrics: MetricsExporter | None = None
         self._stop = asyncio.Event()
 
     async def start(self) -> int:
@@ -63,6 +72,11 @@ class GrpcServer:
         for name in ("", self.service_name):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("%s listening on %s:%d", self.service_name, self.settings.host, self.port)
+        if isinstance(self.settings, MetricsSettings) and self.settings.metrics_port:
+            self.metrics = MetricsExporter(
+                self.registry, self.settings.host, self.settings.metrics_port
+            )
+            log.info("metrics on http://%s:%d/metrics", self.settings.host, self.metrics.port)
         return self.port
 
     def request_stop(self) -> None:
@@ -73,6 +87,9 @@ class GrpcServer:
         for name in ("", self.service_name):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.stop(self.settings.shutdown_grace_s)
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
+            self.metrics = None
 
     async def run(self, on_stop: Callable[[], Awaitable[None] | None] | None = None) -> None:
         """Serve until SIGTERM/SIGINT (or :meth:`request_stop`), then stop gracefully."""

@@ -17,6 +17,7 @@ log = logging.getLogger("jacana_engine")
 
 async def serve(settings: EngineSettings) -> None:
     from jacana_engine.core.async_engine import AsyncEngine  # heavy import (torch), after logging
+    from jacana_engine.entrypoints.metrics import EngineMetrics
     from jacana_engine.entrypoints.server import EngineServicer
 
     if settings.num_threads:
@@ -31,7 +32,8 @@ async def serve(settings: EngineSettings) -> None:
     engine = await asyncio.to_thread(AsyncEngine, config)
     log.info("model ready in %.1fs", time.perf_counter() - started)
     server = GrpcServer("jacana.engine.v1.Engine", settings)
-    engine_pb2_grpc.add_EngineServicer_to_server(EngineServicer(engine), server.server)
+    metrics = EngineMetrics(server.registry, engine.stats, config.model_id)
+    engine_pb2_grpc.add_EngineServicer_to_server(EngineServicer(engine, metrics), server.server)
     await server.start()
     await server.run(on_stop=engine.shutdown)
 

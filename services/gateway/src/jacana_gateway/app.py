@@ -24,6 +24,7 @@ from jacana_gateway.errors import install_error_handlers
 from jacana_gateway.middleware.admission import Admission
 from jacana_gateway.middleware.auth import BearerAuthMiddleware
 from jacana_gateway.middleware.body_limit import BodyLimitMiddleware
+from jacana_gateway.middleware.metrics import MetricsMiddleware
 from jacana_gateway.routes import ROUTE_FAMILIES
 from jacana_gateway.settings import GatewaySettings
 from jacana_gateway.state import GatewayState
@@ -73,4 +74,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     if settings.api_keys:
         app.add_middleware(BearerAuthMiddleware, keys=settings.api_keys)
+    # Outermost: requests refused by auth or the body limit are counted too.
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app

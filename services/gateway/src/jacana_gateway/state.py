@@ -15,6 +15,7 @@ from jacana_gateway.backends.asr import AsrBackends
 from jacana_gateway.backends.embeddings import EmbeddingsBackends
 from jacana_gateway.backends.replica_pool import ReplicaPool
 from jacana_gateway.backends.videos import VideoBackends
+from jacana_gateway.metrics import GatewayMetrics
 from jacana_gateway.middleware.admission import Admission
 from jacana_gateway.settings import GatewaySettings
 
@@ -22,8 +23,8 @@ from jacana_gateway.settings import GatewaySettings
 @dataclass
 class GatewayState:
     """Per-app state: settings, the engine pool, the embeddings, ASR and multimodal
-    services, admission control, static facts. A model id is in at most one of ``pool``,
-    ``embeddings``, ``asr`` and ``videos``."""
+    services, admission control, metrics, static facts. A model id is in at most one of
+    ``pool``, ``embeddings``, ``asr`` and ``videos``."""
 
     settings: GatewaySettings
     pool: ReplicaPool
@@ -33,6 +34,7 @@ class GatewayState:
     embeddings: EmbeddingsBackends = field(default_factory=lambda: EmbeddingsBackends({}))
     asr: AsrBackends = field(default_factory=lambda: AsrBackends({}))
     videos: VideoBackends = field(default_factory=lambda: VideoBackends({}))
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
 
     async def start(self) -> None:
         """Open the channels of every backend (connections are lazy: a service that is

@@ -7,7 +7,9 @@ output iterator, which aborts the request inside the engine and frees its KV blo
 ``n`` > 1 runs as ``n`` engine requests (:mod:`jacana_engine.core.choices`) on one call; the
 servicer remembers each call's ``n`` so ``Abort`` reaches every choice. ``Embed`` runs
 each input as a prefill-only engine request (:mod:`jacana_engine.pooling.requests`) and
-packs the pooled vectors as little-endian float32.
+packs the pooled vectors as little-endian float32. With :class:`EngineMetrics`, each
+``Generate`` call's latency is observed for Prometheus (the counters and gauges come
+from the engine's stats, :mod:`jacana_engine.entrypoints.metrics`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import uuid
 import grpc
 
 from jacana_common.errors import grpc_details
+from jacana_common.metrics import RequestTimer
 from jacana_common.pb.jacana.engine.v1 import engine_pb2, engine_pb2_grpc
 from jacana_engine.core.choices import choice_request_id, generate_choices
 from jacana_engine.core.errors import InvalidRequestError
 from jacana_engine.core.outputs import FinishReason
 from jacana_engine.entrypoints.logprob_messages import TokenBytes, to_pb
+from jacana_engine.entrypoints.metrics import EngineMetrics
 from jacana_engine.pooling.inputs import EmbedInput, prepare_texts, prepare_token_ids
 from jacana_engine.pooling.requests import MAX_EMBED_INPUTS
 from jacana_engine.sample.params import SamplingParams
@@ -77,8 +81,10 @@ def guide_from_pb(pb: engine_pb2.Guide) -> Guide:
 class EngineServicer(engine_pb2_grpc.EngineServicer):
     """Implements ``jacana.engine.v1.Engine`` over one :class:`AsyncEngine`."""
 
-    def __init__(self, engine) -> None:  # engine: jacana_engine.core.async_engine.AsyncEngine
+    def __init__(self, engine, metrics: EngineMetrics | None = None) -> None:
+        # engine: jacana_engine.core.async_engine.AsyncEngine
         self.engine = engine
+        self.metrics = metrics
         self.tokenizer = engine.tokenizer
         self.info = engine.model_info
         self.token_bytes = TokenBytes(self.tokenizer)
@@ -134,6 +140,9 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
         request_id = request.request_id or uuid.uuid4().hex
         n = max(request.sampling.n, 1)
         registered = False
+        timer = None
+        if self.metrics is not None:
+            timer = RequestTimer(self.metrics.latency, (self.metrics.model,))
         try:
             if request_id in self._num_choices:
                 raise InvalidRequestError(f"request id {request_id!r} is in use", "request_id")
@@ -158,11 +167,15 @@ class EngineServicer(engine_pb2_grpc.EngineServicer):
                 speculative=not request.disable_speculation,
             ):
                 msg = self._message(index, out)
+                if timer is not None:
+                    timer.tokens(index, len(msg.token_ids))
                 if index not in started:
                     started.add(index)
                     if echo is not None:
                         msg.prompt_text = echo
                 yield msg
+            if timer is not None:
+                timer.finish()
         except InvalidRequestError as exc:
             # a chat's prompt is its messages (what the client sent)
             chat = request.WhichOneof("input") == "chat"

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from jacana_common.metrics import MetricsSettings
 from jacana_common.settings import ServiceSettings
 from jacana_engine.config import (
     CacheConfig,
@@ -49,6 +50,7 @@ SpeculativeEnv = SpeculativeSettings.named(
 
 class EngineSettings(
     ServiceSettings,
+    MetricsSettings,
     ModelConfig,
     CacheConfig,
     SchedulerConfig,

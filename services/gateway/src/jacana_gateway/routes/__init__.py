@@ -6,7 +6,7 @@ backend (:mod:`jacana_gateway.backends`) and shape the answer; failures are
 
 - :mod:`.generation`: /v1/chat/completions, /v1/completions (JSON or SSE);
 - :mod:`.models`: /v1/models, /v1/models/{model};
-- :mod:`.ops`: /health, /version (never authenticated);
+- :mod:`.ops`: /health, /version, /metrics (never authenticated);
 - :mod:`.embeddings`: /v1/embeddings;
 - :mod:`.audio`: /v1/audio/transcriptions, /v1/audio/translations;
 - :mod:`.audio_jobs`: /v1/audio/transcriptions/jobs (long audio as a job);

@@ -25,6 +25,7 @@ from fastapi.responses import Response
 from jacana_common.errors import ApiError
 from jacana_gateway.errors import model_not_found, model_not_supported
 from jacana_gateway.middleware.disconnect import cancel_on_disconnect
+from jacana_gateway.middleware.metrics import label_model
 from jacana_gateway.schemas.audio import RESPONSE_FORMATS, read_audio_request
 from jacana_gateway.state import GatewayState
 from jacana_gateway.translate.audio import RENDERERS, transcribe_request
@@ -68,6 +69,7 @@ def build_router(state: GatewayState) -> APIRouter:
             if route is None:
                 raise model_not_found(body.model)
             raise model_not_supported(body.model, "not a speech-to-text model", route)
+        label_model(request, body.model)
         call = services.transcribe(
             body.model, transcribe_request(body, uuid.uuid4().hex), timeout_s
         )

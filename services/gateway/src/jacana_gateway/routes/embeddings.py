@@ -24,6 +24,7 @@ from jacana_common.pb.jacana.engine.v1 import engine_pb2
 from jacana_gateway.backends.embeddings import engine_embed
 from jacana_gateway.errors import model_not_found
 from jacana_gateway.middleware.disconnect import cancel_on_disconnect
+from jacana_gateway.middleware.metrics import label_model
 from jacana_gateway.schemas.embeddings import EmbeddingsRequest
 from jacana_gateway.state import GatewayState
 from jacana_gateway.translate.embeddings import embed_request, embeddings_response
@@ -46,6 +47,7 @@ def build_router(state: GatewayState) -> APIRouter:
             call = engine_embed(engines, body.model, embed_request(body, engine_pb2), timeout_s)
         else:
             raise model_not_found(body.model)
+        label_model(request, body.model)
         async with cancel_on_disconnect(request.receive):
             reply = await call
         content = json.dumps(embeddings_response(body, reply), separators=(",", ":"))

@@ -36,6 +36,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from jacana_common.errors import ApiError
+from jacana_common.metrics import RequestTimer
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
 from jacana_gateway.backends.engine import EngineStream, open_stream
 from jacana_gateway.errors import (
@@ -44,7 +45,9 @@ from jacana_gateway.errors import (
     model_not_found,
     model_not_supported,
 )
+from jacana_gateway.metrics import TimedStream
 from jacana_gateway.middleware.disconnect import EventStreamResponse, cancel_on_disconnect
+from jacana_gateway.middleware.metrics import label_model
 from jacana_gateway.schemas.chat import ChatCompletionRequest
 from jacana_gateway.schemas.generation import CompletionRequest, GenerationRequest
 from jacana_gateway.state import GatewayState
@@ -84,7 +87,11 @@ def _usage(choices: dict[int, Choice]) -> dict[str, Any]:
 
 
 async def collect(
-    stream: EngineStream, fmt: Format, env: Envelope, n: int = 1, keep: int | None = None
+    stream: EngineStream | TimedStream,
+    fmt: Format,
+    env: Envelope,
+    n: int = 1,
+    keep: int | None = None,
 ) -> dict[str, Any]:
     """Read all ``n`` choices of the stream into one response object; with ``keep`` < n,
     only the ``keep`` best (by mean token logprob) are answered."""
@@ -102,7 +109,7 @@ async def collect(
 
 
 async def events(
-    stream: EngineStream, fmt: Format, env: Envelope, include_usage: bool, n: int = 1
+    stream: EngineStream | TimedStream, fmt: Format, env: Envelope, include_usage: bool, n: int = 1
 ) -> AsyncIterator[bytes]:
     """The SSE body of a streaming response; closes ``stream`` however it ends."""
 
@@ -143,18 +150,22 @@ async def serve(
     stream: bool,
     include_usage: bool,
     keep: int | None = None,
+    timer: RequestTimer | None = None,
 ) -> Response:
     """Run ``engine_request`` on ``env.model``'s engines and answer the HTTP request
-    (``keep``: answer only the best ``keep`` of its choices; never with ``stream``)."""
+    (``keep``: answer only the best ``keep`` of its choices; never with ``stream``).
+    ``timer`` (started when the request arrived) times the generation for the metrics."""
     n = max(engine_request.sampling.n, 1)
+    timer = timer or RequestTimer(state.metrics.latency, (env.model,))
     slot = state.admission.admit()
     headers = {"X-Request-Id": env.id}
     handed_off = False  # True once the streaming response owns the slot and the call
     try:
         async with cancel_on_disconnect(request.receive):
-            engine = await open_stream(
+            opened = await open_stream(
                 state.pool, env.model, engine_request, state.settings.request_timeout_s
             )
+            engine = state.metrics.timed(opened, env.model, timer)
             if stream:
                 body = events(engine, fmt, env, include_usage, n)
                 handed_off = True
@@ -191,12 +202,14 @@ async def _generate(
     check: Callable[[Any], None],
     build: Callable[..., pb.GenerateRequest],
 ) -> Response:
+    timer = RequestTimer(state.metrics.latency, (body.model,))
     if body.model not in state.pool:
         route = state.route_for(body.model)
         if route is None:
             raise model_not_found(body.model)
         kind = "an embedding" if body.model in state.embeddings else "a speech-to-text"
         raise model_not_supported(body.model, f"{kind} model", route)
+    label_model(request, body.model)
     check(body)
     fmt = sampling.response_format(body)
     env = Envelope(fmt.new_id(), int(time.time()), body.model, state.system_fingerprint)
@@ -216,6 +229,7 @@ async def _generate(
         stream=bool(body.stream),
         include_usage=include_usage,
         keep=sampling.kept_choices(body),
+        timer=timer,
     )
 
 

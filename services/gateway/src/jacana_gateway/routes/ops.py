@@ -1,5 +1,6 @@
-"""Operational routes: /health (engine, embeddings, ASR and multimodal reachability) and
-/version. Never authenticated."""
+"""Operational routes: /health (engine, embeddings, ASR and multimodal reachability),
+/version and /metrics (Prometheus text format, :mod:`jacana_gateway.metrics`). Never
+authenticated."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from jacana_gateway.errors import engine_unavailable
 from jacana_gateway.state import GatewayState
@@ -27,6 +29,12 @@ def _models(kind: str, report: dict[str, dict[str, bool]]) -> dict[str, Any]:
 def build_router(state: GatewayState) -> APIRouter:
     """The operational routes of ``state``'s gateway."""
     router = APIRouter(tags=["operations"])
+
+    @router.get("/metrics", response_model=None, include_in_schema=False)
+    async def metrics() -> Response:
+        """The gateway's Prometheus metrics."""
+        body = generate_latest(state.metrics.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @router.get("/health", response_model=None)
     async def health() -> JSONResponse:
