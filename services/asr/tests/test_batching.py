@@ -9,6 +9,7 @@ decoding that test_transcriber.py checks against faster-whisper.
 
 from __future__ import annotations
 
+import time
 import wave
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -95,7 +96,7 @@ def assert_identical(batched_results, solo_results):
 def test_concurrent_requests_decode_together_and_as_alone(
     batched, solo, speech_dir, synthesize_clip
 ):
-    audios = clips(speech_dir, synthesize_clip, (1, 2, 3, 4))
+    audios = clips(speech_dir, synthesize_clip, (1, 2, 1, 3))
     options = list(OPTIONS)
     alone = [solo.transcribe(a, o) for a, o in zip(audios, options, strict=True)]
     together = transcribe_all(batched, audios, options)
@@ -112,6 +113,24 @@ def test_eight_files_of_different_lengths(batched, solo, speech_dir, synthesize_
     alone = [solo.transcribe(a, o) for a, o in zip(audios, options, strict=True)]
     together = transcribe_all(batched, audios, options)
     assert_identical(together, alone)
+
+
+def test_a_long_file_does_not_hold_back_a_short_one(batched, long_speech_wav, speech_wav):
+    finished: list[str] = []
+
+    def run(name: str, path: Path) -> None:
+        batched.transcribe(read_wav(path), TranscribeOptions(beam_size=1))
+        finished.append(name)
+
+    with ThreadPoolExecutor(2) as pool:
+        steps = batched.runner.steps
+        long = pool.submit(run, "long", long_speech_wav)  # two windows, one after the other
+        while batched.runner.steps == steps:  # until its first window is decoding
+            time.sleep(0.01)
+        short = pool.submit(run, "short", speech_wav)
+        long.result()
+        short.result()
+    assert finished == ["short", "long"]
 
 
 def test_at_most_max_windows_decode_at_once(model_dir, speech_wav):

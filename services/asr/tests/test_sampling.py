@@ -75,7 +75,7 @@ def mel(tmp_path_factory, synthesize_clip):
     return np.ascontiguousarray(features[None], dtype=np.float32)
 
 
-@pytest.mark.parametrize("temperature", [0.2, 0.4, 0.6])
+@pytest.mark.parametrize("temperature", [0.3, 0.6])
 @pytest.mark.parametrize("timestamps", [True, False])
 def test_best_of_five_matches_ctranslate2_with_the_same_seed(
     model_dir, ours, tokens, mel, temperature, timestamps
