@@ -37,12 +37,13 @@ from jacana_asr.batching import WindowBatcher
 from jacana_asr.ct2_checkpoint import load_checkpoint
 from jacana_asr.features import log_mel, mel_window
 from jacana_asr.sampling import Draws
-from jacana_asr.segments import compression_ratio, split_window
+from jacana_asr.segments import FRAMES_PER_SECOND, compression_ratio, split_window
 from jacana_asr.transcription import (
     SAMPLE_RATE,
     Segment,
     TranscribeOptions,
     Transcription,
+    WindowCallback,
 )
 from jacana_asr.whisper_model import WhisperModel
 from jacana_asr.whisper_tokens import WhisperTokens, load_whisper_tokens
@@ -136,8 +137,15 @@ class WhisperTranscriber:
         """Stop the runner (calls still waiting for the model fail)."""
         self.runner.close()
 
-    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Transcription:
-        """audio: [samples] float32 mono at 16 kHz. See the module docstring for the loop."""
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        options: TranscribeOptions,
+        on_window: WindowCallback | None = None,
+    ) -> Transcription:
+        """audio: [samples] float32 mono at 16 kHz. See the module docstring for the loop.
+        ``on_window(seconds_done)`` is called after each window; an exception it raises
+        (a cancelled job) stops the transcription and propagates."""
         tokens = self.tokens
         mel = log_mel(audio, self.model.config.n_mels, device=self.model.device)
         total_frames = mel.shape[1]
@@ -164,6 +172,8 @@ class WhisperTranscriber:
                 result.avg_logprob > self.thresholds.log_prob
             ):
                 seek += window.num_frames  # silence: faster-whisper skips it the same way
+                if on_window is not None:
+                    on_window(min(seek, total_frames) / FRAMES_PER_SECOND)
                 continue
             split = split_window(
                 list(result.tokens),
@@ -193,6 +203,8 @@ class WhisperTranscriber:
             if temperature > self.thresholds.prompt_reset_temperature:
                 prompt_reset_since = len(history)
             seek = split.next_seek
+            if on_window is not None:
+                on_window(min(seek, total_frames) / FRAMES_PER_SECOND)
         return Transcription(
             text="".join(s.text for s in segments).strip(),
             language=language or "en",

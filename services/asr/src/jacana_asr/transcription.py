@@ -3,6 +3,7 @@ service's gRPC layer and the model code (pure data, no torch)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -70,9 +71,18 @@ class Transcription:
     segments: tuple[Segment, ...] = field(default_factory=tuple)
 
 
+# Called after each 30 s window with the seconds of audio done; may raise to stop.
+WindowCallback = Callable[[float], None]
+
+
 class Transcriber(Protocol):
     """Speech to text on one loaded model."""
 
-    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Transcription:
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        options: TranscribeOptions,
+        on_window: WindowCallback | None = None,
+    ) -> Transcription:
         """audio: [samples] float32 mono at SAMPLE_RATE, in [-1, 1]."""
         ...

@@ -26,6 +26,7 @@ from celery import Celery
 from jacana_asr.audio import AudioError, decode_audio
 from jacana_asr.jobs import NAMESPACE, TRANSCRIBE_TASK, JobParams, result_key, upload_key
 from jacana_asr.settings import AsrSettings
+from jacana_asr.transcription import SAMPLE_RATE
 from jacana_jobs import (
     ArtifactStorage,
     JobContext,
@@ -79,7 +80,8 @@ def _read_upload(ctx: JobContext, storage: ArtifactStorage) -> bytes:
 
 def transcribe_job(ctx: JobContext) -> dict[str, str]:
     """The task body: decode the upload, transcribe it, store the result as JSON, return
-    its key. Cancellation (the job deleted) is checked before and after the model runs."""
+        its key. Progress is reported and cancellation (the job deleted) checked after each
+    30-second window."""
     from google.protobuf import json_format
 
     from jacana_asr.server import encode_response
@@ -104,10 +106,15 @@ def transcribe_job(ctx: JobContext) -> dict[str, str]:
         )
     except AudioError as exc:
         raise JobFailure("invalid_audio", exc.message) from None
-    ctx.progress(0.0)
-    ctx.check_cancelled()
-    result = _transcriber().transcribe(samples, params.options)
-    ctx.check_cancelled()
+    duration = max(len(samples) / SAMPLE_RATE, 1e-9)
+
+    def on_window(seconds_done: float) -> None:
+        # Progress is kept in percent; the API shows it as seconds of audio done.
+        ctx.progress(min(100.0, 100.0 * seconds_done / duration))
+        ctx.check_cancelled()  # a deleted job stops at the next window
+
+    on_window(0.0)
+    result = _transcriber().transcribe(samples, params.options, on_window)
     payload = json_format.MessageToJson(
         encode_response(result, settings.model_id), preserving_proto_field_name=True
     )
