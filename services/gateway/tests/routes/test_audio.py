@@ -114,6 +114,11 @@ async def post(client, url=TRANSCRIBE, data=None, files=None, **fields):
         ({"include[]": "logprobs"}, "include", "unsupported_parameter"),
         ({"colour": "blue"}, "colour", "unknown_parameter"),
         ({"prompt": "x" * 10_001}, "prompt", "invalid_value"),
+        ({"beam_size": "0"}, "beam_size", "invalid_value"),
+        ({"beam_size": "17"}, "beam_size", "invalid_value"),
+        ({"beam_size": "wide"}, "beam_size", "invalid_value"),
+        ({"seed": "-1"}, "seed", "invalid_value"),
+        ({"seed": str(2**32)}, "seed", "invalid_value"),
     ],
 )
 async def test_bad_fields_are_400s(client, fields, param, code):
@@ -205,8 +210,8 @@ async def test_unreachable_service_is_503(client):
 
 
 async def test_fields_reach_the_service(served, asr):
-    fields = {"language": "de", "prompt": "Kenobi", "temperature": "0.4"}
-    assert (await post(served, **fields)).status_code == 200
+    fields = {"language": "de", "prompt": "Kenobi", "temperature": "0.4", "seed": "7"}
+    assert (await post(served, **fields, beam_size="1")).status_code == 200
     assert (await post(served, TRANSLATE, model=ASR)).status_code == 200
     sent, translated = asr.servicer.requests
     assert sent.audio == AUDIO[1] and sent.filename == "clip.wav"
@@ -214,6 +219,8 @@ async def test_fields_reach_the_service(served, asr):
     assert sent.task == pb.TASK_TRANSCRIBE and translated.task == pb.TASK_TRANSLATE
     assert sent.model == ""  # the gateway's name is not the service's
     assert (translated.language, translated.prompt, translated.temperature) == ("", "", 0.0)
+    assert (sent.beam_size, sent.seed) == (1, 7)
+    assert not translated.HasField("beam_size") and not translated.HasField("seed")
 
 
 async def test_json_is_the_default_format(served):

@@ -31,6 +31,10 @@ MAX_FIELDS = 64
 
 # Per task: the fields served, and the ones OpenAI defines that Jacana refuses.
 _COMMON = frozenset({"file", "model", "language", "prompt", "response_format", "temperature"})
+# Jacana's extensions: faster-whisper's beam width (1: greedy) and the sampling seed.
+_COMMON |= {"beam_size", "seed"}
+MAX_BEAM_SIZE = 16
+MAX_SEED = 2**32 - 1
 _SERVED = {
     "transcribe": _COMMON | {"timestamp_granularities", "stream"},
     # ``language`` (the spoken language, to skip detection) is a Jacana extension here.
@@ -67,6 +71,8 @@ class AudioRequest:
     response_format: str
     temperature: float
     timestamp_granularities: tuple[str, ...]
+    beam_size: int | None = None  # None: the service's default (5)
+    seed: int | None = None  # None: a fresh seed per request
 
 
 def _fields(form: FormData, task: str) -> dict[str, list[str | UploadFile]]:
@@ -110,6 +116,18 @@ def _temperature(text: str | None) -> float:
         ) from None
     if not (math.isfinite(value) and 0.0 <= value <= 1.0):
         raise invalid_value(f"'temperature' must be between 0 and 1 (got {text}).", "temperature")
+    return value
+
+
+def _bounded_int(text: str | None, name: str, low: int, high: int) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise invalid_value(f"'{name}' must be an integer (got {text!r}).", name) from None
+    if not low <= value <= high:
+        raise invalid_value(f"'{name}' must be between {low} and {high} (got {value}).", name)
     return value
 
 
@@ -165,6 +183,8 @@ def check_form(fields: dict[str, list[str | UploadFile]]) -> tuple[UploadFile, d
         "response_format": response_format,
         "temperature": _temperature(_text(fields, "temperature")),
         "timestamp_granularities": _granularities(fields, response_format),
+        "beam_size": _bounded_int(_text(fields, "beam_size"), "beam_size", 1, MAX_BEAM_SIZE),
+        "seed": _bounded_int(_text(fields, "seed"), "seed", 0, MAX_SEED),
     }
     return upload, checked
 

@@ -33,7 +33,7 @@ _TASKS = {"transcribe": pb.TASK_TRANSCRIBE, "translate": pb.TASK_TRANSLATE}
 def transcribe_request(body: AudioRequest, request_id: str) -> pb.TranscribeRequest:
     """``body`` as the service's TranscribeRequest. No ``model``: the gateway's name for
     the model may differ from the service's."""
-    return pb.TranscribeRequest(
+    request = pb.TranscribeRequest(
         request_id=request_id,
         audio=body.audio,
         filename=body.filename,
@@ -42,6 +42,11 @@ def transcribe_request(body: AudioRequest, request_id: str) -> pb.TranscribeRequ
         prompt=body.prompt or "",
         temperature=body.temperature,
     )
+    if body.beam_size is not None:
+        request.beam_size = body.beam_size
+    if body.seed is not None:
+        request.seed = body.seed
+    return request
 
 
 @dataclass(frozen=True)
