@@ -9,10 +9,11 @@ Usage from a service's ``__main__``::
 On SIGTERM the health status flips to NOT_SERVING (so balancers stop sending), in-flight
 calls get ``shutdown_grace_s`` to finish, then the server stops and ``on_stop`` runs.
 
-Metrics: the server owns the service's Prometheus registry (``server.registry``; the
-service registers its metrics there) and, when the settings carry a non-zero
-``metrics_port`` (:class:`~jacana_common.metrics.MetricsSettings`), serves it on that
-port from :meth:`GrpcServer.start` until :meth:`GrpcServer.stop`.
+Metrics: the server owns the service's Prometheus registry (``server.registry``, with
+the process's ``jacana_process_*`` metrics; the service registers its own there) and,
+when the settings carry a non-zero ``metrics_port``
+(:class:`~jacana_common.metrics.MetricsSettings`), serves it on that port from
+:meth:`GrpcServer.start` until :meth:`GrpcServer.stop`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from jacana_common.grpc_client import KEEPALIVE_TIME_MS, MAX_MESSAGE_BYTES
 from jacana_common.metrics import MetricsExporter, MetricsSettings
@@ -57,6 +58,7 @@ class GrpcServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port: int | None = None
         self.registry = CollectorRegistry()
+        ProcessCollector(namespace="jacana", registry=self.registry)  # RSS, CPU, open files
         self.metrics: MetricsExporter | None = None
         self._stop = asyncio.Event()
 

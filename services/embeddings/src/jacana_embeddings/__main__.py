@@ -70,10 +70,12 @@ async def build_service(settings: EmbeddingsSettings):
 
 
 async def serve(settings: EmbeddingsSettings) -> None:
+    from jacana_embeddings.metrics import EmbeddingsMetrics
     from jacana_embeddings.server import EmbeddingsServicer
 
     service = await build_service(settings)
     server = GrpcServer(SERVICE_NAME, settings)
+    EmbeddingsMetrics(server.registry, service.batcher, service.info.model_id)
     embeddings_pb2_grpc.add_EmbeddingsServicer_to_server(EmbeddingsServicer(service), server.server)
     await server.start()
     await server.run(on_stop=service.close)

@@ -135,6 +135,8 @@ class DynamicBatcher:
     embed_fn: EmbedFn
     dimension: int
     config: BatcherConfig = field(default_factory=BatcherConfig)
+    # called on the event loop after each forward pass with its inputs and real tokens
+    on_batch: Callable[[int, int], None] | None = None
 
     def __post_init__(self) -> None:
         self._pending: deque[_Item] = deque()
@@ -273,7 +275,10 @@ class DynamicBatcher:
         s.compute_s_total += seconds
         s.batches_total += 1
         s.inputs_total += len(items)
-        s.tokens_total += sum(len(ids) for ids in batch)
+        tokens = sum(len(ids) for ids in batch)
+        s.tokens_total += tokens
         s.padded_tokens_total += len(batch) * max(len(ids) for ids in batch)
+        if self.on_batch is not None:
+            self.on_batch(len(items), tokens)
         for item, vector in zip(items, vectors, strict=True):
             item.job.put(item.index, vector)

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from jacana_common.metrics import MetricsSettings
 from jacana_common.settings import ServiceSettings
 from jacana_embeddings.config import BatcherConfig, EmbedderConfig, default_tokenizer_processes
 from jacana_embeddings.model_spec import DEFAULT_MODEL_ID, default_model_path
@@ -43,7 +44,7 @@ DEVICE_DEFAULTS = {
 }
 
 
-class EmbeddingsSettings(ServiceSettings):
+class EmbeddingsSettings(ServiceSettings, MetricsSettings):
     """Every knob of the embeddings service, validated at start-up."""
 
     model_config = SettingsConfigDict(env_prefix="JACANA_EMBEDDINGS_", extra="ignore", frozen=True)

@@ -13,7 +13,8 @@
   (:class:`~jacana_common.metrics.RequestTimer`);
 - ``jacana_gateway_prompt_tokens_total{model}`` / ``…_generation_tokens_total{model}``:
   from the engine's usage of completed requests (a prompt once, every choice's output);
-- ``jacana_gateway_requests_in_flight``: requests admitted and not yet answered.
+- ``jacana_gateway_requests_in_flight``: requests admitted and not yet answered;
+- ``jacana_process_*``: the process's memory, CPU and open files.
 
 The middleware that counts requests is :mod:`jacana_gateway.middleware.metrics`; the
 generation routes time their streams with :meth:`GatewayMetrics.timed`.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from jacana_common.metrics import TTFT_BUCKETS, LatencyHistograms, RequestTimer
 from jacana_common.pb.jacana.engine.v1 import engine_pb2 as pb
@@ -38,6 +39,7 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(namespace="jacana", registry=r)  # as every service's port has
         self.requests = Counter(
             f"{PREFIX}_requests",
             "HTTP requests answered, by route template, model and status code.",

@@ -43,6 +43,7 @@ async def serve(settings: MultimodalSettings) -> None:
 
     jobs = build_jobs(settings)
     server = GrpcServer(SERVICE_NAME, settings)
+    server.registry.register(jobs.metrics())
     multimodal_pb2_grpc.add_MultimodalServicer_to_server(MultimodalServicer(jobs), server.server)
     await server.start()
     sweeper = asyncio.create_task(sweep_forever(jobs.sweep, settings.sweep_interval_s, "videos"))

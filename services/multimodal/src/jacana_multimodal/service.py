@@ -25,6 +25,7 @@ from celery import Celery
 
 from jacana_jobs import ArtifactStorage, JobNotFound, JobRecord, JobStatus, JobStore, enqueue_job
 from jacana_jobs.celery_app import queue_length
+from jacana_jobs.metrics import JobMetricsCollector
 from jacana_multimodal.artifacts import VARIANTS, artifact_key, input_key
 from jacana_multimodal.errors import InvalidVideoRequest, NotFound, NotReady, QueueFull
 from jacana_multimodal.pipelines.base import InvalidRenderRequest, ModelCard
@@ -109,6 +110,13 @@ class VideoJobs:
         self._ttl_s = ttl_s
         self._max_queued = max_queued
         self._retry_after_s = retry_after_s
+
+    def metrics(self) -> JobMetricsCollector:
+        """The render queue's metrics (``jacana_multimodal_queue_length``, ``…_jobs``,
+        ``…_job_duration_seconds``), read from Redis at scrape time."""
+        return JobMetricsCollector(
+            self._redis, self.store, JOB_KIND, RENDER_QUEUE, "jacana_multimodal"
+        )
 
     # -- reads -------------------------------------------------------------------------
 

@@ -20,12 +20,13 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from jacana_common.metrics import MetricsSettings
 from jacana_common.settings import ServiceSettings
 from jacana_jobs.settings import JobQueueSettings
 from jacana_multimodal.pipelines.registry import ModelSpec, default_specs, parse_model_specs
 
 
-class MultimodalSettings(ServiceSettings, JobQueueSettings):
+class MultimodalSettings(ServiceSettings, MetricsSettings, JobQueueSettings):
     """Every knob of the video service and its workers, validated at start-up."""
 
     model_config = SettingsConfigDict(env_prefix="JACANA_MULTIMODAL_", extra="ignore", frozen=True)
