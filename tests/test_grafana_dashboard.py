@@ -100,5 +100,5 @@ async def test_every_expression_names_exported_metrics(redis_server, tmp_path):
 
 def test_the_dashboard_covers_every_service():
     text = " ".join(_expressions())
-    for prefix in ("gateway", "engine", "embeddings", "asr", "multimodal", "process"):
+    for prefix in ("gateway", "engine", "embeddings", "asr", "multimodal", "grpc", "process"):
         assert f"jacana_{prefix}_" in text, prefix

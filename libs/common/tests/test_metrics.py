@@ -1,14 +1,17 @@
-"""The shared metrics: a gRPC server's metrics port over real HTTP, the request timer's
-observations, and the names a registry exports."""
+"""The shared metrics: a gRPC server's metrics port over real HTTP, its calls counted by
+method and status over real gRPC, the request timer's observations, and the names a
+registry exports."""
 
 from __future__ import annotations
 
 import socket
 import time
 
+import grpc
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from jacana_common.grpc_client import make_channel
 from jacana_common.grpc_server import GrpcServer
 from jacana_common.metrics import LatencyHistograms, MetricsSettings, RequestTimer, exported_names
 from jacana_common.settings import ServiceSettings
@@ -100,3 +103,53 @@ def test_exported_names_cover_families_without_samples_yet():
     assert {"jacana_test_a_total", "jacana_test_b_seconds_bucket", "jacana_test_c"} <= names
     assert {"jacana_test_b_seconds_sum", "jacana_test_b_seconds_count"} <= names
     assert "jacana_test_a" not in names  # a counter is only ever read as ..._total
+
+
+async def _fail(request: bytes, context) -> bytes:
+    raise RuntimeError("a bug")
+
+
+async def _refuse(request: bytes, context) -> bytes:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad input")
+
+
+async def _count(request: bytes, context):
+    for i in range(3):
+        yield bytes([i])
+
+
+async def test_every_call_is_counted_by_method_and_code():
+    server = GrpcServer("jacana.test.v1.Calls", _Settings(port=0))
+    handlers = {
+        "Fail": grpc.unary_unary_rpc_method_handler(_fail),
+        "Refuse": grpc.unary_unary_rpc_method_handler(_refuse),
+        "Count": grpc.unary_stream_rpc_method_handler(_count),
+    }
+    server.server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("jacana.test.v1.Calls", handlers),)
+    )
+    port = await server.start()
+    try:
+        async with make_channel(f"127.0.0.1:{port}") as channel:
+            replies = [r async for r in channel.unary_stream("/jacana.test.v1.Calls/Count")(b"")]
+            assert replies == [b"\x00", b"\x01", b"\x02"]
+            for name, code in (("Fail", grpc.StatusCode.UNKNOWN), ("Refuse", "INVALID_ARGUMENT")):
+                try:
+                    await channel.unary_unary(f"/jacana.test.v1.Calls/{name}")(b"", timeout=5)
+                    raise AssertionError(f"{name} succeeded")
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code().name == getattr(code, "name", code)
+    finally:
+        await server.stop()
+
+    def get(name: str, **labels: str) -> float | None:
+        return server.registry.get_sample_value(name, labels)
+
+    handled = "jacana_grpc_server_handled_total"
+    assert get(handled, method="/jacana.test.v1.Calls/Count", code="OK") == 1
+    assert get(handled, method="/jacana.test.v1.Calls/Refuse", code="INVALID_ARGUMENT") == 1
+    assert get(handled, method="/jacana.test.v1.Calls/Fail", code="UNKNOWN") == 1
+    assert get("jacana_grpc_server_errors_total", method="/jacana.test.v1.Calls/Fail") == 1
+    assert get("jacana_grpc_server_errors_total", method="/jacana.test.v1.Calls/Refuse") is None
+    seconds = "jacana_grpc_server_handling_seconds_count"
+    assert get(seconds, method="/jacana.test.v1.Calls/Count") == 1

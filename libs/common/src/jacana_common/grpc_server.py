@@ -10,7 +10,8 @@ On SIGTERM the health status flips to NOT_SERVING (so balancers stop sending), i
 calls get ``shutdown_grace_s`` to finish, then the server stops and ``on_stop`` runs.
 
 Metrics: the server owns the service's Prometheus registry (``server.registry``, with
-the process's ``jacana_process_*`` metrics; the service registers its own there) and,
+the process's ``jacana_process_*`` metrics and every call counted by method and status,
+:mod:`jacana_common.grpc_metrics`; the service registers its own there) and,
 when the settings carry a non-zero ``metrics_port``
 (:class:`~jacana_common.metrics.MetricsSettings`), serves it on that port from
 :meth:`GrpcServer.start` until :meth:`GrpcServer.stop`.
@@ -29,6 +30,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from jacana_common.grpc_client import KEEPALIVE_TIME_MS, MAX_MESSAGE_BYTES
+from jacana_common.grpc_metrics import GrpcMetricsInterceptor
 from jacana_common.metrics import MetricsExporter, MetricsSettings
 from jacana_common.settings import ServiceSettings
 
@@ -53,12 +55,14 @@ class GrpcServer:
     def __init__(self, service_name: str, settings: ServiceSettings) -> None:
         self.service_name = service_name
         self.settings = settings
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
+        self.registry = CollectorRegistry()
+        ProcessCollector(namespace="jacana", registry=self.registry)  # RSS, CPU, open files
+        self.server = grpc.aio.server(
+            options=SERVER_OPTIONS, interceptors=[GrpcMetricsInterceptor(self.registry)]
+        )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port: int | None = None
-        self.registry = CollectorRegistry()
-        ProcessCollector(namespace="jacana", registry=self.registry)  # RSS, CPU, open files
         self.metrics: MetricsExporter | None = None
         self._stop = asyncio.Event()
 
