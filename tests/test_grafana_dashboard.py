@@ -1,8 +1,9 @@
 """infra/grafana/jacana.json reads only metrics the services really export.
 
 The names come from the real registries: the gateway app's, a gRPC server's (process
-metrics), the engine's stats collector over a real :class:`EngineStats`, the embeddings
-batcher's, the speech service's, and the video job collector over a real redis-server.
+metrics, calls by method and code), the engine's stats collector over a real
+:class:`EngineStats`, the embeddings batcher's, the speech service's, and the job
+collectors (video, transcription) over a real redis-server.
 A family with labels has no samples until first used, so names are taken from each
 family's type (``_total``, ``_bucket``…), as :func:`exported_names` documents.
 """
@@ -20,6 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from jacana_asr import metrics as asr_metrics
+from jacana_asr.jobs import TranscriptionJobs
 from jacana_asr.service import ServiceStats
 from jacana_common.grpc_server import GrpcServer
 from jacana_common.metrics import exported_names
@@ -84,6 +86,19 @@ def _registries(redis_server: RedisServer, tmp_path: Path) -> list[CollectorRegi
     )
     video = CollectorRegistry()
     video.register(jobs.metrics())
+    transcriptions = TranscriptionJobs(
+        redis_server.client(),
+        LocalStorage(tmp_path / "audio"),
+        celery,
+        model_id="w",
+        queue="q",
+        ttl_s=60.0,
+        max_queued=1,
+        retry_after_s=1,
+        max_audio_seconds=1.0,
+        decode_timeout_s=1.0,
+    )
+    asr.register(transcriptions.metrics())
     service = GrpcServer("jacana.test.v1.Nothing", ServiceSettings()).registry  # needs a loop
     return [gateway.metrics.registry, engine, embeddings, asr, video, service]
 

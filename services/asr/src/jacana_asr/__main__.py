@@ -93,6 +93,8 @@ async def serve(settings: AsrSettings) -> None:
     jobs = build_jobs(settings)
     server = GrpcServer(SERVICE_NAME, settings)
     metrics.register(server.registry, service.stats, service.model_id)
+    if jobs is not None:
+        server.registry.register(jobs.metrics())
     asr_pb2_grpc.add_AsrServicer_to_server(AsrJobServicer(service, jobs), server.server)
     await server.start()
     sweeper = None

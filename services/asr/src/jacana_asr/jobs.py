@@ -37,6 +37,7 @@ from jacana_asr.service import audio_error, check_options
 from jacana_asr.transcription import TranscribeOptions
 from jacana_jobs import ArtifactStorage, JobNotFound, JobRecord, JobStatus, JobStore, enqueue_job
 from jacana_jobs.celery_app import queue_length
+from jacana_jobs.metrics import JobMetricsCollector
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,11 @@ class TranscriptionJobs:
         self._checks = threading.BoundedSemaphore(CHECKS_AT_ONCE)
 
     # -- reads -------------------------------------------------------------------------
+
+    def metrics(self) -> JobMetricsCollector:
+        """The transcription queue's metrics (``jacana_asr_queue_length``, ``…_jobs``,
+        ``…_job_duration_seconds``), read from Redis at scrape time."""
+        return JobMetricsCollector(self._redis, self.store, JOB_KIND, self._queue, "jacana_asr")
 
     def _record(self, job_id: str) -> JobRecord:
         try:

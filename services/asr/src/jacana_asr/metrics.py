@@ -4,7 +4,9 @@ Read from :meth:`TranscriptionService.stats` at scrape time (what ``GetStats`` a
 so nothing is counted twice: ``jacana_asr_audio_seconds_total`` (seconds of audio
 transcribed), ``jacana_asr_requests_total``, ``jacana_asr_rejected_total`` (refused for a
 full queue) and the ``jacana_asr_requests_running`` / ``…_waiting`` gauges, each with
-the served ``model`` label.
+the served ``model`` label. With transcription jobs on, the job queue's metrics
+(``jacana_asr_queue_length``, ``jacana_asr_jobs``, ``jacana_asr_job_duration_seconds``)
+come from :meth:`TranscriptionJobs.metrics`.
 """
 
 from __future__ import annotations
