@@ -9,8 +9,11 @@ order of a different thread count. Both sides run float32 on CPU.
 
 - Detection: the probabilities of the language tokens after <|startoftranscript|> on the
   first window (ours: the model's logits, softmaxed over the language tokens, as the
-  transcriber's detection reads them) against ``detect_language``'s, every language within
-  ``PROBABILITY_TOLERANCE``; the top language equal.
+  transcriber's detection reads them) against ``detect_language``'s on the same window,
+  every language within ``PROBABILITY_TOLERANCE``; the top language equal. faster-whisper's
+  ``transcribe`` detects on that window plus the one mel frame of its feature extractor's
+  padding, which decoding leaves out; ours detects on the window it decodes (an xfail below
+  measures the difference).
 - Translation with ``language`` unset: the language the transcription reports equals
   faster-whisper's ``info.language``, the segments token-exact (default beam search of 5).
 - Transcription with ``language`` forced, greedy: token-exact.
@@ -27,6 +30,7 @@ import torch
 
 pytest.importorskip("faster_whisper")
 from faster_whisper import WhisperModel as ReferenceModel
+from faster_whisper.audio import pad_or_trim
 
 from jacana_asr.features import log_mel, mel_window
 from jacana_asr.model_packages import whisper_base_path
@@ -39,10 +43,9 @@ SPEECH = {
     "fr": "Bonjour. Je suis très content de vous voir. Merci beaucoup.",
     "es": "Buenos días, ¿cómo estás hoy? Hace muy buen tiempo.",
 }
-# Measured on these clips: ours differs from the reference by at most 3.2e-3 (a logit
-# difference of about 0.05 on the top language), while the reference's own probabilities
-# move by up to 2e-3 between 1 and 2 CTranslate2 threads.
-PROBABILITY_TOLERANCE = 5e-3
+# Both sides: a softmax over 99 float32 logits from the same window, computed in a different
+# summation order (measured differences below 1e-5).
+PROBABILITY_TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -108,20 +111,44 @@ def assert_same_segments(got, want) -> None:
         assert ours_segment.end == pytest.approx(ref_segment.end, abs=1e-6)
 
 
-@pytest.mark.parametrize("code", list(SPEECH))
-def test_language_detection_matches_faster_whisper(ours, reference, clips, code):
-    # On the features its transcribe computes (the extractor's default padding), which
-    # ours follow; detect_language(audio) alone extracts them without that padding.
-    features = reference.feature_extractor(clips[code])
-    language, probability, ranked = reference.detect_language(features=features)
-    assert language == code  # the clip is fit for the test: the reference hears it right
-    got = language_probabilities(ours, clips[code])
+def reference_detection(reference: ReferenceModel, audio: np.ndarray, *, padding_frame: bool):
+    """faster-whisper's detect_language on the first window of its transcribe's features:
+    with the extractor's last (padding) frame as its transcribe detects, or without it, as
+    the window it decodes."""
+    features = reference.feature_extractor(audio)  # [n_mels, content frames + 1]
+    if not padding_frame:
+        features = features[..., :-1]
+    return reference.detect_language(features=pad_or_trim(features))
+
+
+def assert_same_probabilities(got: dict[str, float], ranked: list[tuple[str, float]]) -> None:
     want = dict(ranked)
     assert set(got) == set(want)
-    assert max(got, key=got.get) == language
-    assert got[language] == pytest.approx(probability, abs=PROBABILITY_TOLERANCE)
+    assert max(got, key=got.get) == ranked[0][0]
     worst = max(abs(got[c] - want[c]) for c in want)
     assert worst <= PROBABILITY_TOLERANCE, f"largest probability difference {worst:.2e}"
+
+
+@pytest.mark.parametrize("code", list(SPEECH))
+def test_language_detection_matches_faster_whisper(ours, reference, clips, code):
+    language, probability, ranked = reference_detection(reference, clips[code], padding_frame=False)
+    assert language == code  # the clip is fit for the test: the reference hears it right
+    got = language_probabilities(ours, clips[code])
+    assert got[language] == pytest.approx(probability, abs=PROBABILITY_TOLERANCE)
+    assert_same_probabilities(got, ranked)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the transcriber detects the language on the window it decodes; faster-whisper's "
+    "transcribe detects on that window plus its feature extractor's padding frame, and "
+    "reports probabilities 1e-3 to 3e-3 apart on these clips (a near tie could flip the "
+    "detected language)",
+)
+def test_language_probabilities_match_faster_whisper_transcribe(ours, reference, clips):
+    for audio in clips.values():
+        _, _, ranked = reference_detection(reference, audio, padding_frame=True)
+        assert_same_probabilities(language_probabilities(ours, audio), ranked)
 
 
 @pytest.mark.parametrize("code", list(SPEECH))
