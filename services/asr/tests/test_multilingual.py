@@ -17,6 +17,9 @@ order of a different thread count. Both sides run float32 on CPU.
 - Translation with ``language`` unset: the language the transcription reports equals
   faster-whisper's ``info.language``, the segments token-exact (default beam search of 5).
 - Transcription with ``language`` forced, greedy: token-exact.
+- A translation whose windows go through the sampled fallback (slow): token-exact under one
+  seed, the reference's sampler seeded with ``ctranslate2.set_random_seed`` before its model
+  exists (one thread), ours through the request's ``seed``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import pytest
 import torch
 
 pytest.importorskip("faster_whisper")
+import ctranslate2
 from faster_whisper import WhisperModel as ReferenceModel
 from faster_whisper.audio import pad_or_trim
 
@@ -43,6 +47,9 @@ SPEECH = {
     "fr": "Bonjour. Je suis très content de vous voir. Merci beaucoup.",
     "es": "Buenos días, ¿cómo estás hoy? Hace muy buen tiempo.",
 }
+# Whisper base translates this one only through the sampled fallback.
+FALLBACK_SPEECH = ("de", "Guten Morgen, wie geht es dir heute? Das Wetter ist sehr schön.")
+SEED = 7
 # Both sides: a softmax over 99 float32 logits from the same window, computed in a different
 # summation order (measured differences below 1e-5).
 PROBABILITY_TOLERANCE = 1e-4
@@ -165,4 +172,23 @@ def test_forced_language_transcription_is_token_exact(ours, reference, clips, co
     options = TranscribeOptions(language=code, beam_size=1)
     got = ours.transcribe(clips[code], options)
     assert got.language == info.language == code
+    assert_same_segments(got, want)
+
+
+@pytest.mark.slow
+def test_a_translation_through_the_fallback_is_token_exact_under_one_seed(
+    ours, model_dir, tmp_path, synthesize_clip
+):
+    code, text = FALLBACK_SPEECH
+    audio = read_wav(synthesize_clip(tmp_path, "fallback", text, code))
+    ctranslate2.set_random_seed(SEED)
+    reference = ReferenceModel(model_dir, device="cpu", compute_type="float32", cpu_threads=1)
+    segments, _ = reference.transcribe(
+        audio, language=code, task="translate", beam_size=1, best_of=5, vad_filter=False
+    )
+    want = list(segments)
+    assert any(s.temperature > 0 for s in want), "the clip no longer reaches the fallback"
+    options = TranscribeOptions(language=code, task="translate", beam_size=1, seed=SEED)
+    got = ours.transcribe(audio, options)
+    assert [s.temperature for s in got.segments] == [s.temperature for s in want]
     assert_same_segments(got, want)
