@@ -511,6 +511,7 @@ def banner(
     speculation: Speculation | None = None,
     asr_model_id: str | None = None,
     video_model_id: str | None = None,
+    multilingual_asr_model_id: str | None = None,
 ) -> str:
     question = "What is the capital of France?"
     messages = [{"role": "user", "content": question}]
@@ -531,6 +532,11 @@ def banner(
       text = client.audio.transcriptions.create(model="{asr_model_id}", file=audio)
   print(text.text)
 """
+    if multilingual_asr_model_id:
+        speech += f"""  with open("speech.wav", "rb") as audio:  # any language, to English
+      english = client.audio.translations.create(model="{multilingual_asr_model_id}", file=audio)
+  print(english.text)
+"""
     video = ""
     if video_model_id:
         video = f"""
@@ -540,7 +546,15 @@ def banner(
   client.videos.download_content(video.id).write_to_file("heron.mp4")
 """
     served = ", ".join(
-        m for m in (model_id, embeddings_model_id, asr_model_id, video_model_id) if m
+        m
+        for m in (
+            model_id,
+            embeddings_model_id,
+            asr_model_id,
+            multilingual_asr_model_id,
+            video_model_id,
+        )
+        if m
     )
     return f"""
 Jacana is up: {base_url}   (models: {served})
@@ -607,6 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.speculation,
         stack.asr_model_id,
         stack.video_model_id,
+        WHISPER_BASE_MODEL_ID if stack.whisper_base is not None else None,
     )
     return asyncio.run(
         supervise(

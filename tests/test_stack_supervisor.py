@@ -504,6 +504,12 @@ def test_plan_serves_whisper_base_beside_the_default_asr_model(tmp_path, monkeyp
     assert list(json.loads(plan.gateway.env["JACANA_GATEWAY_ASR"])) == ["whisper-tiny.en"]
     plan = stack.plan({**env, "JACANA_STACK_ASR": "0"}, tmp_path)
     assert plan.whisper_base is None and "JACANA_GATEWAY_ASR" not in plan.gateway.env
+    banner = stack.banner(
+        plan.base_url, plan.model_id, tmp_path, None, None, "whisper-tiny.en", None, "whisper-base"
+    )
+    assert "models: smollm2-135m-instruct, whisper-tiny.en, whisper-base" in banner
+    assert 'client.audio.translations.create(model="whisper-base"' in banner
+
     with pytest.raises(SystemExit, match="JACANA_STACK_WHISPER_BASE"):
         stack.plan({**env, "JACANA_STACK_WHISPER_BASE": "if-installed"}, tmp_path)
     monkeypatch.setattr(stack, "_check_free", _refuse("JACANA_STACK_WHISPER_BASE_PORT"))
