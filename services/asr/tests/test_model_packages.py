@@ -84,3 +84,12 @@ def test_the_installed_packages_give_a_whisper_base_checkpoint():
     config = json.loads((Path(path) / "config.json").read_text())
     assert len(config["lang_ids"]) == 99  # multilingual
     assert (Path(path) / "model.bin").stat().st_size == model_packages.WHISPER_BASE_SIZE
+
+
+def test_a_stale_folder_in_the_cache_is_named(site: Path, tmp_path: Path):
+    install(site, 1, 2)
+    stale = tmp_path / "cache" / "whisper-base"
+    stale.mkdir(parents=True)
+    (stale / "model.bin").write_bytes(b"truncated")
+    with pytest.raises(AssetError, match=r"whisper-base exists but is not a complete checkpoint"):
+        whisper_base_path([str(site)])

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jacana_common.model_parts import (
+    AssetError,
     cache_dir,
     join_parts,
     missing_parts_error,
@@ -44,7 +45,7 @@ def whisper_base_path(search_path: Sequence[str] | None = None) -> str:
     installed or the parts join into the wrong file. ``search_path``: the folders to find
     the packages in instead of sys.path."""
     target = cache_dir() / WHISPER_BASE_ID
-    if (target / "model.bin").is_file():
+    if _complete(target):
         return str(target)  # only ever created by renaming a complete folder
     data = [package_dir(name, search_path) for name in WHISPER_BASE_PACKAGES]
     parts = [
@@ -83,7 +84,14 @@ def _assemble(parts: list[Path], side_files: Path, target: Path) -> None:
         try:
             tmp.rename(target)
         except OSError:
-            if not (target / "model.bin").is_file():
-                raise
+            if not _complete(target):  # not a concurrent builder's folder: something else
+                raise AssetError(
+                    f"{target} exists but is not a complete checkpoint; delete it"
+                ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _complete(folder: Path) -> bool:
+    model = folder / "model.bin"
+    return model.is_file() and model.stat().st_size == WHISPER_BASE_SIZE
