@@ -7,6 +7,7 @@ for "quick brown fox jumps"), so the assertions hold to the words it gets right.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -105,6 +106,24 @@ def test_verbose_json_has_timed_segments(sdk, clips, clip_seconds):
         assert segment.tokens and segment.text.strip()
     assert [s.id for s in reply.segments] == list(range(len(reply.segments)))
     assert "".join(s.text for s in reply.segments).strip() == reply.text
+
+
+def test_verbose_json_has_timed_words(sdk, clips, clip_seconds):
+    with clips["wav"].open("rb") as audio:
+        reply = sdk.audio.transcriptions.create(
+            model=ASR_MODEL_ID,
+            file=audio,
+            response_format="verbose_json",
+            timestamp_granularities=["word", "segment"],
+        )
+    _heard_the_fox(reply.text)
+    assert reply.words and reply.segments
+    assert " ".join(w.word for w in reply.words) == reply.text
+    for previous, word in itertools.pairwise(reply.words):
+        assert previous.end <= word.start
+    for word in reply.words:
+        assert 0.0 <= word.start <= word.end <= clip_seconds + 0.5
+    assert reply.words[0].start == reply.segments[0].start  # segments follow their words
 
 
 @pytest.mark.parametrize("response_format", ["srt", "vtt", "text"])

@@ -170,6 +170,11 @@ def test_beam_size_and_seed_are_optional_fields():
     assert (chosen.beam_size, chosen.seed) == (1, 0)
 
 
+def test_word_timestamps_are_asked_for_per_request():
+    assert not decode_options(pb.TranscribeRequest()).word_timestamps
+    assert decode_options(pb.TranscribeRequest(word_timestamps=True)).word_timestamps
+
+
 @pytest.mark.parametrize("limits", [ServiceLimits(1.0, 1, 0, ffmpeg="/nonexistent/ffmpeg")])
 async def test_no_ffmpeg_is_unavailable(stub):
     code, message, _, _ = await refusal(stub, audio=wav_bytes(0.5))
@@ -218,10 +223,11 @@ async def test_a_full_service_refuses_at_once_and_a_stalled_decode_times_out(
 
 def test_a_transcription_travels_whole():
     from jacana_asr.server import encode_response
-    from jacana_asr.transcription import Segment
+    from jacana_asr.transcription import Segment, Word
 
+    hello = (Word(" Hello.", 0.0, 0.62, 0.875),)
     segments = (
-        Segment(0, 0.0, 2.5, " Hello.", (50363, 15947, 13, 50488), -0.25, 1.2, 0.01, 0.0),
+        Segment(0, 0.0, 2.5, " Hello.", (50363, 15947, 13, 50488), -0.25, 1.2, 0.01, 0.0, 0, hello),
         Segment(1, 0.29, 33.0, " Again.", (50363, 6521, 13), -0.5, 1.1, 0.02, 0.2, 29),
     )
     result = Transcription("Hello. Again.", "en", 33.0, segments)
@@ -231,4 +237,6 @@ def test_a_transcription_travels_whole():
     for sent, got in zip(segments, wire.segments, strict=True):
         for name, value in vars(sent).items():
             received = getattr(got, name)
+            if name == "words":
+                received = tuple(Word(w.word, w.start, w.end, w.probability) for w in received)
             assert (tuple(received) if name == "tokens" else received) == value, name

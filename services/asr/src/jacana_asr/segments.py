@@ -28,10 +28,15 @@ class TimedTokens:
 
 @dataclass(frozen=True)
 class WindowSplit:
-    """What one window yielded: its segments and the frame the next window starts at."""
+    """What one window yielded: its segments and the frame the next window starts at.
+
+    single_timestamp_ending: the output ended in a lone timestamp (nothing more was said
+    in the window).
+    """
 
     segments: tuple[TimedTokens, ...]
     next_seek: int
+    single_timestamp_ending: bool = False
 
 
 def split_window(
@@ -62,7 +67,7 @@ def split_window(
         if stamps and stamps[-1] != timestamp_begin:
             duration = (stamps[-1] - timestamp_begin) * TIME_PRECISION
         segment = TimedTokens(time_offset, time_offset + duration, tuple(tokens))
-        return WindowSplit((segment,), seek + window_frames)
+        return WindowSplit((segment,), seek + window_frames, ends_with_lone_timestamp)
 
     if ends_with_lone_timestamp:
         cuts.append(len(tokens))
@@ -77,7 +82,7 @@ def split_window(
     else:
         # tokens[begin - 1] is the last closed segment's closing timestamp.
         next_seek = seek + (tokens[begin - 1] - timestamp_begin) * INPUT_STRIDE
-    return WindowSplit(tuple(segments), next_seek)
+    return WindowSplit(tuple(segments), next_seek, ends_with_lone_timestamp)
 
 
 def compression_ratio(text: str) -> float:

@@ -48,6 +48,7 @@ def decode_options(request: asr_pb2.TranscribeRequest) -> TranscribeOptions:
         temperature=request.temperature,
         beam_size=request.beam_size if request.HasField("beam_size") else DEFAULT_BEAM_SIZE,
         seed=request.seed if request.HasField("seed") else None,
+        word_timestamps=request.word_timestamps,
     )
 
 
@@ -65,6 +66,10 @@ def encode_response(result: Transcription, model_id: str) -> asr_pb2.TranscribeR
             compression_ratio=s.compression_ratio,
             no_speech_prob=s.no_speech_prob,
             temperature=s.temperature,
+            words=[
+                asr_pb2.Word(word=w.word, start=w.start, end=w.end, probability=w.probability)
+                for w in s.words
+            ],
         )
         for s in result.segments
     ]

@@ -14,6 +14,9 @@ service's reference:
 - a window the model calls silent (no-speech probability > 0.6 and a low score) is skipped;
 - after a window decoded above 0.5 the text prompt restarts, so a hallucination does not
   condition the rest.
+- with ``word_timestamps``, a window's segments are timed word by word (a teacher-forced
+  alignment pass, word_timestamps.py), their spans follow their words, and the next window
+  starts after the last word unless the window ended in silence.
 Everything runs on ``device``; the host sees only token ids and scores.
 
 Windows run through a ``WindowRunner``: batching.py's ``WindowBatcher`` (the default)
@@ -33,11 +36,12 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
+from jacana_asr import word_timestamps
 from jacana_asr.batching import WindowBatcher
 from jacana_asr.ct2_checkpoint import load_checkpoint
-from jacana_asr.features import log_mel, mel_window
+from jacana_asr.features import MelWindow, log_mel, mel_window
 from jacana_asr.sampling import Draws
-from jacana_asr.segments import FRAMES_PER_SECOND, compression_ratio, split_window
+from jacana_asr.segments import FRAMES_PER_SECOND, WindowSplit, compression_ratio, split_window
 from jacana_asr.transcription import (
     SAMPLE_RATE,
     Segment,
@@ -156,6 +160,7 @@ class WhisperTranscriber:
         draws = Draws(secrets.randbits(32) if options.seed is None else options.seed)
         language = options.language if tokens.is_multilingual else "en"
         segments: list[Segment] = []
+        last_speech = 0.0  # where the last word ended (word timestamps)
         seek = 0
         while seek < total_frames:
             window = mel_window(mel, seek)
@@ -181,7 +186,14 @@ class WhisperTranscriber:
                 seek=seek,
                 window_frames=window.num_frames,
             )
-            for piece in split.segments:
+            pieces, words, next_seek = split.segments, [()] * len(split.segments), split.next_seek
+            if options.word_timestamps:
+                worded = self._words(
+                    encoded, language, options.task, split, seek, window, last_speech
+                )
+                pieces, words, last_speech = worded.segments, worded.words, worded.last_speech
+                next_seek = word_timestamps.next_seek(split, worded, seek)
+            for piece, piece_words in zip(pieces, words, strict=True):
                 text = self._decode_text(piece.tokens)
                 if piece.start == piece.end or not text.strip():
                     continue
@@ -198,11 +210,12 @@ class WhisperTranscriber:
                         no_speech_prob=result.no_speech_prob,
                         temperature=temperature,
                         seek=seek,
+                        words=piece_words,
                     )
                 )
             if temperature > self.thresholds.prompt_reset_temperature:
                 prompt_reset_since = len(history)
-            seek = split.next_seek
+            seek = next_seek
             if on_window is not None:
                 on_window(min(seek, total_frames) / FRAMES_PER_SECOND)
         return Transcription(
@@ -248,6 +261,30 @@ class WhisperTranscriber:
         return (
             result.no_speech_prob > self.thresholds.no_speech
             and result.avg_logprob < self.thresholds.log_prob
+        )
+
+    def _words(
+        self,
+        encoded: torch.Tensor,
+        language: str,
+        task: str,
+        split: WindowSplit,
+        seek: int,
+        window: MelWindow,
+        last_speech: float,
+    ) -> word_timestamps.WordedWindow:
+        """The words of one window's segments (word_timestamps.py)."""
+        return word_timestamps.window_words(
+            self.model,
+            self.tokens,
+            self.tokenizer.decode,
+            encoded,
+            self.tokens.sot_sequence(language, task, timestamps=True),
+            language,
+            split.segments,
+            seek=seek,
+            num_frames=window.num_frames,
+            last_speech=last_speech,
         )
 
     @torch.inference_mode()

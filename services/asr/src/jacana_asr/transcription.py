@@ -29,6 +29,8 @@ class TranscribeOptions:
     rank by summed log-probability / length ** length_penalty.
     seed: makes the sampled windows reproducible (the same seed, audio and options give the
     same output); None draws a fresh seed per request.
+    word_timestamps: time each word (Segment.words) by cross-attention alignment, as
+    faster-whisper's ``word_timestamps=True`` does; segment spans then follow their words.
     """
 
     language: str | None = None
@@ -40,6 +42,21 @@ class TranscribeOptions:
     patience: float = 1.0
     length_penalty: float = 1.0
     seed: int | None = None
+    word_timestamps: bool = False
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word with its timing in seconds from the start of the audio.
+
+    word: as written in the segment's text, its leading space and any punctuation joined
+    to it included. probability: the mean of its tokens' probabilities.
+    """
+
+    word: str
+    start: float
+    end: float
+    probability: float
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,7 @@ class Segment:
     """A stretch of speech with its timing in seconds from the start of the audio.
 
     seek: the first mel frame (100 a second) of the 30 s window that produced it.
+    words: its words, when word timestamps were asked for (else empty).
     """
 
     id: int
@@ -59,6 +77,7 @@ class Segment:
     no_speech_prob: float
     temperature: float
     seek: int = 0
+    words: tuple[Word, ...] = ()
 
 
 @dataclass(frozen=True)

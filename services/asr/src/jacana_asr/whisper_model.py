@@ -20,6 +20,7 @@ CTranslate2 layout (per layer ``i``; ``linear_k`` holds ``weight`` [out, in] and
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,11 @@ class WhisperConfig:
 
     n_audio_ctx: encoder positions (1500 = 3000 mel frames / conv stride 2).
     n_text_ctx: decoder positions (448): the most tokens one window's decoding can hold.
+    alignment_heads: (decoder layer, head) pairs whose cross-attention follows the timing
+      of the speech (word timestamps). From config.json's ``alignment_heads`` (CTranslate2's
+      converter copies them from the model's generation config, i.e. openai-whisper's list
+      per model); a checkpoint without them gets every head of the last half of the decoder
+      layers, the converter's and openai-whisper's default.
     """
 
     n_mels: int
@@ -48,6 +54,7 @@ class WhisperConfig:
     n_vocab: int
     n_audio_ctx: int
     n_text_ctx: int
+    alignment_heads: tuple[tuple[int, int], ...] = ()
 
     @property
     def n_frames(self) -> int:
@@ -61,17 +68,37 @@ class WhisperConfig:
         conv1 = ckpt.variables["encoder/conv1/weight"]  # [d_model, n_mels, 3]
         embeddings = ckpt.variables["decoder/embeddings/weight"]  # [vocab, d_model]
         enc_pos = "encoder/position_encodings/encodings"
+        n_decoder_layers = _count_layers(ckpt, "decoder")
+        n_decoder_heads = int(ckpt.scalar("decoder/num_heads"))
         return cls(
             n_mels=conv1.shape[1],
             d_model=conv1.shape[0],
             n_encoder_layers=_count_layers(ckpt, "encoder"),
             n_encoder_heads=int(ckpt.scalar("encoder/num_heads")),
-            n_decoder_layers=_count_layers(ckpt, "decoder"),
-            n_decoder_heads=int(ckpt.scalar("decoder/num_heads")),
+            n_decoder_layers=n_decoder_layers,
+            n_decoder_heads=n_decoder_heads,
             n_vocab=embeddings.shape[0],
             n_audio_ctx=ckpt.variables[enc_pos].shape[0] if ckpt.has(enc_pos) else 1500,
             n_text_ctx=ckpt.variables["decoder/position_encodings/encodings"].shape[0],
+            alignment_heads=_alignment_heads(ckpt, n_decoder_layers, n_decoder_heads),
         )
+
+
+def _alignment_heads(
+    ckpt: CT2Checkpoint, n_layers: int, n_heads: int
+) -> tuple[tuple[int, int], ...]:
+    listed = ckpt.config.get("alignment_heads")
+    if not listed:
+        last_half = range(n_layers // 2, n_layers)
+        return tuple((layer, head) for layer in last_half for head in range(n_heads))
+    heads = tuple((int(layer), int(head)) for layer, head in listed)
+    for layer, head in heads:
+        if not (0 <= layer < n_layers and 0 <= head < n_heads):
+            raise CheckpointError(
+                f"{ckpt.path}: alignment head ({layer}, {head}) is outside the decoder's "
+                f"{n_layers} layers x {n_heads} heads"
+            )
+    return heads
 
 
 def _count_layers(ckpt: CT2Checkpoint, scope: str) -> int:
@@ -251,8 +278,12 @@ class _DecoderLayer(nn.Module):
         k, v = self.cross_kv(audio).chunk(2, dim=-1)
         return _split_heads(k, self.n_heads), _split_heads(v, self.n_heads)
 
-    def forward(self, x: torch.Tensor, cache: DecoderCache, index: int) -> torch.Tensor:
-        # x: [batch, new, d_model]; writes this layer's new keys/values into the cache.
+    def forward(
+        self, x: torch.Tensor, cache: DecoderCache, index: int, score_heads: Sequence[int] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: [batch, new, d_model] -> (x, the pre-softmax cross-attention scores of
+        ``score_heads`` [batch, len(score_heads), new, n_audio_ctx], None without heads).
+        Writes this layer's new keys/values into the cache."""
         start, end = cache.length, cache.length + x.shape[1]
         q, k, v = self.self_qkv(self.self_norm(x)).chunk(3, dim=-1)
         cache.self_k[index, :, :, start:end] = _split_heads(k, self.n_heads)
@@ -267,7 +298,12 @@ class _DecoderLayer(nn.Module):
         q = _split_heads(self.cross_q(self.cross_norm(x)), self.n_heads)
         attended = _attend(q, cache.cross_k[index], cache.cross_v[index], causal_offset=None)
         x = x + self.cross_out(_merge_heads(attended))
-        return self.ffn(x)
+        scores = None
+        if score_heads:
+            heads = list(score_heads)
+            keys = cache.cross_k[index][:, heads]  # [batch, len(heads), n_audio_ctx, head_dim]
+            scores = (q[:, heads] @ keys.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        return self.ffn(x), scores
 
 
 class WhisperDecoder(nn.Module):
@@ -310,14 +346,25 @@ class WhisperDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens: [batch, new] -> logits [batch, new, vocab]; advances cache.length by new."""
+        return self.forward_with_scores(tokens, cache, ())[0]
+
+    def forward_with_scores(
+        self, tokens: torch.Tensor, cache: DecoderCache, heads: Sequence[tuple[int, int]]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``forward``, also returning the pre-softmax cross-attention scores of ``heads``
+        ((layer, head) pairs), ordered by layer: [batch, len(heads), new, n_audio_ctx]."""
         start, end = cache.length, cache.length + tokens.shape[1]
         if end > self.config.n_text_ctx:
             raise ValueError(f"decoder context is {self.config.n_text_ctx} tokens; asked {end}")
         x = self.embeddings[tokens] + self.positions[start:end]  # [batch, new, d_model]
+        scores: list[torch.Tensor] = []
         for index, layer in enumerate(self.layers):
-            x = layer(x, cache, index)
+            x, layer_scores = layer(x, cache, index, [h for lay, h in heads if lay == index])
+            if layer_scores is not None:
+                scores.append(layer_scores)
         cache.length = end
-        return self.norm(x) @ self.projection.T
+        logits = self.norm(x) @ self.projection.T
+        return logits, (torch.cat(scores, dim=1) if scores else None)
 
 
 class WhisperModel(nn.Module):
@@ -355,3 +402,19 @@ class WhisperModel(nn.Module):
     def decode(self, tokens: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
         """tokens: [batch, new] -> logits [batch, new, vocab] (float32)."""
         return self.decoder(tokens.to(self.device), cache).float()
+
+    @torch.inference_mode()
+    def alignment_scores(
+        self, audio: torch.Tensor, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One teacher-forced pass over whole sequences, for word alignment.
+
+        audio: encoder output [batch, n_audio_ctx, d_model]; tokens: [batch, length].
+        Returns (logits [batch, length, vocab], pre-softmax cross-attention scores of the
+        config's alignment heads [batch, len(alignment_heads), length, n_audio_ctx]), both
+        float32.
+        """
+        cache = self.new_cache(audio)
+        heads = self.config.alignment_heads
+        logits, scores = self.decoder.forward_with_scores(tokens.to(self.device), cache, heads)
+        return logits.float(), scores.float()

@@ -149,14 +149,6 @@ async def test_a_json_body_is_refused(client):
 GRANULARITIES = "timestamp_granularities[]"  # the field's name in OpenAI's reference
 
 
-async def test_word_timestamps_are_refused_for_now(client):
-    for key in ("timestamp_granularities[]", "timestamp_granularities"):
-        fields = {key: ["segment", "word"], "response_format": "verbose_json"}
-        resp = await post(client, **fields)
-        error = assert_error(resp, 400, GRANULARITIES, "unsupported_parameter")
-        assert "word" in error["message"]
-
-
 async def test_granularities_need_verbose_json(client):
     for value in ("segment", "word"):
         resp = await post(client, **{"timestamp_granularities[]": value})
@@ -221,6 +213,35 @@ async def test_fields_reach_the_service(served, asr):
     assert (translated.language, translated.prompt, translated.temperature) == ("", "", 0.0)
     assert (sent.beam_size, sent.seed) == (1, 7)
     assert not translated.HasField("beam_size") and not translated.HasField("seed")
+
+
+WORDS = [
+    pb.Word(word=" Hello", start=0.0, end=0.5, probability=0.9),
+    pb.Word(word=" there.", start=0.5, end=1.25, probability=0.75),
+]
+
+
+@pytest.mark.parametrize("key", ["timestamp_granularities[]", "timestamp_granularities"])
+async def test_word_timestamps_reach_verbose_json(served, asr, key):
+    asr.servicer.reply = pb.TranscribeResponse()
+    asr.servicer.reply.CopyFrom(REPLY)
+    asr.servicer.reply.segments[0].words.extend(WORDS)
+    words = [
+        {"word": "Hello", "start": 0.0, "end": 0.5},
+        {"word": "there.", "start": 0.5, "end": 1.25},
+    ]
+
+    resp = await post(served, **{key: "word", "response_format": "verbose_json"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["words"] == words and "segments" not in body  # OpenAI's shape for "word"
+    both = {key: ["segment", "word"], "response_format": "verbose_json"}
+    body = (await post(served, **both)).json()
+    assert body["words"] == words and [s["id"] for s in body["segments"]] == [0, 1]
+    body = (await post(served, response_format="verbose_json")).json()
+    assert "words" not in body and len(body["segments"]) == 2
+    asked = [request.word_timestamps for request in asr.servicer.requests]
+    assert asked == [True, True, False]
 
 
 async def test_json_is_the_default_format(served):

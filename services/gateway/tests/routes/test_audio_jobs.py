@@ -136,6 +136,18 @@ async def test_the_result_in_every_format(served, response_format):
     assert resp.headers["content-type"].startswith(expected.media_type.split(";")[0])
 
 
+async def test_a_job_with_word_timestamps_shows_its_words(served, asr):
+    fields = {"timestamp_granularities[]": "word", "response_format": "verbose_json"}
+    assert (await create(served, **fields)).status_code == 200
+    assert asr.servicer.requests[0].request.word_timestamps
+    asr.servicer.reply = pb.TranscribeResponse()
+    asr.servicer.reply.CopyFrom(REPLY)
+    asr.servicer.reply.segments[0].words.add(word=" Hello", start=0.0, end=0.5)
+    url = f"{JOBS}/transcription_abc/result"
+    body = (await served.get(url, params={"response_format": "verbose_json"})).json()
+    assert body["words"] == [{"word": "Hello", "start": 0.0, "end": 0.5}] and body["segments"]
+
+
 async def test_the_result_defaults_to_the_format_given_at_creation(served):
     resp = await served.get(f"{JOBS}/transcription_abc/result")
     assert resp.text == RENDERERS["srt"](REPLY, "transcribe").content

@@ -48,7 +48,7 @@ def _form_schema(task: str) -> dict[str, Any]:
     if task == "transcribe":
         properties["timestamp_granularities[]"] = {
             "type": "array",
-            "items": {"type": "string", "enum": ["segment"]},
+            "items": {"type": "string", "enum": ["segment", "word"]},
         }
     schema = {"type": "object", "required": ["file", "model"], "properties": properties}
     return {
@@ -81,7 +81,7 @@ def build_router(state: GatewayState) -> APIRouter:
                 message = f"{exc.message} {LONG_AUDIO_HINT}"
                 raise ApiError(exc.status, message, exc.param, exc.code) from None
             raise
-        rendered = RENDERERS[body.response_format](reply, task)
+        rendered = RENDERERS[body.response_format](reply, task, body.timestamp_granularities)
         return Response(rendered.content, media_type=rendered.media_type)
 
     @router.post("/transcriptions", response_model=None, openapi_extra=_form_schema("transcribe"))

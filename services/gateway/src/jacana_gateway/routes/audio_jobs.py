@@ -58,7 +58,7 @@ def _form_schema() -> dict[str, Any]:
         "temperature": {"type": "number", "minimum": 0, "maximum": 1},
         "timestamp_granularities[]": {
             "type": "array",
-            "items": {"type": "string", "enum": ["segment"]},
+            "items": {"type": "string", "enum": ["segment", "word"]},
         },
     }
     schema = {"type": "object", "required": ["file", "model"], "properties": properties}
@@ -114,7 +114,9 @@ def build_router(state: GatewayState) -> APIRouter:
             job = await call(request, services.get_job(job_id, timeout_s))
             response_format = job.response_format or "json"  # type: ignore[assignment]
         reply = await call(request, services.job_result(job_id, timeout_s))
-        rendered = RENDERERS[response_format](reply, "transcribe")
+        # A job keeps no granularities: its words are shown when the service timed them.
+        shown = ("segment", "word") if any(s.words for s in reply.segments) else ()
+        rendered = RENDERERS[response_format](reply, "transcribe", shown)
         return Response(rendered.content, media_type=rendered.media_type)
 
     @router.delete("/{job_id}", response_model=None, responses=ERROR_RESPONSES)

@@ -60,7 +60,8 @@ _LISTS |= {"known_speaker_names", "known_speaker_references"}
 @dataclass(frozen=True)
 class AudioRequest:
     """One checked upload. task: "transcribe" or "translate"; language: as sent (the
-    service checks it), None when unset; timestamp_granularities: "segment" at most."""
+    service checks it), None when unset; timestamp_granularities: "segment" and/or "word",
+    each once, as asked (only with verbose_json)."""
 
     task: str
     audio: bytes
@@ -144,8 +145,6 @@ def _granularities(
             )
     if values and response_format != "verbose_json":
         raise invalid_value(f"'{param}' needs response_format 'verbose_json'.", param)
-    if "word" in values:
-        raise unsupported_parameter(param, "word timestamps are not available yet; use 'segment'")
     return tuple(dict.fromkeys(str(v) for v in values))
 
 

@@ -2,15 +2,18 @@
 upload (:func:`transcribe_request`), and the reply as each ``response_format`` of OpenAI's
 audio API shows it: ``json``, ``text``, ``srt``, ``verbose_json``, ``vtt``.
 
-Pure functions, no I/O. The renderers take the service's :class:`TranscribeResponse` and
-the task and are registered by format name in :data:`RENDERERS`. Shapes follow OpenAI's:
+Pure functions, no I/O. The renderers take the service's :class:`TranscribeResponse`, the
+task and the asked timestamp granularities, and are registered by format name in
+:data:`RENDERERS`. Shapes follow OpenAI's:
 
 - json: ``{"text"}``, with ``usage`` (``{"type": "duration", "seconds"}``, whole seconds
   rounded up) for transcriptions;
 - verbose_json: ``{"task", "language", "duration", "text", "segments", "usage"}``, the
   language as its lowercase English name ("english"; always "english" for translations,
   which have no ``usage``), each segment ``{id, seek, start, end, text, tokens,
-  temperature, avg_logprob, compression_ratio, no_speech_prob}``;
+  temperature, avg_logprob, compression_ratio, no_speech_prob}``; with the "word"
+  granularity a top-level ``words`` list of ``{word, start, end}`` (the word stripped of
+  its leading space), and ``segments`` only when "segment" was asked for too;
 - text: the text and a newline;
 - srt / vtt: one cue per segment, ``HH:MM:SS,mmm`` / ``HH:MM:SS.mmm`` times, the segment's
   text stripped and with ``-->`` written ``->`` so that it cannot end a cue's timing line.
@@ -41,6 +44,7 @@ def transcribe_request(body: AudioRequest, request_id: str) -> pb.TranscribeRequ
         task=_TASKS[body.task],
         prompt=body.prompt or "",
         temperature=body.temperature,
+        word_timestamps="word" in body.timestamp_granularities,
     )
     if body.beam_size is not None:
         request.beam_size = body.beam_size
@@ -55,7 +59,8 @@ class Rendered:
     media_type: str
 
 
-Renderer = Callable[[pb.TranscribeResponse, str], Rendered]
+# (response, task, the timestamp granularities asked for: "segment", "word"; none: segment)
+Renderer = Callable[[pb.TranscribeResponse, str, tuple[str, ...]], Rendered]
 
 
 def timestamp(seconds: float, decimal_marker: str) -> str:
@@ -97,31 +102,45 @@ def segment_json(segment: pb.Segment) -> dict[str, Any]:
     }
 
 
-def render_json(response: pb.TranscribeResponse, task: str) -> Rendered:
+def word_json(word: pb.Word) -> dict[str, Any]:
+    """One entry of verbose_json's ``words``."""
+    return {"word": word.word.strip(), "start": word.start, "end": word.end}
+
+
+def render_json(
+    response: pb.TranscribeResponse, task: str, granularities: tuple[str, ...] = ()
+) -> Rendered:
     return _json({"text": response.text, **_usage(response, task)})
 
 
-def render_verbose_json(response: pb.TranscribeResponse, task: str) -> Rendered:
+def render_verbose_json(
+    response: pb.TranscribeResponse, task: str, granularities: tuple[str, ...] = ()
+) -> Rendered:
     # A translation reports its output's language, as OpenAI does.
     spoken = response.language_name or response.language
     language = "english" if task == "translate" else spoken
-    return _json(
-        {
-            "task": task,
-            "language": language,
-            "duration": response.duration,
-            "text": response.text,
-            "segments": [segment_json(s) for s in response.segments],
-            **_usage(response, task),
-        }
-    )
+    body: dict[str, Any] = {
+        "task": task,
+        "language": language,
+        "duration": response.duration,
+        "text": response.text,
+    }
+    if "word" in granularities:
+        body["words"] = [word_json(w) for s in response.segments for w in s.words]
+    if "segment" in granularities or not granularities:
+        body["segments"] = [segment_json(s) for s in response.segments]
+    return _json({**body, **_usage(response, task)})
 
 
-def render_text(response: pb.TranscribeResponse, task: str) -> Rendered:
+def render_text(
+    response: pb.TranscribeResponse, task: str, granularities: tuple[str, ...] = ()
+) -> Rendered:
     return Rendered(response.text + "\n", "text/plain; charset=utf-8")
 
 
-def render_srt(response: pb.TranscribeResponse, task: str) -> Rendered:
+def render_srt(
+    response: pb.TranscribeResponse, task: str, granularities: tuple[str, ...] = ()
+) -> Rendered:
     cues = [
         f"{n}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{_cue_text(s)}\n"
         for n, s in enumerate(response.segments, start=1)
@@ -129,7 +148,9 @@ def render_srt(response: pb.TranscribeResponse, task: str) -> Rendered:
     return Rendered("\n".join(cues), "text/plain; charset=utf-8")
 
 
-def render_vtt(response: pb.TranscribeResponse, task: str) -> Rendered:
+def render_vtt(
+    response: pb.TranscribeResponse, task: str, granularities: tuple[str, ...] = ()
+) -> Rendered:
     cues = [
         f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{_cue_text(s)}\n\n"
         for s in response.segments

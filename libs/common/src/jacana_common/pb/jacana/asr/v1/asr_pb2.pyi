@@ -15,7 +15,7 @@ TASK_TRANSCRIBE: Task
 TASK_TRANSLATE: Task
 
 class TranscribeRequest(_message.Message):
-    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature", "beam_size", "seed")
+    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature", "beam_size", "seed", "word_timestamps")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     FILENAME_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class TranscribeRequest(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     audio: bytes
     filename: str
@@ -36,10 +37,11 @@ class TranscribeRequest(_message.Message):
     temperature: float
     beam_size: int
     seed: int
-    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+    word_timestamps: bool
+    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., seed: _Optional[int] = ..., word_timestamps: _Optional[bool] = ...) -> None: ...
 
 class Segment(_message.Message):
-    __slots__ = ("id", "seek", "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob", "temperature")
+    __slots__ = ("id", "seek", "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob", "temperature", "words")
     ID_FIELD_NUMBER: _ClassVar[int]
     SEEK_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +52,7 @@ class Segment(_message.Message):
     COMPRESSION_RATIO_FIELD_NUMBER: _ClassVar[int]
     NO_SPEECH_PROB_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
     id: int
     seek: int
     start: float
@@ -60,7 +63,20 @@ class Segment(_message.Message):
     compression_ratio: float
     no_speech_prob: float
     temperature: float
-    def __init__(self, id: _Optional[int] = ..., seek: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., temperature: _Optional[float] = ...) -> None: ...
+    words: _containers.RepeatedCompositeFieldContainer[Word]
+    def __init__(self, id: _Optional[int] = ..., seek: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., temperature: _Optional[float] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ...) -> None: ...
+
+class Word(_message.Message):
+    __slots__ = ("word", "start", "end", "probability")
+    WORD_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    word: str
+    start: float
+    end: float
+    probability: float
+    def __init__(self, word: _Optional[str] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
 
 class TranscribeResponse(_message.Message):
     __slots__ = ("text", "language", "language_name", "duration", "segments", "model_id")
