@@ -233,3 +233,27 @@ def test_jobs_without_redis_are_a_503_that_says_so(asr_gateway, clips):
     assert error["code"] == "jobs_disabled" and "JACANA_ASR_REDIS_URL" in error["message"]
     job = httpx.get(f"http://{asr_gateway.address}/v1/audio/transcriptions/jobs/transcription_1")
     assert job.status_code == 503 and job.json()["error"]["code"] == "jobs_disabled"
+
+
+def test_the_vad_filter_drops_silence_and_keeps_the_clock(sdk, clips, tmp_path):
+    """Asked for per request (these clips are below the service's 30 s default): pure
+    silence is empty text where Whisper alone writes words, and speech after a silent
+    lead-in keeps its place on the recording's clock."""
+    silence, late = tmp_path / "silence.wav", tmp_path / "late.wav"
+    _run("sox", "-n", "-r", "16000", "-c", "1", "-b", "16", silence, "trim", "0", "15")
+    _run("sox", clips["wav"], late, "pad", "12", "0")
+    for vad_filter, heard in ((False, True), (True, False)):
+        with silence.open("rb") as audio:
+            reply = sdk.audio.transcriptions.create(
+                model=ASR_MODEL_ID, file=audio, extra_body={"vad_filter": vad_filter}
+            )
+        assert bool(reply.text) is heard, reply.text
+    with late.open("rb") as audio:
+        reply = sdk.audio.transcriptions.create(
+            model=ASR_MODEL_ID,
+            file=audio,
+            response_format="verbose_json",
+            extra_body={"vad_filter": True},
+        )
+    _heard_the_fox(reply.text)
+    assert 11.0 < reply.segments[0].start <= 12.0 < reply.segments[-1].end

@@ -170,6 +170,12 @@ def test_beam_size_and_seed_are_optional_fields():
     assert (chosen.beam_size, chosen.seed) == (1, 0)
 
 
+def test_vad_filter_is_unset_or_chosen_per_request():
+    assert decode_options(pb.TranscribeRequest()).vad_filter is None  # the service's default
+    assert decode_options(pb.TranscribeRequest(vad_filter=False)).vad_filter is False
+    assert decode_options(pb.TranscribeRequest(vad_filter=True)).vad_filter is True
+
+
 def test_word_timestamps_are_asked_for_per_request():
     assert not decode_options(pb.TranscribeRequest()).word_timestamps
     assert decode_options(pb.TranscribeRequest(word_timestamps=True)).word_timestamps

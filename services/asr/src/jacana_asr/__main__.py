@@ -28,6 +28,8 @@ async def build_service(settings: AsrSettings):
     from jacana_asr.service import TranscriptionService
     from jacana_asr.transcriber import WhisperTranscriber
     from jacana_asr.transcription import SAMPLE_RATE, TranscribeOptions
+    from jacana_asr.vad import SileroVad
+    from jacana_asr.vad_transcriber import VadTranscriber
 
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
@@ -43,8 +45,9 @@ async def build_service(settings: AsrSettings):
     silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
     await asyncio.to_thread(transcriber.transcribe, silence, TranscribeOptions())
     log.info("model ready in %.1fs", time.perf_counter() - started)
+    filtered = VadTranscriber(transcriber, SileroVad(settings.vad_model), settings.vad_min_seconds)
     return TranscriptionService(
-        transcriber, model_id=settings.model_id, device=settings.device, limits=settings.limits()
+        filtered, model_id=settings.model_id, device=settings.device, limits=settings.limits()
     )
 
 

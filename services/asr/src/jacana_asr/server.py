@@ -48,6 +48,7 @@ def decode_options(request: asr_pb2.TranscribeRequest) -> TranscribeOptions:
         temperature=request.temperature,
         beam_size=request.beam_size if request.HasField("beam_size") else DEFAULT_BEAM_SIZE,
         seed=request.seed if request.HasField("seed") else None,
+        vad_filter=request.vad_filter if request.HasField("vad_filter") else None,
         word_timestamps=request.word_timestamps,
     )
 

@@ -24,6 +24,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from jacana_asr.service import ServiceLimits
+from jacana_asr.vad import silero_model_path
 from jacana_common.metrics import MetricsSettings
 from jacana_common.settings import ServiceSettings
 
@@ -106,6 +107,25 @@ class AsrSettings(ServiceSettings, MetricsSettings):
         min_length=1,
         max_length=4096,
         description="The ffmpeg binary that decodes uploads: a name on PATH or a path.",
+    )
+
+    # -- voice activity (vad.py) -------------------------------------------------------
+    vad_min_seconds: float = Field(
+        30.0,
+        ge=0.0,
+        le=7 * 86_400.0,
+        description="Requests that do not set vad_filter get the voice-activity filter when "
+        "their audio is longer than this (0: always; above the longest audio: never). "
+        "Longer audio spans whole 30 s windows of silence, where Whisper writes text that "
+        "was never said; one window or less keeps every sample, as the filter can clip the "
+        "edges of a short utterance.",
+    )
+    vad_model: str = Field(
+        "",
+        max_length=4096,
+        validate_default=True,
+        description="The Silero VAD ONNX file; empty: the one inside the installed "
+        "faster-whisper package (silero_vad_v6.onnx).",
     )
 
     # -- jobs (long audio) ------------------------------------------------------------
@@ -192,6 +212,18 @@ class AsrSettings(ServiceSettings, MetricsSettings):
                 f"not a CTranslate2 Whisper directory (no {', '.join(missing)}): {path}"
             )
         return path
+
+    @field_validator("vad_model")
+    @classmethod
+    def _vad_model_exists(cls, value: str) -> str:
+        if not value:
+            try:
+                return str(silero_model_path())
+            except FileNotFoundError as exc:
+                raise ValueError(str(exc)) from None
+        if not Path(value).is_file():
+            raise ValueError(f"no Silero VAD model file at {value}")
+        return value
 
     def limits(self) -> ServiceLimits:
         return ServiceLimits(

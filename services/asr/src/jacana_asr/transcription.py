@@ -29,6 +29,9 @@ class TranscribeOptions:
     rank by summed log-probability / length ** length_penalty.
     seed: makes the sampled windows reproducible (the same seed, audio and options give the
     same output); None draws a fresh seed per request.
+    vad_filter: transcribe only the stretches the voice-activity model hears speech in
+    (vad.py), so silence cannot turn into hallucinated text; None leaves it to the
+    service's default for the audio's length.
     word_timestamps: time each word (Segment.words) by cross-attention alignment, as
     faster-whisper's ``word_timestamps=True`` does; segment spans then follow their words.
     """
@@ -42,6 +45,7 @@ class TranscribeOptions:
     patience: float = 1.0
     length_penalty: float = 1.0
     seed: int | None = None
+    vad_filter: bool | None = None
     word_timestamps: bool = False
 
 

@@ -57,16 +57,19 @@ def _storage() -> ArtifactStorage:
 
 @cache
 def _transcriber():
-    """The model, loaded on first use in this process."""
+    """The model behind the voice-activity filter, loaded on first use in this process."""
     import torch
 
     from jacana_asr.transcriber import WhisperTranscriber
+    from jacana_asr.vad import SileroVad
+    from jacana_asr.vad_transcriber import VadTranscriber
 
     settings = _settings()
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
     log.info("loading %s from %s on %s", settings.model_id, settings.model, settings.device)
-    return WhisperTranscriber(settings.model, settings.device)
+    transcriber = WhisperTranscriber(settings.model, settings.device)
+    return VadTranscriber(transcriber, SileroVad(settings.vad_model), settings.vad_min_seconds)
 
 
 def _read_upload(ctx: JobContext, storage: ArtifactStorage) -> bytes:

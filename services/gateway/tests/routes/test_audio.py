@@ -119,6 +119,7 @@ async def post(client, url=TRANSCRIBE, data=None, files=None, **fields):
         ({"beam_size": "wide"}, "beam_size", "invalid_value"),
         ({"seed": "-1"}, "seed", "invalid_value"),
         ({"seed": str(2**32)}, "seed", "invalid_value"),
+        ({"vad_filter": "maybe"}, "vad_filter", "invalid_value"),
     ],
 )
 async def test_bad_fields_are_400s(client, fields, param, code):
@@ -203,8 +204,8 @@ async def test_unreachable_service_is_503(client):
 
 async def test_fields_reach_the_service(served, asr):
     fields = {"language": "de", "prompt": "Kenobi", "temperature": "0.4", "seed": "7"}
-    assert (await post(served, **fields, beam_size="1")).status_code == 200
-    assert (await post(served, TRANSLATE, model=ASR)).status_code == 200
+    assert (await post(served, **fields, beam_size="1", vad_filter="False")).status_code == 200
+    assert (await post(served, TRANSLATE, model=ASR, vad_filter="true")).status_code == 200
     sent, translated = asr.servicer.requests
     assert sent.audio == AUDIO[1] and sent.filename == "clip.wav"
     assert (sent.language, sent.prompt, sent.temperature) == ("de", "Kenobi", 0.4)
@@ -213,6 +214,7 @@ async def test_fields_reach_the_service(served, asr):
     assert (translated.language, translated.prompt, translated.temperature) == ("", "", 0.0)
     assert (sent.beam_size, sent.seed) == (1, 7)
     assert not translated.HasField("beam_size") and not translated.HasField("seed")
+    assert sent.HasField("vad_filter") and (sent.vad_filter, translated.vad_filter) == (False, True)
 
 
 WORDS = [

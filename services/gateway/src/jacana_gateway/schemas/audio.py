@@ -31,8 +31,9 @@ MAX_FIELDS = 64
 
 # Per task: the fields served, and the ones OpenAI defines that Jacana refuses.
 _COMMON = frozenset({"file", "model", "language", "prompt", "response_format", "temperature"})
-# Jacana's extensions: faster-whisper's beam width (1: greedy) and the sampling seed.
-_COMMON |= {"beam_size", "seed"}
+# Jacana's extensions: faster-whisper's beam width (1: greedy), the sampling seed, and its
+# voice-activity filter (true/false; unset: the service's default for the audio's length).
+_COMMON |= {"beam_size", "seed", "vad_filter"}
 MAX_BEAM_SIZE = 16
 MAX_SEED = 2**32 - 1
 _SERVED = {
@@ -74,6 +75,7 @@ class AudioRequest:
     timestamp_granularities: tuple[str, ...]
     beam_size: int | None = None  # None: the service's default (5)
     seed: int | None = None  # None: a fresh seed per request
+    vad_filter: bool | None = None  # None: the service's default
 
 
 def _fields(form: FormData, task: str) -> dict[str, list[str | UploadFile]]:
@@ -132,6 +134,15 @@ def _bounded_int(text: str | None, name: str, low: int, high: int) -> int | None
     return value
 
 
+def _bool(text: str | None, name: str) -> bool | None:
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise invalid_value(f"'{name}' must be true or false (got {text!r}).", name)
+    return value == "true"
+
+
 def _granularities(
     fields: dict[str, list[str | UploadFile]], response_format: str
 ) -> tuple[str, ...]:
@@ -184,6 +195,7 @@ def check_form(fields: dict[str, list[str | UploadFile]]) -> tuple[UploadFile, d
         "timestamp_granularities": _granularities(fields, response_format),
         "beam_size": _bounded_int(_text(fields, "beam_size"), "beam_size", 1, MAX_BEAM_SIZE),
         "seed": _bounded_int(_text(fields, "seed"), "seed", 0, MAX_SEED),
+        "vad_filter": _bool(_text(fields, "vad_filter"), "vad_filter"),
     }
     return upload, checked
 

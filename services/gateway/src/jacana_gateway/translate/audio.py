@@ -50,6 +50,8 @@ def transcribe_request(body: AudioRequest, request_id: str) -> pb.TranscribeRequ
         request.beam_size = body.beam_size
     if body.seed is not None:
         request.seed = body.seed
+    if body.vad_filter is not None:
+        request.vad_filter = body.vad_filter
     return request
 
 

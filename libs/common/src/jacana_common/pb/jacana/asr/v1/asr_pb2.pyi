@@ -15,7 +15,7 @@ TASK_TRANSCRIBE: Task
 TASK_TRANSLATE: Task
 
 class TranscribeRequest(_message.Message):
-    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature", "beam_size", "seed", "word_timestamps")
+    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature", "beam_size", "seed", "vad_filter", "word_timestamps")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     FILENAME_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class TranscribeRequest(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    VAD_FILTER_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     audio: bytes
@@ -37,8 +38,9 @@ class TranscribeRequest(_message.Message):
     temperature: float
     beam_size: int
     seed: int
+    vad_filter: bool
     word_timestamps: bool
-    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., seed: _Optional[int] = ..., word_timestamps: _Optional[bool] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., seed: _Optional[int] = ..., vad_filter: _Optional[bool] = ..., word_timestamps: _Optional[bool] = ...) -> None: ...
 
 class Segment(_message.Message):
     __slots__ = ("id", "seek", "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob", "temperature", "words")
