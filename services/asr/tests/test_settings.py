@@ -27,7 +27,7 @@ def test_defaults_serve_tiny_en_from_its_package():
     assert s.model == default_model_path() and (Path(s.model) / "model.bin").is_file()
     assert (s.port, s.device) == (50081, "cpu")
     limits = s.limits()
-    assert (limits.max_audio_seconds, limits.max_concurrent, limits.max_queued) == (3600, 1, 8)
+    assert (limits.max_audio_seconds, limits.max_concurrent, limits.max_queued) == (3600, 8, 8)
     assert (limits.decode_timeout_s, limits.ffmpeg) == (120, "ffmpeg")
     assert s.vad_min_seconds == 30.0  # the filter is on by default above one window
     assert Path(s.vad_model).name == "silero_vad_v6.onnx" and Path(s.vad_model).is_file()

