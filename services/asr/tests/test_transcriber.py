@@ -101,13 +101,25 @@ def test_recording_over_several_windows_matches_faster_whisper(ours, reference, 
     want, _ = reference_segments(reference, audio, None)
     # greedy throughout: a sampled fallback window could not be compared token for token
     assert {s.temperature for s in want} == {0.0}
+    calls: list[tuple[str, object]] = []  # the callbacks, in the order they came
     started = time.perf_counter()
-    got = ours.transcribe(audio, TranscribeOptions(**GREEDY))
+    got = ours.transcribe(
+        audio,
+        TranscribeOptions(**GREEDY),
+        on_window=lambda seconds: calls.append(("window", seconds)),
+        on_segments=lambda segments: calls.append(("segments", tuple(segments))),
+    )
     elapsed = time.perf_counter() - started
     assert_same_segments(got, want)
     # the segments run on past the first window, in order
     assert got.segments[-1].end > 30.0
     assert all(a.end <= b.start + 1e-6 for a, b in itertools.pairwise(got.segments))
+    # each window's new segments come just before its progress, and add up to the result
+    streamed = [s for kind, value in calls if kind == "segments" for s in value]
+    assert tuple(streamed) == got.segments
+    kinds = [kind for kind, _ in calls]
+    assert kinds.count("window") >= 2 and kinds[-1] == "window"
+    assert all(kinds[i + 1] == "window" for i, kind in enumerate(kinds) if kind == "segments")
     print(f"{len(audio) / 16_000:.1f} s of audio in {elapsed:.1f} s")
 
 

@@ -18,7 +18,7 @@ from faster_whisper import vad as reference_vad
 
 from jacana_asr.audio import decode_audio
 from jacana_asr.transcriber import WhisperTranscriber
-from jacana_asr.transcription import SAMPLE_RATE, TranscribeOptions
+from jacana_asr.transcription import SAMPLE_RATE, Segment, TranscribeOptions
 from jacana_asr.vad import WINDOW, SileroVad, Span, TimeMap, VadOptions, speech_spans
 from jacana_asr.vad_transcriber import VadTranscriber
 
@@ -129,7 +129,9 @@ def test_speech_after_long_silence_matches_the_reference(
     sentence = read_wav(long_speech_wav)[: seconds(20)]
     audio = np.concatenate([np.zeros(seconds(60), np.float32), sentence, quiet_noise(10)])
     progress: list[float] = []
-    ours = transcriber.transcribe(audio, TranscribeOptions(), progress.append)
+    streamed: list[Segment] = []
+    ours = transcriber.transcribe(audio, TranscribeOptions(), progress.append, streamed.extend)
+    assert tuple(streamed) == ours.segments  # streamed segments are timed on the recording
 
     want, info = reference.transcribe(audio, vad_filter=True)
     want = list(want)

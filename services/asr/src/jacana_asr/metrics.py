@@ -3,11 +3,11 @@
 Read from :meth:`TranscriptionService.stats` at scrape time (what ``GetStats`` answers),
 so nothing is counted twice: ``jacana_asr_audio_seconds_total`` (seconds of audio
 transcribed), ``jacana_asr_requests_total``, ``jacana_asr_rejected_total`` (refused for a
-full queue) and the ``jacana_asr_requests_running`` / ``…_waiting`` gauges, each with
-the served ``model`` label. With transcription jobs on, the job queue's metrics
+full queue), ``jacana_asr_cancelled_total`` (streams stopped because their caller left)
+and the ``jacana_asr_requests_running`` / ``…_waiting`` gauges, each with the served
+``model`` label. With transcription jobs on, the job queue's metrics
 (``jacana_asr_queue_length``, ``jacana_asr_jobs``, ``jacana_asr_job_duration_seconds``)
-come from :meth:`TranscriptionJobs.metrics`.
-"""
+come from :meth:`TranscriptionJobs.metrics`."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class AsrStatsCollector(Collector):
             ("audio_seconds", "Seconds of audio transcribed.", s.audio_seconds_total),
             ("requests", "Transcriptions served.", s.requests_total),
             ("rejected", "Transcriptions refused for a full queue.", s.rejected_total),
+            ("cancelled", "Streamed transcriptions stopped: the caller left.", s.cancelled_total),
         ):
             counter = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
             counter.add_metric([self._model], value)

@@ -20,8 +20,8 @@ from jacana_asr.errors import (
     TranscriptionFailedError,
 )
 from jacana_asr.languages import language_name
-from jacana_asr.service import TranscriptionService
-from jacana_asr.transcription import DEFAULT_BEAM_SIZE, TranscribeOptions, Transcription
+from jacana_asr.service import TranscriptionService, WindowDone
+from jacana_asr.transcription import DEFAULT_BEAM_SIZE, Segment, TranscribeOptions, Transcription
 from jacana_common.errors import grpc_details
 from jacana_common.pb.jacana.asr.v1 import asr_pb2, asr_pb2_grpc
 
@@ -53,35 +53,44 @@ def decode_options(request: asr_pb2.TranscribeRequest) -> TranscribeOptions:
     )
 
 
+def encode_segment(s: Segment) -> asr_pb2.Segment:
+    return asr_pb2.Segment(
+        id=s.id,
+        seek=s.seek,
+        start=s.start,
+        end=s.end,
+        text=s.text,
+        tokens=list(s.tokens),
+        avg_logprob=s.avg_logprob,
+        compression_ratio=s.compression_ratio,
+        no_speech_prob=s.no_speech_prob,
+        temperature=s.temperature,
+        words=[
+            asr_pb2.Word(word=w.word, start=w.start, end=w.end, probability=w.probability)
+            for w in s.words
+        ],
+    )
+
+
 def encode_response(result: Transcription, model_id: str) -> asr_pb2.TranscribeResponse:
     """Transcription -> TranscribeResponse."""
-    segments = [
-        asr_pb2.Segment(
-            id=s.id,
-            seek=s.seek,
-            start=s.start,
-            end=s.end,
-            text=s.text,
-            tokens=list(s.tokens),
-            avg_logprob=s.avg_logprob,
-            compression_ratio=s.compression_ratio,
-            no_speech_prob=s.no_speech_prob,
-            temperature=s.temperature,
-            words=[
-                asr_pb2.Word(word=w.word, start=w.start, end=w.end, probability=w.probability)
-                for w in s.words
-            ],
-        )
-        for s in result.segments
-    ]
     return asr_pb2.TranscribeResponse(
         text=result.text,
         language=result.language,
         language_name=language_name(result.language),
         duration=result.duration,
-        segments=segments,
+        segments=[encode_segment(s) for s in result.segments],
         model_id=model_id,
     )
+
+
+def encode_event(event: WindowDone | Transcription, model_id: str) -> asr_pb2.TranscribeStreamEvent:
+    """One streamed window, or the final transcription -> TranscribeStreamEvent."""
+    if isinstance(event, Transcription):
+        done = encode_response(event, model_id)
+        return asr_pb2.TranscribeStreamEvent(done=done, seconds_done=event.duration)
+    batch = asr_pb2.SegmentBatch(segments=[encode_segment(s) for s in event.segments])
+    return asr_pb2.TranscribeStreamEvent(segments=batch, seconds_done=event.seconds_done)
 
 
 class AsrServicer(asr_pb2_grpc.AsrServicer):
@@ -103,6 +112,23 @@ class AsrServicer(asr_pb2_grpc.AsrServicer):
             await context.abort(_STATUS[type(exc)], grpc_details(exc.message, exc.param, exc.code))
         return encode_response(result, self.service.model_id)
 
+    async def TranscribeStream(self, request, context):
+        try:
+            events = self.service.transcribe_stream(
+                request.audio,
+                decode_options(request),
+                model=request.model,
+                request_id=request.request_id,
+                filename=request.filename,
+            )
+            try:
+                async for event in events:
+                    yield encode_event(event, self.service.model_id)
+            finally:
+                await events.aclose()  # a cancelled call stops the transcription
+        except AsrError as exc:
+            await context.abort(_STATUS[type(exc)], grpc_details(exc.message, exc.param, exc.code))
+
     async def GetModelInfo(self, request, context):
         limits = self.service.limits
         return asr_pb2.ModelInfo(
@@ -121,4 +147,5 @@ class AsrServicer(asr_pb2_grpc.AsrServicer):
             requests_total=s.requests_total,
             rejected_total=s.rejected_total,
             audio_seconds_total=s.audio_seconds_total,
+            cancelled_total=s.cancelled_total,
         )

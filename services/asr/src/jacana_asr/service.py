@@ -12,15 +12,23 @@ refused with :class:`OverloadedError` at once rather than queued without bound. 
 cancelled while its transcription waits for a worker is dropped from the pool's queue; one
 cancelled while running finishes on its worker (a model call cannot be interrupted), which
 keeps that worker busy until then.
+
+:meth:`TranscriptionService.transcribe_stream` is the same request streamed: the worker's
+per-window callbacks hand each window's new segments to the event loop (one
+:class:`WindowDone` per window, through an asyncio queue), and the whole
+:class:`Transcription` comes last. Closing the stream early (the caller went away) stops
+the worker at the end of the window it is decoding, counted in ``cancelled_total``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
 import threading
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -39,9 +47,12 @@ from jacana_asr.languages import LANGUAGE_NAMES
 from jacana_asr.transcription import (
     MAX_BEAM_SIZE,
     MIN_BEAM_SIZE,
+    Segment,
+    SegmentsCallback,
     TranscribeOptions,
     Transcriber,
     Transcription,
+    WindowCallback,
 )
 
 log = logging.getLogger(__name__)
@@ -73,6 +84,23 @@ class ServiceStats:
     requests_total: int
     rejected_total: int
     audio_seconds_total: float
+    cancelled_total: int = 0  # streamed transcriptions stopped because the caller left
+
+
+@dataclass(frozen=True)
+class WindowDone:
+    """One window of a streamed transcription: the segments it closed (maybe none) and the
+    seconds of audio done after it."""
+
+    segments: tuple[Segment, ...]
+    seconds_done: float
+
+
+class StreamClosed(Exception):
+    """Raised on the worker by the window callback of a stream nobody reads any more."""
+
+
+_FINISHED = object()  # the queue's last item: the worker returned or raised
 
 
 def check_options(options: TranscribeOptions) -> TranscribeOptions:
@@ -134,21 +162,23 @@ class TranscriptionService:
         self.device = device
         self.limits = limits
         self._workers = ThreadPoolExecutor(limits.max_concurrent, thread_name_prefix="asr-model")
-        self._admitted = 0
+        self._admitted_count = 0
         self._running = 0
         self._running_lock = threading.Lock()  # _running changes on worker threads
         self._requests_total = 0
         self._rejected_total = 0
+        self._cancelled_total = 0  # changes on worker threads, under _running_lock
         self._audio_seconds_total = 0.0
 
     def stats(self) -> ServiceStats:
         running = self._running
         return ServiceStats(
             running=running,
-            waiting=max(self._admitted - running, 0),
+            waiting=max(self._admitted_count - running, 0),
             requests_total=self._requests_total,
             rejected_total=self._rejected_total,
             audio_seconds_total=self._audio_seconds_total,
+            cancelled_total=self._cancelled_total,
         )
 
     async def close(self) -> None:
@@ -169,27 +199,92 @@ class TranscriptionService:
         Raises InvalidRequestError / ModelNotFoundError / OverloadedError /
         DecoderUnavailableError / DecodeTimeoutError / TranscriptionFailedError.
         """
+        options = self._check(model, options)
+        with self._admitted():
+            samples = await self._decode_upload(audio)
+            result = await self._run_model(samples, options, request_id, filename)
+        self._count(samples)
+        return result
+
+    async def transcribe_stream(
+        self,
+        audio: bytes,
+        options: TranscribeOptions,
+        *,
+        model: str = "",
+        request_id: str = "",
+        filename: str = "",
+    ) -> AsyncIterator[WindowDone | Transcription]:
+        """:meth:`transcribe`, one :class:`WindowDone` per window and the
+        :class:`Transcription` last. Raises as :meth:`transcribe` does; closing the
+        iterator early stops the transcription at its next window."""
+        options = self._check(model, options)
+        with self._admitted():
+            samples = await self._decode_upload(audio)
+            loop = asyncio.get_running_loop()
+            events: asyncio.Queue[object] = asyncio.Queue()
+            closed = threading.Event()
+            pending: list[Segment] = []
+
+            def on_segments(segments: list[Segment]) -> None:
+                pending.extend(segments)
+
+            def on_window(seconds_done: float) -> None:
+                if closed.is_set():
+                    with self._running_lock:
+                        self._cancelled_total += 1
+                    log.info(
+                        "transcription stopped: the caller left (request %r, %.1f of %.1f s)",
+                        request_id,
+                        seconds_done,
+                        duration_seconds(samples),
+                    )
+                    raise StreamClosed
+                done = WindowDone(tuple(pending), seconds_done)
+                pending.clear()
+                loop.call_soon_threadsafe(events.put_nowait, done)
+
+            running = loop.run_in_executor(
+                self._workers, self._on_worker, samples, options, on_window, on_segments
+            )
+            running.add_done_callback(lambda _: events.put_nowait(_FINISHED))
+            try:
+                while (event := await events.get()) is not _FINISHED:
+                    yield event
+                result = await self._outcome(running, samples, request_id, filename)
+            finally:
+                closed.set()
+                running.cancel()  # drops it from the pool's queue if it has not started
+                running.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._count(samples)
+        yield result
+
+    def _check(self, model: str, options: TranscribeOptions) -> TranscribeOptions:
         if model and model != self.model_id:
             raise ModelNotFoundError(
                 f"model {model!r} is not served here (this service serves {self.model_id!r})",
                 "model",
             )
-        options = check_options(options)
+        return check_options(options)
+
+    @contextlib.contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """Hold one admission for the block; raise OverloadedError when none is left."""
         capacity = self.limits.max_concurrent + self.limits.max_queued
-        if self._admitted >= capacity:
+        if self._admitted_count >= capacity:
             self._rejected_total += 1
             raise OverloadedError(
                 f"the service is busy ({capacity} requests admitted); retry later"
             )
-        self._admitted += 1
+        self._admitted_count += 1
         try:
-            samples = await self._decode_upload(audio)
-            result = await self._run_model(samples, options, request_id, filename)
+            yield
         finally:
-            self._admitted -= 1
+            self._admitted_count -= 1
+
+    def _count(self, samples: np.ndarray) -> None:
         self._requests_total += 1
         self._audio_seconds_total += duration_seconds(samples)
-        return result
 
     async def _decode_upload(self, audio: bytes) -> np.ndarray:
         limits = self.limits
@@ -208,8 +303,20 @@ class TranscriptionService:
         self, samples: np.ndarray, options: TranscribeOptions, request_id: str, filename: str
     ) -> Transcription:
         loop = asyncio.get_running_loop()
+        running = loop.run_in_executor(self._workers, self._on_worker, samples, options)
+        return await self._outcome(running, samples, request_id, filename)
+
+    async def _outcome(
+        self,
+        running: asyncio.Future[Transcription],
+        samples: np.ndarray,
+        request_id: str,
+        filename: str,
+    ) -> Transcription:
+        """The worker's result; a model failure logged and raised as
+        TranscriptionFailedError."""
         try:
-            return await loop.run_in_executor(self._workers, self._on_worker, samples, options)
+            return await running
         except Exception as exc:
             log.exception(
                 "transcription failed (request %r, file %r, %.1f s of audio)",
@@ -219,11 +326,19 @@ class TranscriptionService:
             )
             raise TranscriptionFailedError(f"transcription failed: {exc}") from exc
 
-    def _on_worker(self, samples: np.ndarray, options: TranscribeOptions) -> Transcription:
+    def _on_worker(
+        self,
+        samples: np.ndarray,
+        options: TranscribeOptions,
+        on_window: WindowCallback | None = None,
+        on_segments: SegmentsCallback | None = None,
+    ) -> Transcription:
         with self._running_lock:
             self._running += 1
         try:
-            return self.transcriber.transcribe(samples, options)
+            if on_window is None:
+                return self.transcriber.transcribe(samples, options)
+            return self.transcriber.transcribe(samples, options, on_window, on_segments)
         finally:
             with self._running_lock:
                 self._running -= 1

@@ -45,6 +45,7 @@ from jacana_asr.segments import FRAMES_PER_SECOND, WindowSplit, compression_rati
 from jacana_asr.transcription import (
     SAMPLE_RATE,
     Segment,
+    SegmentsCallback,
     TranscribeOptions,
     Transcription,
     WindowCallback,
@@ -146,10 +147,13 @@ class WhisperTranscriber:
         audio: np.ndarray,
         options: TranscribeOptions,
         on_window: WindowCallback | None = None,
+        on_segments: SegmentsCallback | None = None,
     ) -> Transcription:
         """audio: [samples] float32 mono at 16 kHz. See the module docstring for the loop.
-        ``on_window(seconds_done)`` is called after each window; an exception it raises
-        (a cancelled job) stops the transcription and propagates."""
+        ``on_window(seconds_done)`` is called after each window, ``on_segments(new)`` just
+        before it with the segments that window closed (when it closed any); an exception
+        either raises (a cancelled job, a client gone) stops the transcription and
+        propagates."""
         tokens = self.tokens
         mel = log_mel(audio, self.model.config.n_mels, device=self.model.device)
         total_frames = mel.shape[1]
@@ -193,6 +197,7 @@ class WhisperTranscriber:
                 )
                 pieces, words, last_speech = worded.segments, worded.words, worded.last_speech
                 next_seek = word_timestamps.next_seek(split, worded, seek)
+            closed = len(segments)
             for piece, piece_words in zip(pieces, words, strict=True):
                 text = self._decode_text(piece.tokens)
                 if piece.start == piece.end or not text.strip():
@@ -216,6 +221,8 @@ class WhisperTranscriber:
             if temperature > self.thresholds.prompt_reset_temperature:
                 prompt_reset_since = len(history)
             seek = next_seek
+            if on_segments is not None and len(segments) > closed:
+                on_segments(segments[closed:])
             if on_window is not None:
                 on_window(min(seek, total_frames) / FRAMES_PER_SECOND)
         return Transcription(

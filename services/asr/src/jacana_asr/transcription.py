@@ -96,6 +96,10 @@ class Transcription:
 
 # Called after each 30 s window with the seconds of audio done; may raise to stop.
 WindowCallback = Callable[[float], None]
+# Called with the segments a window closed (numbered and timed as in the final
+# Transcription), just before that window's WindowCallback; not called for a window that
+# closed none.
+SegmentsCallback = Callable[[list[Segment]], None]
 
 
 class Transcriber(Protocol):
@@ -106,6 +110,7 @@ class Transcriber(Protocol):
         audio: np.ndarray,
         options: TranscribeOptions,
         on_window: WindowCallback | None = None,
+        on_segments: SegmentsCallback | None = None,
     ) -> Transcription:
         """audio: [samples] float32 mono at SAMPLE_RATE, in [-1, 1]."""
         ...

@@ -22,6 +22,7 @@ from jacana_asr.segments import FRAMES_PER_SECOND
 from jacana_asr.transcription import (
     SAMPLE_RATE,
     Segment,
+    SegmentsCallback,
     TranscribeOptions,
     Transcriber,
     Transcription,
@@ -55,11 +56,13 @@ class VadTranscriber:
         audio: np.ndarray,
         options: TranscribeOptions,
         on_window: WindowCallback | None = None,
+        on_segments: SegmentsCallback | None = None,
     ) -> Transcription:
         """audio: [samples] float32 mono at 16 kHz. ``on_window`` hears seconds of the
-        original recording, the whole duration last."""
+        original recording, the whole duration last; ``on_segments`` segments timed on
+        it."""
         if not self.filters(options, len(audio)):
-            return self.inner.transcribe(audio, options, on_window)
+            return self.inner.transcribe(audio, options, on_window, on_segments)
         duration = len(audio) / SAMPLE_RATE
         spans = self.vad.speech(audio, self.vad_options)
         if not spans:
@@ -73,7 +76,13 @@ class VadTranscriber:
             def progress(seconds: float) -> None:
                 on_window(time_map.original(seconds, is_end=True))
 
-        result = self.inner.transcribe(speech_audio(audio, spans), options, progress)
+        restored = None
+        if on_segments is not None:
+
+            def restored(segments: list[Segment]) -> None:
+                on_segments([_restore(s, time_map) for s in segments])
+
+        result = self.inner.transcribe(speech_audio(audio, spans), options, progress, restored)
         if on_window is not None:
             on_window(duration)  # the silence after the last span is done too
         return dataclasses.replace(

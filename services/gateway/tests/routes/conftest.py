@@ -4,7 +4,7 @@
   with vectors derived from its inputs (:meth:`FakeEmbeddings.vectors_for`), so order and
   values are checkable;
 - ``make_asr()`` / ``asr``: a :class:`RecordingAsr`, answering with its ``reply`` (and
-  ``job``);
+  ``job``), and streaming its ``events``;
 - ``make_multimodal()``: a :class:`FakeMultimodal`, a video job store in memory.
 
 All record what they were asked, answer with a scripted ``error`` when one is set, and
@@ -83,16 +83,33 @@ class FakeEmbeddings(RecordingService, embeddings_pb2_grpc.EmbeddingsServicer):
 
 class RecordingAsr(RecordingService, asr_pb2_grpc.AsrServicer):
     """Answers Transcribe and GetTranscriptionJobResult with ``reply``, the other job
-    calls with ``job``."""
+    calls with ``job``; TranscribeStream sends ``events``, then hangs until cancelled
+    (``hang_after_events``) or aborts with ``error_after_events`` ``(code, message)``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.reply = asr_pb2.TranscribeResponse()
         self.job = asr_pb2.TranscriptionJob()
+        self.events: list[asr_pb2.TranscribeStreamEvent] = []
+        self.hang_after_events = False
+        self.error_after_events: tuple[grpc.StatusCode, str] | None = None
 
     async def Transcribe(self, request, context):
         await self.record(request, context)
         return self.reply
+
+    async def TranscribeStream(self, request, context):
+        await self.record(request, context)
+        try:
+            for event in self.events:
+                yield event
+            if self.hang_after_events:
+                await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        if self.error_after_events is not None:
+            await context.abort(*self.error_after_events)
 
     async def CreateTranscriptionJob(self, request, context):
         await self.record(request, context)

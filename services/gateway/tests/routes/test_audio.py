@@ -109,7 +109,7 @@ async def post(client, url=TRANSCRIBE, data=None, files=None, **fields):
         ({"temperature": "-0.1"}, "temperature", "invalid_value"),
         ({"temperature": "nan"}, "temperature", "invalid_value"),
         ({"temperature": "warm"}, "temperature", "invalid_value"),
-        ({"stream": "true"}, "stream", "unsupported_parameter"),
+        ({"stream": "true", "response_format": "srt"}, "stream", "invalid_value"),
         ({"chunking_strategy": "auto"}, "chunking_strategy", "unsupported_parameter"),
         ({"include[]": "logprobs"}, "include", "unsupported_parameter"),
         ({"colour": "blue"}, "colour", "unknown_parameter"),

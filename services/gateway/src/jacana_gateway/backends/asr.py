@@ -1,6 +1,10 @@
 """The speech-to-text services (``jacana.asr.v1.Asr``) behind /v1/audio/*: their replicas
 per model, the ``Transcribe`` call and the transcription job calls routed over them.
 
+``TranscribeStream`` opens like the engine's ``Generate``
+(:mod:`jacana_gateway.backends.server_stream`): errors before the first event are HTTP
+errors, an UNAVAILABLE replica is skipped while none has come.
+
 A new job goes to a replica of its model; the calls by job id go to any replica (they
 share one Redis job store, :mod:`jacana_gateway.backends.shared_store`). Every call moves
 on to the next replica while one answers UNAVAILABLE: the service answers it only when it
@@ -21,7 +25,8 @@ import grpc
 from jacana_common.errors import ApiError, api_error_from_grpc, parse_grpc_details
 from jacana_common.pb.jacana.asr.v1 import asr_pb2 as pb
 from jacana_common.pb.jacana.asr.v1 import asr_pb2_grpc
-from jacana_gateway.backends.replica_pool import call_with_failover
+from jacana_gateway.backends.replica_pool import Replica, call_with_failover
+from jacana_gateway.backends.server_stream import ServerStream, open_server_stream
 from jacana_gateway.backends.shared_store import ANY_REPLICA, SharedStoreBackends
 from jacana_gateway.backends.videos import retry_after
 from jacana_gateway.errors import ApiErrorWithHeaders
@@ -53,6 +58,16 @@ def job_error(exc: grpc.aio.AioRpcError) -> ApiError:
     return error
 
 
+def _stream_error(exc: grpc.aio.AioRpcError, replica: Replica) -> ApiError:
+    return api_error_from_grpc(exc.code(), exc.details())
+
+
+def _stream_ended_early() -> ApiError:
+    return ApiError(
+        503, "The speech-to-text service ended the stream without a result.", None, None
+    )
+
+
 class AsrBackends(SharedStoreBackends):
     """Model id -> ASR service replicas (a :class:`ReplicaPool`), and the calls routed
     over them: least in flight first, UNAVAILABLE replicas skipped."""
@@ -65,6 +80,21 @@ class AsrBackends(SharedStoreBackends):
     ) -> pb.TranscribeResponse:
         """``Transcribe`` on the least busy replica. Raises :class:`ApiError`."""
         return await call_with_failover(self.pool, model, "Transcribe", request, timeout)
+
+    async def transcribe_stream(
+        self, model: str, request: pb.TranscribeRequest, timeout: float
+    ) -> ServerStream:
+        """``TranscribeStream`` on the least busy replica, its first event received; the
+        caller closes it. Raises :class:`ApiError`."""
+        return await open_server_stream(
+            self.pool,
+            model,
+            "TranscribeStream",
+            request,
+            timeout,
+            to_error=_stream_error,
+            ended_early=_stream_ended_early,
+        )
 
     async def _job_call(self, key: str, method: str, request, timeout: float):
         return await call_with_failover(

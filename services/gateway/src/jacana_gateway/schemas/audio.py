@@ -76,6 +76,7 @@ class AudioRequest:
     beam_size: int | None = None  # None: the service's default (5)
     seed: int | None = None  # None: a fresh seed per request
     vad_filter: bool | None = None  # None: the service's default
+    stream: bool = False  # answer with server-sent events (transcriptions, json only)
 
 
 def _fields(form: FormData, task: str) -> dict[str, list[str | UploadFile]]:
@@ -159,9 +160,15 @@ def _granularities(
     return tuple(dict.fromkeys(str(v) for v in values))
 
 
-def _stream(text: str | None) -> None:
-    if text is not None and text.strip().lower() not in ("false", "0"):
-        raise unsupported_parameter("stream", "streaming transcriptions are not available yet")
+def _stream(text: str | None, response_format: str) -> bool:
+    """Whether to stream; the SDK sends ``true`` / ``false``. Streamed events carry text,
+    so a format with timestamps (verbose_json, srt, vtt) or plain text cannot stream."""
+    stream = bool(_bool(text, "stream"))
+    if stream and response_format != "json":
+        raise invalid_value(
+            f"'stream' needs response_format 'json' (got {response_format!r}).", "stream"
+        )
+    return stream
 
 
 def check_form(fields: dict[str, list[str | UploadFile]]) -> tuple[UploadFile, dict[str, object]]:
@@ -185,7 +192,6 @@ def check_form(fields: dict[str, list[str | UploadFile]]) -> tuple[UploadFile, d
     prompt = _text(fields, "prompt")
     if prompt is not None and len(prompt) > MAX_PROMPT_CHARS:
         raise invalid_value(f"'prompt' is longer than {MAX_PROMPT_CHARS} characters.", "prompt")
-    _stream(_text(fields, "stream"))
     checked = {
         "model": model,
         "language": _text(fields, "language"),
@@ -196,6 +202,7 @@ def check_form(fields: dict[str, list[str | UploadFile]]) -> tuple[UploadFile, d
         "beam_size": _bounded_int(_text(fields, "beam_size"), "beam_size", 1, MAX_BEAM_SIZE),
         "seed": _bounded_int(_text(fields, "seed"), "seed", 0, MAX_SEED),
         "vad_filter": _bool(_text(fields, "vad_filter"), "vad_filter"),
+        "stream": _stream(_text(fields, "stream"), response_format),
     }
     return upload, checked
 

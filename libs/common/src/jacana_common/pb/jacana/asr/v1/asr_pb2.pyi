@@ -96,6 +96,22 @@ class TranscribeResponse(_message.Message):
     model_id: str
     def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., language_name: _Optional[str] = ..., duration: _Optional[float] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ..., model_id: _Optional[str] = ...) -> None: ...
 
+class TranscribeStreamEvent(_message.Message):
+    __slots__ = ("segments", "done", "seconds_done")
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    segments: SegmentBatch
+    done: TranscribeResponse
+    seconds_done: float
+    def __init__(self, segments: _Optional[_Union[SegmentBatch, _Mapping]] = ..., done: _Optional[_Union[TranscribeResponse, _Mapping]] = ..., seconds_done: _Optional[float] = ...) -> None: ...
+
+class SegmentBatch(_message.Message):
+    __slots__ = ("segments",)
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    segments: _containers.RepeatedCompositeFieldContainer[Segment]
+    def __init__(self, segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ...) -> None: ...
+
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -121,18 +137,20 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class AsrStats(_message.Message):
-    __slots__ = ("running", "waiting", "requests_total", "rejected_total", "audio_seconds_total")
+    __slots__ = ("running", "waiting", "requests_total", "rejected_total", "audio_seconds_total", "cancelled_total")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     REJECTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     AUDIO_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     requests_total: int
     rejected_total: int
     audio_seconds_total: float
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., requests_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ...) -> None: ...
+    cancelled_total: int
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., requests_total: _Optional[int] = ..., rejected_total: _Optional[int] = ..., audio_seconds_total: _Optional[float] = ..., cancelled_total: _Optional[int] = ...) -> None: ...
 
 class CreateTranscriptionJobRequest(_message.Message):
     __slots__ = ("request", "response_format", "trace_context")

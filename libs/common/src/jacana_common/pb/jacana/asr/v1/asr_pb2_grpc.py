@@ -39,6 +39,11 @@ class AsrStub:
                 request_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeRequest.SerializeToString,
                 response_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeResponse.FromString,
                 _registered_method=True)
+        self.TranscribeStream = channel.unary_stream(
+                '/jacana.asr.v1.Asr/TranscribeStream',
+                request_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeRequest.SerializeToString,
+                response_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeStreamEvent.FromString,
+                _registered_method=True)
         self.GetModelInfo = channel.unary_unary(
                 '/jacana.asr.v1.Asr/GetModelInfo',
                 request_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetModelInfoRequest.SerializeToString,
@@ -84,6 +89,16 @@ class AsrServicer:
         ModelInfo.max_queued wait; retry later), UNAVAILABLE (this replica cannot decode
         audio: no ffmpeg), DEADLINE_EXCEEDED (decoding the upload stalled past the service's
         limit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TranscribeStream(self, request, context):
+        """Transcribe, streamed: one event with the new segments after each 30-second window
+        (possibly none, for a silent window), then one event with the whole response. Errors
+        before the first event are those of Transcribe. Cancelling the call stops the
+        transcription at the end of the window being decoded.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -147,6 +162,11 @@ def add_AsrServicer_to_server(servicer, server):
                     request_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeRequest.FromString,
                     response_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeResponse.SerializeToString,
             ),
+            'TranscribeStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.TranscribeStream,
+                    request_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeRequest.FromString,
+                    response_serializer=jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeStreamEvent.SerializeToString,
+            ),
             'GetModelInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetModelInfo,
                     request_deserializer=jacana_dot_asr_dot_v1_dot_asr__pb2.GetModelInfoRequest.FromString,
@@ -205,6 +225,33 @@ class Asr:
             '/jacana.asr.v1.Asr/Transcribe',
             jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeRequest.SerializeToString,
             jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TranscribeStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/jacana.asr.v1.Asr/TranscribeStream',
+            jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeRequest.SerializeToString,
+            jacana_dot_asr_dot_v1_dot_asr__pb2.TranscribeStreamEvent.FromString,
             options,
             channel_credentials,
             insecure,
