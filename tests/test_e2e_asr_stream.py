@@ -2,9 +2,10 @@
 (Whisper tiny.en) and gateway processes, consumed by the official openai SDK.
 
 The deltas of a recording over two 30 s windows add up to the done event's text, which
-equals the non-streaming transcription; closing the stream after its first delta stops the
-service's transcription of a long recording at its next window (the service's stats count
-it cancelled, not served, and its log says where it stopped).
+equals the non-streaming transcription, and their token log-probabilities spell them;
+closing the stream after its first delta stops the service's transcription of a long
+recording at its next window (the service's stats count it cancelled, not served, and its
+log says where it stopped).
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ def stats(service: Service) -> pb.AsrStats:
 
 def test_the_deltas_add_up_to_the_transcription(sdk, recording):
     with recording.open("rb") as audio:
-        stream = sdk.audio.transcriptions.create(model=ASR_MODEL_ID, file=audio, stream=True)
+        stream = sdk.audio.transcriptions.create(
+            model=ASR_MODEL_ID, file=audio, stream=True, include=["logprobs"]
+        )
         events = list(stream)
     *deltas, done = events
     assert [e.type for e in deltas] == ["transcript.text.delta"] * len(deltas)
@@ -73,6 +76,12 @@ def test_the_deltas_add_up_to_the_transcription(sdk, recording):
     assert "".join(e.delta for e in deltas) == done.text
     assert "quick" in done.text.lower() and "bridge" in done.text.lower()
     assert done.usage.type == "tokens" and done.usage.output_tokens > len(deltas)
+    # each delta's tokens spell it (the first one's leading space aside)
+    for event in deltas:
+        spelled = b"".join(bytes(t.bytes) for t in event.logprobs).decode()
+        assert spelled.strip() == event.delta.strip()
+        assert all(t.logprob <= 0 for t in event.logprobs)
+    assert [t.token for t in done.logprobs] == [t.token for e in deltas for t in e.logprobs]
 
     with recording.open("rb") as audio:
         whole = sdk.audio.transcriptions.create(model=ASR_MODEL_ID, file=audio)

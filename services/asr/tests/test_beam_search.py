@@ -19,9 +19,10 @@ fw_features = pytest.importorskip("faster_whisper.feature_extractor")
 
 from jacana_asr.beam_search import BeamSearch  # noqa: E402
 from jacana_asr.ct2_checkpoint import load_checkpoint  # noqa: E402
+from jacana_asr.sampling import apply_rules  # noqa: E402
 from jacana_asr.whisper_model import WhisperModel  # noqa: E402
 from jacana_asr.whisper_tokens import load_whisper_tokens  # noqa: E402
-from jacana_asr.window_decoder import WindowOptions, decode_window  # noqa: E402
+from jacana_asr.window_decoder import WindowOptions, decode_window, logit_rules  # noqa: E402
 
 SENTENCES = {
     "fox": "The quick brown fox jumps over the lazy dog.",
@@ -143,3 +144,27 @@ def test_beam_search_rejects_a_single_beam():
             patience=1.0,
             length_penalty=1.0,
         )
+
+
+@pytest.mark.parametrize("beam_size", [1, 5])
+def test_token_logprobs_equal_a_teacher_forced_pass(encoded, ours, tokens, beam_size):
+    """Each chosen token's own log-probability, as the search reports it, equals the one a
+    fresh decoder pass over the chosen tokens gives (the same logit rules applied), and
+    with <|endoftext|>'s they add up to the hypothesis' score."""
+    audio, _ = encoded["long"]
+    prompt = [tokens.sot]
+    options = WindowOptions(beam_size=beam_size)
+    result = decode_window(ours, audio, prompt, tokens, options)
+    assert len(result.token_logprobs) == len(result.tokens) > 10
+
+    chosen = [*result.tokens, tokens.eot]
+    with torch.inference_mode():
+        fed = torch.tensor([[*prompt, *chosen[:-1]]])
+        logits = ours.decode(fed, ours.new_cache(audio))[0]  # [len(prompt) + tokens, vocab]
+    rules = logit_rules(tokens, options, timestamps=True)
+    forced = [
+        float(apply_rules(rules, step, logits[len(prompt) - 1 + step][None], [chosen[:step]])[0, t])
+        for step, t in enumerate(chosen)
+    ]
+    assert result.token_logprobs == pytest.approx(forced[:-1], abs=LOGPROB_ATOL)
+    assert sum(forced) == pytest.approx(result.sum_logprob, abs=LOGPROB_ATOL)

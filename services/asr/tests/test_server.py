@@ -229,15 +229,21 @@ async def test_a_full_service_refuses_at_once_and_a_stalled_decode_times_out(
 
 def test_a_transcription_travels_whole():
     from jacana_asr.server import encode_response
-    from jacana_asr.transcription import Segment, Word
+    from jacana_asr.transcription import Segment, TokenLogprob, Word
 
     hello = (Word(" Hello.", 0.0, 0.62, 0.875),)
+    tokens = (TokenLogprob(" Hello", b" Hello", -0.125), TokenLogprob(".", b".", -0.5))
     segments = (
-        Segment(0, 0.0, 2.5, " Hello.", (50363, 15947, 13, 50488), -0.25, 1.2, 0.01, 0.0, 0, hello),
+        Segment(
+            *(0, 0.0, 2.5, " Hello.", (50363, 15947, 13, 50488), -0.25, 1.2, 0.01, 0.0, 0),
+            words=hello,
+            logprobs=tokens,
+        ),
         Segment(1, 0.29, 33.0, " Again.", (50363, 6521, 13), -0.5, 1.1, 0.02, 0.2, 29),
     )
     result = Transcription("Hello. Again.", "en", 33.0, segments)
-    wire = pb.TranscribeResponse.FromString(encode_response(result, MODEL_ID).SerializeToString())
+    encoded = encode_response(result, MODEL_ID, logprobs=True)
+    wire = pb.TranscribeResponse.FromString(encoded.SerializeToString())
     assert (wire.text, wire.language, wire.language_name) == ("Hello. Again.", "en", "english")
     assert (wire.duration, wire.model_id) == (33.0, MODEL_ID)
     for sent, got in zip(segments, wire.segments, strict=True):
@@ -245,4 +251,8 @@ def test_a_transcription_travels_whole():
             received = getattr(got, name)
             if name == "words":
                 received = tuple(Word(w.word, w.start, w.end, w.probability) for w in received)
+            if name == "logprobs":
+                received = tuple(TokenLogprob(t.token, t.bytes, t.logprob) for t in received)
             assert (tuple(received) if name == "tokens" else received) == value, name
+    plain = encode_response(result, MODEL_ID)  # token log-probabilities only when asked
+    assert [list(s.logprobs) for s in plain.segments] == [[], []]

@@ -28,6 +28,7 @@ from jacana_asr.transcription import (
     SAMPLE_RATE,
     Segment,
     SegmentsCallback,
+    TokenLogprob,
     TranscribeOptions,
     Transcription,
     WindowCallback,
@@ -38,6 +39,7 @@ from jacana_common.pb.jacana.asr.v1 import asr_pb2 as pb
 from jacana_common.pb.jacana.asr.v1 import asr_pb2_grpc
 
 MODEL_ID = "whisper-test"
+WORD = (TokenLogprob(" window", b" window", -0.25),)  # every segment's first token
 
 
 class Windows:
@@ -62,7 +64,9 @@ class Windows:
                 time.sleep(self.pause_s)
                 self.decoded += 1
                 if i % 2 == 0:
-                    segment = Segment(len(segments), i, i + 1, f" window {i}.", (), -0.1, 1, 0, 0)
+                    segment = Segment(
+                        len(segments), i, i + 1, f" window {i}.", (), -0.1, 1, 0, 0, logprobs=WORD
+                    )
                     segments.append(segment)
                     if on_segments is not None:
                         on_segments([segment])
@@ -153,3 +157,15 @@ async def test_a_cancelled_call_stops_the_transcription(slow, speech_wav):
     request = pb.TranscribeRequest(audio=speech_wav.read_bytes())
     events = [e async for e in stub.TranscribeStream(request)]
     assert events[-1].done.text == "window 0."
+
+
+async def test_token_logprobs_are_sent_when_asked(quick, speech_wav):
+    stub, _ = quick
+    for asked in (False, True):
+        request = pb.TranscribeRequest(audio=speech_wav.read_bytes(), logprobs=asked)
+        events = [e async for e in stub.TranscribeStream(request)]
+        segments = [*events[0].segments.segments, *events[-1].done.segments]
+        want = [pb.TokenLogprob(token=" window", bytes=b" window", logprob=-0.25)] * asked
+        assert all(list(s.logprobs) == want for s in segments)
+        reply = await stub.Transcribe(request)
+        assert all(list(s.logprobs) == want for s in reply.segments) and reply.segments

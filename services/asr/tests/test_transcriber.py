@@ -117,6 +117,10 @@ def test_recording_over_several_windows_matches_faster_whisper(ours, reference, 
     # each window's new segments come just before its progress, and add up to the result
     streamed = [s for kind, value in calls if kind == "segments" for s in value]
     assert tuple(streamed) == got.segments
+    # each segment's text tokens, with their log-probabilities, spell its text
+    for segment in got.segments:
+        assert b"".join(t.bytes for t in segment.logprobs).decode() == segment.text
+        assert all(t.logprob <= 0 for t in segment.logprobs)
     kinds = [kind for kind, _ in calls]
     assert kinds.count("window") >= 2 and kinds[-1] == "window"
     assert all(kinds[i + 1] == "window" for i, kind in enumerate(kinds) if kind == "segments")

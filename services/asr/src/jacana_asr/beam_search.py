@@ -88,10 +88,12 @@ class BeamSearch:
             if words[k] == self.eot or last_step:
                 if k == 0:
                     self._top_finished = True
-                tokens = list(self._beams[origins[k]].tokens)
+                origin = self._beams[origins[k]]
+                tokens, logprobs = list(origin.tokens), list(origin.logprobs)
                 if words[k] != self.eot:
                     tokens.append(words[k])
-                self._finished.append(Hypothesis(tokens, np.float32(values[k])))
+                    logprobs.append(float(values[k] - origin.sum_logprob))
+                self._finished.append(Hypothesis(tokens, np.float32(values[k]), logprobs))
                 for j in range(spare, 2 * self.beam_size):
                     if words[j] != self.eot:
                         pick, spare = j, j + 1
@@ -102,12 +104,16 @@ class BeamSearch:
             self._done = True
             self._beams, self._next = [], []
             return []
-        self._beams = [
-            Hypothesis([*self._beams[origins[c]].tokens, words[c]], np.float32(values[c]))
-            for c in chosen
-        ]
+        self._beams = [self._extend(self._beams[origins[c]], words[c], values[c]) for c in chosen]
         self._next = [words[c] for c in chosen]
         return [origins[c] for c in chosen]
+
+    @staticmethod
+    def _extend(beam: Hypothesis, word: int, score: np.float32) -> Hypothesis:
+        """``beam`` + ``word``, whose running score becomes ``score`` (the word's own
+        log-probability is the difference)."""
+        own = float(score - beam.sum_logprob)
+        return Hypothesis([*beam.tokens, word], np.float32(score), [*beam.logprobs, own])
 
     def _enough_finished(self) -> bool:
         if self.length_penalty == 0:  # CTranslate2 exits early only without a penalty

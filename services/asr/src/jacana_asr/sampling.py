@@ -58,10 +58,11 @@ class Draws:
 @dataclass
 class Hypothesis:
     """One row's tokens (<|endoftext|> excluded) and summed log-probability (float32, as
-    CTranslate2 sums it)."""
+    CTranslate2 sums it); logprobs: each token's own log-probability, beside ``tokens``."""
 
     tokens: list[int] = field(default_factory=list)
     sum_logprob: np.float32 = field(default_factory=lambda: np.float32(0.0))
+    logprobs: list[float] = field(default_factory=list)
 
     def normalized(self, length_penalty: float) -> float:
         """CTranslate2's final score: sum_logprob / length ** length_penalty."""
@@ -138,6 +139,7 @@ class SamplingSearch:
             hypothesis.sum_logprob = np.float32(hypothesis.sum_logprob + scores[row])
             if token != self.eot:
                 hypothesis.tokens.append(token)
+                hypothesis.logprobs.append(float(scores[row]))
             if token == self.eot or last_step:
                 self._finished.append(hypothesis)
             else:

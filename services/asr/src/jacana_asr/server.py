@@ -53,7 +53,8 @@ def decode_options(request: asr_pb2.TranscribeRequest) -> TranscribeOptions:
     )
 
 
-def encode_segment(s: Segment) -> asr_pb2.Segment:
+def encode_segment(s: Segment, logprobs: bool = False) -> asr_pb2.Segment:
+    """Segment -> proto; its token log-probabilities only with ``logprobs``."""
     return asr_pb2.Segment(
         id=s.id,
         seek=s.seek,
@@ -69,27 +70,35 @@ def encode_segment(s: Segment) -> asr_pb2.Segment:
             asr_pb2.Word(word=w.word, start=w.start, end=w.end, probability=w.probability)
             for w in s.words
         ],
+        logprobs=[
+            asr_pb2.TokenLogprob(token=t.token, bytes=t.bytes, logprob=t.logprob)
+            for t in (s.logprobs if logprobs else ())
+        ],
     )
 
 
-def encode_response(result: Transcription, model_id: str) -> asr_pb2.TranscribeResponse:
-    """Transcription -> TranscribeResponse."""
+def encode_response(
+    result: Transcription, model_id: str, logprobs: bool = False
+) -> asr_pb2.TranscribeResponse:
+    """Transcription -> TranscribeResponse (with token log-probabilities: ``logprobs``)."""
     return asr_pb2.TranscribeResponse(
         text=result.text,
         language=result.language,
         language_name=language_name(result.language),
         duration=result.duration,
-        segments=[encode_segment(s) for s in result.segments],
+        segments=[encode_segment(s, logprobs) for s in result.segments],
         model_id=model_id,
     )
 
 
-def encode_event(event: WindowDone | Transcription, model_id: str) -> asr_pb2.TranscribeStreamEvent:
+def encode_event(
+    event: WindowDone | Transcription, model_id: str, logprobs: bool = False
+) -> asr_pb2.TranscribeStreamEvent:
     """One streamed window, or the final transcription -> TranscribeStreamEvent."""
     if isinstance(event, Transcription):
-        done = encode_response(event, model_id)
+        done = encode_response(event, model_id, logprobs)
         return asr_pb2.TranscribeStreamEvent(done=done, seconds_done=event.duration)
-    batch = asr_pb2.SegmentBatch(segments=[encode_segment(s) for s in event.segments])
+    batch = asr_pb2.SegmentBatch(segments=[encode_segment(s, logprobs) for s in event.segments])
     return asr_pb2.TranscribeStreamEvent(segments=batch, seconds_done=event.seconds_done)
 
 
@@ -110,7 +119,7 @@ class AsrServicer(asr_pb2_grpc.AsrServicer):
             )
         except AsrError as exc:
             await context.abort(_STATUS[type(exc)], grpc_details(exc.message, exc.param, exc.code))
-        return encode_response(result, self.service.model_id)
+        return encode_response(result, self.service.model_id, request.logprobs)
 
     async def TranscribeStream(self, request, context):
         try:
@@ -123,7 +132,7 @@ class AsrServicer(asr_pb2_grpc.AsrServicer):
             )
             try:
                 async for event in events:
-                    yield encode_event(event, self.service.model_id)
+                    yield encode_event(event, self.service.model_id, request.logprobs)
             finally:
                 await events.aclose()  # a cancelled call stops the transcription
         except AsrError as exc:

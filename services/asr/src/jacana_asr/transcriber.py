@@ -46,12 +46,13 @@ from jacana_asr.transcription import (
     SAMPLE_RATE,
     Segment,
     SegmentsCallback,
+    TokenLogprob,
     TranscribeOptions,
     Transcription,
     WindowCallback,
 )
 from jacana_asr.whisper_model import WhisperModel
-from jacana_asr.whisper_tokens import WhisperTokens, load_whisper_tokens
+from jacana_asr.whisper_tokens import WhisperTokens, load_whisper_tokens, token_bytes
 from jacana_asr.window_decoder import WindowOptions, WindowResult, decode_window
 
 MAX_LENGTH = 448  # the decoder's positions (n_text_ctx): prompt + output of one window
@@ -197,8 +198,10 @@ class WhisperTranscriber:
                 )
                 pieces, words, last_speech = worded.segments, worded.words, worded.last_speech
                 next_seek = word_timestamps.next_seek(split, worded, seek)
-            closed = len(segments)
+            closed, offset = len(segments), 0
             for piece, piece_words in zip(pieces, words, strict=True):
+                logprobs = self._logprobs(result, offset, piece.tokens)
+                offset += len(piece.tokens)
                 text = self._decode_text(piece.tokens)
                 if piece.start == piece.end or not text.strip():
                     continue
@@ -216,6 +219,7 @@ class WhisperTranscriber:
                         temperature=temperature,
                         seek=seek,
                         words=piece_words,
+                        logprobs=logprobs,
                     )
                 )
             if temperature > self.thresholds.prompt_reset_temperature:
@@ -263,6 +267,21 @@ class WhisperTranscriber:
         not_looping = [a for a in attempts if a[0].compression_ratio <= limits.compression_ratio]
         best, _ = max(not_looping or attempts, key=lambda a: a[0].result.avg_logprob)
         return best, schedule[-1]
+
+    def _logprobs(
+        self, result: WindowResult, offset: int, tokens: tuple[int, ...]
+    ) -> tuple[TokenLogprob, ...]:
+        """The text tokens of the segment cut from ``result`` at ``offset``, with their
+        log-probabilities (timestamps left out)."""
+        scores = result.token_logprobs[offset : offset + len(tokens)]
+        if len(scores) != len(tokens):  # a runner that reports no token scores
+            return ()
+        out = []
+        for token, score in zip(tokens, scores, strict=True):
+            if token < self.tokens.eot:
+                raw = token_bytes(self.tokenizer.id_to_token(token))
+                out.append(TokenLogprob(raw.decode("utf-8", errors="replace"), raw, score))
+        return tuple(out)
 
     def _is_silence(self, result: WindowResult) -> bool:
         return (

@@ -64,11 +64,23 @@ class Word:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One text token as decoded: its text, its UTF-8 bytes (a token may hold part of a
+    character; ``token`` then shows U+FFFD for it) and its log-probability."""
+
+    token: str
+    bytes: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
 class Segment:
     """A stretch of speech with its timing in seconds from the start of the audio.
 
     seek: the first mel frame (100 a second) of the 30 s window that produced it.
     words: its words, when word timestamps were asked for (else empty).
+    logprobs: its text tokens (timestamps left out), each with its log-probability after
+    the decoding rules, in order.
     """
 
     id: int
@@ -82,6 +94,7 @@ class Segment:
     temperature: float
     seek: int = 0
     words: tuple[Word, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ ids CTranslate2's converter chose to suppress. This module only reads; it holds 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -132,6 +133,23 @@ def load_whisper_tokens(model_dir: str | Path, vocab_size: int) -> WhisperTokens
         suppress_ids=tuple(int(i) for i in config.get("suppress_ids", ())),
         suppress_ids_begin=tuple(int(i) for i in config.get("suppress_ids_begin", (space, eot))),
     )
+
+
+@functools.cache
+def _byte_of_char() -> dict[str, int]:
+    """Byte-level BPE (GPT-2's, Whisper's) spells each byte as one printable character:
+    the printable Latin-1 bytes as themselves, the others as U+0100 onwards, in order."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = {b: chr(b) for b in printable}
+    for n, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = chr(0x100 + n)
+    return {c: b for b, c in chars.items()}
+
+
+def token_bytes(spelling: str) -> bytes:
+    """A byte-level vocabulary entry ("Ġhello") as the bytes it stands for (b" hello")."""
+    byte_of = _byte_of_char()
+    return bytes(byte_of[c] for c in spelling)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

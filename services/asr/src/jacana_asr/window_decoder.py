@@ -105,6 +105,7 @@ class WindowResult:
       <|endoftext|> included. avg_logprob: sum_logprob / (len(tokens) + 1), faster-whisper's
       measure (CTranslate2's ``score`` is sum_logprob / len(tokens) ** length_penalty).
     no_speech_prob: probability of <|nospeech|> at the <|startoftranscript|> position.
+    token_logprobs: each token's log-probability (after the logit rules), beside ``tokens``.
     """
 
     tokens: tuple[int, ...]
@@ -112,6 +113,7 @@ class WindowResult:
     avg_logprob: float
     no_speech_prob: float
     temperature: float
+    token_logprobs: tuple[float, ...] = ()
 
 
 def logit_rules(tokens: WhisperTokens, options: WindowOptions, timestamps: bool) -> list[LogitRule]:
@@ -234,6 +236,7 @@ class WindowDecoding:
             avg_logprob=sum_logprob / (len(best.tokens) + 1),
             no_speech_prob=float(self.no_speech_prob),
             temperature=self.options.temperature,
+            token_logprobs=tuple(best.logprobs),
         )
 
 

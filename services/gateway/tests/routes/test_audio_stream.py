@@ -124,7 +124,7 @@ async def test_the_sdk_consumes_the_stream(settings, asr):
         ({"response_format": "verbose_json"}, "stream"),
         ({"response_format": "text"}, "stream"),
         ({"stream": "maybe"}, "stream"),
-        ({"include[]": "logprobs"}, "include"),
+        ({"include[]": "logprobs", "response_format": "srt", "stream": "false"}, "include"),
     ],
 )
 async def test_bad_stream_forms_are_400s(served, asr, fields, param):
@@ -214,3 +214,49 @@ async def test_a_client_that_leaves_cancels_the_service_call(serve, settings, as
             first = await anext(r.aiter_lines())
             assert json.loads(first.removeprefix("data: "))["delta"] == "Hello there."
         await asyncio.wait_for(asr.servicer.cancelled.wait(), 5)
+
+
+def with_logprobs(segment: pb.Segment) -> pb.Segment:
+    """``segment`` with one token log-probability per word of its text."""
+    out = pb.Segment()
+    out.CopyFrom(segment)
+    for n, word in enumerate(segment.text.rstrip().split(" ")[1:]):
+        token = " " + word
+        out.logprobs.add(token=token, bytes=token.encode(), logprob=-0.5 * n)
+    return out
+
+
+async def test_include_logprobs_adds_each_deltas_tokens(served, asr):
+    segments = [with_logprobs(s) for s in SEGMENTS]
+    asr.servicer.events = [
+        pb.TranscribeStreamEvent(segments=pb.SegmentBatch(segments=segments)),
+        pb.TranscribeStreamEvent(done=pb.TranscribeResponse(text=TEXT, segments=segments)),
+    ]
+    resp = await post(served, **{"include[]": "logprobs"})
+    *deltas, done = (json.loads(d) for d in sse_data(resp.text))
+    hello = [
+        {"token": " Hello", "logprob": 0.0, "bytes": list(b" Hello")},
+        {"token": " there.", "logprob": -0.5, "bytes": list(b" there.")},
+    ]
+    first = {"type": "transcript.text.delta", "delta": "Hello there.", "logprobs": hello}
+    assert deltas[0] == first
+    assert [t["token"] for d in deltas for t in d["logprobs"]] == [
+        " Hello",
+        " there.",
+        " General",
+        " Kenobi.",
+    ]
+    assert done["logprobs"] == [t for d in deltas for t in d["logprobs"]]
+    assert asr.servicer.requests[0].logprobs
+
+
+async def test_include_logprobs_without_streaming_is_in_the_json(served, asr):
+    asr.servicer.reply = pb.TranscribeResponse(
+        text=TEXT, duration=3.25, segments=[with_logprobs(s) for s in SEGMENTS]
+    )
+    body = (await post(served, stream="false", **{"include[]": "logprobs"})).json()
+    assert [t["token"] for t in body["logprobs"]] == [" Hello", " there.", " General", " Kenobi."]
+    assert body["logprobs"][1] == {"token": " there.", "logprob": -0.5, "bytes": list(b" there.")}
+    assert set(body) == {"text", "logprobs", "usage"}
+    await post(served, stream="false")
+    assert [r.logprobs for r in asr.servicer.requests] == [True, False]

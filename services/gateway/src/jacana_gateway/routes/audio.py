@@ -75,6 +75,10 @@ def _form_schema(task: str) -> dict[str, Any]:
             "items": {"type": "string", "enum": ["segment", "word"]},
         }
         properties["stream"] = {"type": "boolean", "description": "Server-sent events."}
+        properties["include[]"] = {
+            "type": "array",
+            "items": {"type": "string", "enum": ["logprobs"]},
+        }
     schema = {"type": "object", "required": ["file", "model"], "properties": properties}
     return {
         "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}

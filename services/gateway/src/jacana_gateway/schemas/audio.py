@@ -37,7 +37,7 @@ _COMMON |= {"beam_size", "seed", "vad_filter"}
 MAX_BEAM_SIZE = 16
 MAX_SEED = 2**32 - 1
 _SERVED = {
-    "transcribe": _COMMON | {"timestamp_granularities", "stream"},
+    "transcribe": _COMMON | {"timestamp_granularities", "stream", "include"},
     # ``language`` (the spoken language, to skip detection) is a Jacana extension here.
     "translate": _COMMON,
 }
@@ -45,7 +45,6 @@ _NOT_SERVED = {
     "transcribe": frozenset(
         {
             "chunking_strategy",
-            "include",
             "keywords",
             "known_speaker_names",
             "known_speaker_references",
@@ -77,6 +76,7 @@ class AudioRequest:
     seed: int | None = None  # None: a fresh seed per request
     vad_filter: bool | None = None  # None: the service's default
     stream: bool = False  # answer with server-sent events (transcriptions, json only)
+    logprobs: bool = False  # include[]=logprobs: token log-probabilities (json only)
 
 
 def _fields(form: FormData, task: str) -> dict[str, list[str | UploadFile]]:
@@ -171,6 +171,17 @@ def _stream(text: str | None, response_format: str) -> bool:
     return stream
 
 
+def _logprobs(fields: dict[str, list[str | UploadFile]], response_format: str) -> bool:
+    """``include[]``: only "logprobs", which OpenAI returns with response_format json."""
+    values = fields.get("include", [])
+    for value in values:
+        if value != "logprobs":
+            raise invalid_value(f"'include[]' entries must be logprobs (got {value!r}).", "include")
+    if values and response_format != "json":
+        raise invalid_value("'include[]' needs response_format 'json'.", "include")
+    return bool(values)
+
+
 def check_form(fields: dict[str, list[str | UploadFile]]) -> tuple[UploadFile, dict[str, object]]:
     """The upload and the checked text fields (everything but the file's bytes)."""
     uploads = fields.get("file")
@@ -203,6 +214,7 @@ def check_form(fields: dict[str, list[str | UploadFile]]) -> tuple[UploadFile, d
         "seed": _bounded_int(_text(fields, "seed"), "seed", 0, MAX_SEED),
         "vad_filter": _bool(_text(fields, "vad_filter"), "vad_filter"),
         "stream": _stream(_text(fields, "stream"), response_format),
+        "logprobs": _logprobs(fields, response_format),
     }
     return upload, checked
 

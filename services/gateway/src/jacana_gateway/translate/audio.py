@@ -7,7 +7,8 @@ task and the asked timestamp granularities, and are registered by format name in
 :data:`RENDERERS`. Shapes follow OpenAI's:
 
 - json: ``{"text"}``, with ``usage`` (``{"type": "duration", "seconds"}``, whole seconds
-  rounded up) for transcriptions;
+  rounded up) for transcriptions, and ``logprobs`` (``[{token, logprob, bytes}]``, the
+  text tokens in order) with ``include[]=logprobs``;
 - verbose_json: ``{"task", "language", "duration", "text", "segments", "usage"}``, the
   language as its lowercase English name ("english"; always "english" for translations,
   which have no ``usage``), each segment ``{id, seek, start, end, text, tokens,
@@ -45,6 +46,7 @@ def transcribe_request(body: AudioRequest, request_id: str) -> pb.TranscribeRequ
         prompt=body.prompt or "",
         temperature=body.temperature,
         word_timestamps="word" in body.timestamp_granularities,
+        logprobs=body.logprobs,
     )
     if body.beam_size is not None:
         request.beam_size = body.beam_size
@@ -109,10 +111,23 @@ def word_json(word: pb.Word) -> dict[str, Any]:
     return {"word": word.word.strip(), "start": word.start, "end": word.end}
 
 
+def logprob_json(token: pb.TokenLogprob) -> dict[str, Any]:
+    """One entry of OpenAI's ``logprobs``: the token, its log-probability, its bytes."""
+    return {"token": token.token, "logprob": token.logprob, "bytes": list(token.bytes)}
+
+
+def logprobs_json(segments) -> dict[str, Any]:
+    """``{"logprobs": [...]}`` over ``segments``' tokens, or nothing when the service sent
+    none (it sends them only when asked)."""
+    tokens = [logprob_json(t) for s in segments for t in s.logprobs]
+    return {"logprobs": tokens} if tokens else {}
+
+
 def render_json(
     response: pb.TranscribeResponse, task: str, granularities: tuple[str, ...] = ()
 ) -> Rendered:
-    return _json({"text": response.text, **_usage(response, task)})
+    body = {"text": response.text, **logprobs_json(response.segments)}
+    return _json({**body, **_usage(response, task)})
 
 
 def render_verbose_json(

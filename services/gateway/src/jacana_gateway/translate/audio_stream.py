@@ -5,13 +5,15 @@
 Pure, no I/O. Shapes follow the SDK's ``TranscriptionStreamEvent``:
 
 - ``{"type": "transcript.text.delta", "delta"}`` per segment, as each window's segments
-  arrive; the deltas concatenate exactly to the final ``text`` (:class:`DeltaText` drops
-  the leading whitespace and holds trailing whitespace back until more text follows, as
-  the final text is stripped at both ends);
-- one ``{"type": "transcript.text.done", "text", "usage"}`` last. ``usage`` is OpenAI's
-  token usage (the only kind the done event has): ``input_tokens`` are the audio's encoder
-  states, 50 a second as Whisper encodes 30 s into 1500 (``input_token_details``:
-  ``audio_tokens``), ``output_tokens`` the segments' decoded tokens, timestamps included.
+  arrive, with the segment's token ``logprobs`` (``[{token, logprob, bytes}]``) under
+  ``include[]=logprobs``; the deltas concatenate exactly to the final ``text``
+  (:class:`DeltaText` drops the leading whitespace and holds trailing whitespace back until
+  more text follows, as the final text is stripped at both ends);
+- one ``{"type": "transcript.text.done", "text", "usage"}`` last (and every token's
+  ``logprobs`` under ``include[]=logprobs``). ``usage`` is OpenAI's token usage (the only
+  kind the done event has): ``input_tokens`` are the audio's encoder states, 50 a second
+  as Whisper encodes 30 s into 1500 (``input_token_details``: ``audio_tokens``),
+  ``output_tokens`` the segments' decoded tokens, timestamps included.
 
 The stream ends after the done event, without ``data: [DONE]`` (the SDK stops at either).
 """
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jacana_common.pb.jacana.asr.v1 import asr_pb2 as pb
+from jacana_gateway.translate.audio import logprobs_json
 
 AUDIO_TOKENS_PER_SECOND = 50  # Whisper's encoder: 1500 states per 30 s window
 DELTA = "transcript.text.delta"
@@ -67,9 +70,11 @@ def events(event: pb.TranscribeStreamEvent, text: DeltaText) -> Iterator[dict[st
     """The OpenAI events of one service event: a delta per segment with text, or the done
     event."""
     if event.WhichOneof("event") == "done":
-        yield {"type": DONE, "text": event.done.text, "usage": usage(event.done)}
+        done = event.done
+        logprobs = logprobs_json(done.segments)
+        yield {"type": DONE, "text": done.text, **logprobs, "usage": usage(done)}
         return
     for segment in event.segments.segments:
         delta = text.delta(segment.text)
         if delta:
-            yield {"type": DELTA, "delta": delta}
+            yield {"type": DELTA, "delta": delta, **logprobs_json([segment])}

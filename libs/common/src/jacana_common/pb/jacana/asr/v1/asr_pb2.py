@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17jacana/asr/v1/asr.proto\x12\rjacana.asr.v1\"\xb4\x02\n\x11TranscribeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05\x61udio\x18\x02 \x01(\x0c\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x10\n\x08language\x18\x05 \x01(\t\x12!\n\x04task\x18\x06 \x01(\x0e\x32\x13.jacana.asr.v1.Task\x12\x0e\n\x06prompt\x18\x07 \x01(\t\x12\x13\n\x0btemperature\x18\x08 \x01(\x01\x12\x16\n\tbeam_size\x18\t \x01(\rH\x00\x88\x01\x01\x12\x11\n\x04seed\x18\n \x01(\rH\x01\x88\x01\x01\x12\x17\n\nvad_filter\x18\x0b \x01(\x08H\x02\x88\x01\x01\x12\x17\n\x0fword_timestamps\x18\x0c \x01(\x08\x42\x0c\n\n_beam_sizeB\x07\n\x05_seedB\r\n\x0b_vad_filter\"\xde\x01\n\x07Segment\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0c\n\x04seek\x18\x02 \x01(\r\x12\r\n\x05start\x18\x03 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x01\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x0e\n\x06tokens\x18\x06 \x03(\r\x12\x13\n\x0b\x61vg_logprob\x18\x07 \x01(\x01\x12\x19\n\x11\x63ompression_ratio\x18\x08 \x01(\x01\x12\x16\n\x0eno_speech_prob\x18\t \x01(\x01\x12\x13\n\x0btemperature\x18\n \x01(\x01\x12\"\n\x05words\x18\x0b \x03(\x0b\x32\x13.jacana.asr.v1.Word\"E\n\x04Word\x12\x0c\n\x04word\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x01\x12\x13\n\x0bprobability\x18\x04 \x01(\x01\"\x99\x01\n\x12TranscribeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x15\n\rlanguage_name\x18\x03 \x01(\t\x12\x10\n\x08\x64uration\x18\x04 \x01(\x01\x12(\n\x08segments\x18\x05 \x03(\x0b\x32\x16.jacana.asr.v1.Segment\x12\x10\n\x08model_id\x18\x06 \x01(\t\"\x9a\x01\n\x15TranscribeStreamEvent\x12/\n\x08segments\x18\x01 \x01(\x0b\x32\x1b.jacana.asr.v1.SegmentBatchH\x00\x12\x31\n\x04\x64one\x18\x02 \x01(\x0b\x32!.jacana.asr.v1.TranscribeResponseH\x00\x12\x14\n\x0cseconds_done\x18\x03 \x01(\x01\x42\x07\n\x05\x65vent\"8\n\x0cSegmentBatch\x12(\n\x08segments\x18\x01 \x03(\x0b\x32\x16.jacana.asr.v1.Segment\"\x15\n\x13GetModelInfoRequest\"\x93\x01\n\tModelInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x19\n\x11max_audio_seconds\x18\x03 \x01(\x01\x12\x16\n\x0emax_concurrent\x18\x04 \x01(\r\x12\x12\n\nmax_queued\x18\x05 \x01(\r\x12\x1d\n\x15max_job_audio_seconds\x18\x06 \x01(\x01\"\x11\n\x0fGetStatsRequest\"\x92\x01\n\x08\x41srStats\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x16\n\x0erequests_total\x18\x03 \x01(\x04\x12\x16\n\x0erejected_total\x18\x04 \x01(\x04\x12\x1b\n\x13\x61udio_seconds_total\x18\x05 \x01(\x01\x12\x17\n\x0f\x63\x61ncelled_total\x18\x06 \x01(\x04\"\xf7\x01\n\x1d\x43reateTranscriptionJobRequest\x12\x31\n\x07request\x18\x01 \x01(\x0b\x32 .jacana.asr.v1.TranscribeRequest\x12\x17\n\x0fresponse_format\x18\x02 \x01(\t\x12U\n\rtrace_context\x18\x03 \x03(\x0b\x32>.jacana.asr.v1.CreateTranscriptionJobRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\",\n\x1aGetTranscriptionJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"6\n\x15TranscriptionJobError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xaf\x02\n\x10TranscriptionJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x18\n\x10progress_seconds\x18\x04 \x01(\x01\x12\x15\n\x08\x64uration\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\ncreated_at\x18\x06 \x01(\x03\x12\x19\n\x0c\x63ompleted_at\x18\x07 \x01(\x03H\x01\x88\x01\x01\x12\x12\n\nexpires_at\x18\x08 \x01(\x03\x12\x33\n\x05\x65rror\x18\t \x01(\x0b\x32$.jacana.asr.v1.TranscriptionJobError\x12\x17\n\x0fresponse_format\x18\n \x01(\t\x12\x10\n\x08language\x18\x0b \x01(\tB\x0b\n\t_durationB\x0f\n\r_completed_at\"A\n\x1e\x44\x65leteTranscriptionJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x08*/\n\x04Task\x12\x13\n\x0fTASK_TRANSCRIBE\x10\x00\x12\x12\n\x0eTASK_TRANSLATE\x10\x01\x32\xf4\x05\n\x03\x41sr\x12Q\n\nTranscribe\x12 .jacana.asr.v1.TranscribeRequest\x1a!.jacana.asr.v1.TranscribeResponse\x12\\\n\x10TranscribeStream\x12 .jacana.asr.v1.TranscribeRequest\x1a$.jacana.asr.v1.TranscribeStreamEvent0\x01\x12L\n\x0cGetModelInfo\x12\".jacana.asr.v1.GetModelInfoRequest\x1a\x18.jacana.asr.v1.ModelInfo\x12\x43\n\x08GetStats\x12\x1e.jacana.asr.v1.GetStatsRequest\x1a\x17.jacana.asr.v1.AsrStats\x12g\n\x16\x43reateTranscriptionJob\x12,.jacana.asr.v1.CreateTranscriptionJobRequest\x1a\x1f.jacana.asr.v1.TranscriptionJob\x12\x61\n\x13GetTranscriptionJob\x12).jacana.asr.v1.GetTranscriptionJobRequest\x1a\x1f.jacana.asr.v1.TranscriptionJob\x12i\n\x19GetTranscriptionJobResult\x12).jacana.asr.v1.GetTranscriptionJobRequest\x1a!.jacana.asr.v1.TranscribeResponse\x12r\n\x16\x44\x65leteTranscriptionJob\x12).jacana.asr.v1.GetTranscriptionJobRequest\x1a-.jacana.asr.v1.DeleteTranscriptionJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17jacana/asr/v1/asr.proto\x12\rjacana.asr.v1\"\xc6\x02\n\x11TranscribeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05\x61udio\x18\x02 \x01(\x0c\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x10\n\x08language\x18\x05 \x01(\t\x12!\n\x04task\x18\x06 \x01(\x0e\x32\x13.jacana.asr.v1.Task\x12\x0e\n\x06prompt\x18\x07 \x01(\t\x12\x13\n\x0btemperature\x18\x08 \x01(\x01\x12\x16\n\tbeam_size\x18\t \x01(\rH\x00\x88\x01\x01\x12\x11\n\x04seed\x18\n \x01(\rH\x01\x88\x01\x01\x12\x17\n\nvad_filter\x18\x0b \x01(\x08H\x02\x88\x01\x01\x12\x17\n\x0fword_timestamps\x18\x0c \x01(\x08\x12\x10\n\x08logprobs\x18\r \x01(\x08\x42\x0c\n\n_beam_sizeB\x07\n\x05_seedB\r\n\x0b_vad_filter\"\x8d\x02\n\x07Segment\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0c\n\x04seek\x18\x02 \x01(\r\x12\r\n\x05start\x18\x03 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x01\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x0e\n\x06tokens\x18\x06 \x03(\r\x12\x13\n\x0b\x61vg_logprob\x18\x07 \x01(\x01\x12\x19\n\x11\x63ompression_ratio\x18\x08 \x01(\x01\x12\x16\n\x0eno_speech_prob\x18\t \x01(\x01\x12\x13\n\x0btemperature\x18\n \x01(\x01\x12\"\n\x05words\x18\x0b \x03(\x0b\x32\x13.jacana.asr.v1.Word\x12-\n\x08logprobs\x18\x0c \x03(\x0b\x32\x1b.jacana.asr.v1.TokenLogprob\"=\n\x0cTokenLogprob\x12\r\n\x05token\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x0c\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\"E\n\x04Word\x12\x0c\n\x04word\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x01\x12\x13\n\x0bprobability\x18\x04 \x01(\x01\"\x99\x01\n\x12TranscribeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x15\n\rlanguage_name\x18\x03 \x01(\t\x12\x10\n\x08\x64uration\x18\x04 \x01(\x01\x12(\n\x08segments\x18\x05 \x03(\x0b\x32\x16.jacana.asr.v1.Segment\x12\x10\n\x08model_id\x18\x06 \x01(\t\"\x9a\x01\n\x15TranscribeStreamEvent\x12/\n\x08segments\x18\x01 \x01(\x0b\x32\x1b.jacana.asr.v1.SegmentBatchH\x00\x12\x31\n\x04\x64one\x18\x02 \x01(\x0b\x32!.jacana.asr.v1.TranscribeResponseH\x00\x12\x14\n\x0cseconds_done\x18\x03 \x01(\x01\x42\x07\n\x05\x65vent\"8\n\x0cSegmentBatch\x12(\n\x08segments\x18\x01 \x03(\x0b\x32\x16.jacana.asr.v1.Segment\"\x15\n\x13GetModelInfoRequest\"\x93\x01\n\tModelInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x19\n\x11max_audio_seconds\x18\x03 \x01(\x01\x12\x16\n\x0emax_concurrent\x18\x04 \x01(\r\x12\x12\n\nmax_queued\x18\x05 \x01(\r\x12\x1d\n\x15max_job_audio_seconds\x18\x06 \x01(\x01\"\x11\n\x0fGetStatsRequest\"\x92\x01\n\x08\x41srStats\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x16\n\x0erequests_total\x18\x03 \x01(\x04\x12\x16\n\x0erejected_total\x18\x04 \x01(\x04\x12\x1b\n\x13\x61udio_seconds_total\x18\x05 \x01(\x01\x12\x17\n\x0f\x63\x61ncelled_total\x18\x06 \x01(\x04\"\xf7\x01\n\x1d\x43reateTranscriptionJobRequest\x12\x31\n\x07request\x18\x01 \x01(\x0b\x32 .jacana.asr.v1.TranscribeRequest\x12\x17\n\x0fresponse_format\x18\x02 \x01(\t\x12U\n\rtrace_context\x18\x03 \x03(\x0b\x32>.jacana.asr.v1.CreateTranscriptionJobRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\",\n\x1aGetTranscriptionJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"6\n\x15TranscriptionJobError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xaf\x02\n\x10TranscriptionJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x18\n\x10progress_seconds\x18\x04 \x01(\x01\x12\x15\n\x08\x64uration\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\ncreated_at\x18\x06 \x01(\x03\x12\x19\n\x0c\x63ompleted_at\x18\x07 \x01(\x03H\x01\x88\x01\x01\x12\x12\n\nexpires_at\x18\x08 \x01(\x03\x12\x33\n\x05\x65rror\x18\t \x01(\x0b\x32$.jacana.asr.v1.TranscriptionJobError\x12\x17\n\x0fresponse_format\x18\n \x01(\t\x12\x10\n\x08language\x18\x0b \x01(\tB\x0b\n\t_durationB\x0f\n\r_completed_at\"A\n\x1e\x44\x65leteTranscriptionJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x08*/\n\x04Task\x12\x13\n\x0fTASK_TRANSCRIBE\x10\x00\x12\x12\n\x0eTASK_TRANSLATE\x10\x01\x32\xf4\x05\n\x03\x41sr\x12Q\n\nTranscribe\x12 .jacana.asr.v1.TranscribeRequest\x1a!.jacana.asr.v1.TranscribeResponse\x12\\\n\x10TranscribeStream\x12 .jacana.asr.v1.TranscribeRequest\x1a$.jacana.asr.v1.TranscribeStreamEvent0\x01\x12L\n\x0cGetModelInfo\x12\".jacana.asr.v1.GetModelInfoRequest\x1a\x18.jacana.asr.v1.ModelInfo\x12\x43\n\x08GetStats\x12\x1e.jacana.asr.v1.GetStatsRequest\x1a\x17.jacana.asr.v1.AsrStats\x12g\n\x16\x43reateTranscriptionJob\x12,.jacana.asr.v1.CreateTranscriptionJobRequest\x1a\x1f.jacana.asr.v1.TranscriptionJob\x12\x61\n\x13GetTranscriptionJob\x12).jacana.asr.v1.GetTranscriptionJobRequest\x1a\x1f.jacana.asr.v1.TranscriptionJob\x12i\n\x19GetTranscriptionJobResult\x12).jacana.asr.v1.GetTranscriptionJobRequest\x1a!.jacana.asr.v1.TranscribeResponse\x12r\n\x16\x44\x65leteTranscriptionJob\x12).jacana.asr.v1.GetTranscriptionJobRequest\x1a-.jacana.asr.v1.DeleteTranscriptionJobResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,40 +33,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CREATETRANSCRIPTIONJOBREQUEST_TRACECONTEXTENTRY']._loaded_options = None
   _globals['_CREATETRANSCRIPTIONJOBREQUEST_TRACECONTEXTENTRY']._serialized_options = b'8\001'
-  _globals['_TASK']._serialized_start=2086
-  _globals['_TASK']._serialized_end=2133
+  _globals['_TASK']._serialized_start=2214
+  _globals['_TASK']._serialized_end=2261
   _globals['_TRANSCRIBEREQUEST']._serialized_start=43
-  _globals['_TRANSCRIBEREQUEST']._serialized_end=351
-  _globals['_SEGMENT']._serialized_start=354
-  _globals['_SEGMENT']._serialized_end=576
-  _globals['_WORD']._serialized_start=578
-  _globals['_WORD']._serialized_end=647
-  _globals['_TRANSCRIBERESPONSE']._serialized_start=650
-  _globals['_TRANSCRIBERESPONSE']._serialized_end=803
-  _globals['_TRANSCRIBESTREAMEVENT']._serialized_start=806
-  _globals['_TRANSCRIBESTREAMEVENT']._serialized_end=960
-  _globals['_SEGMENTBATCH']._serialized_start=962
-  _globals['_SEGMENTBATCH']._serialized_end=1018
-  _globals['_GETMODELINFOREQUEST']._serialized_start=1020
-  _globals['_GETMODELINFOREQUEST']._serialized_end=1041
-  _globals['_MODELINFO']._serialized_start=1044
-  _globals['_MODELINFO']._serialized_end=1191
-  _globals['_GETSTATSREQUEST']._serialized_start=1193
-  _globals['_GETSTATSREQUEST']._serialized_end=1210
-  _globals['_ASRSTATS']._serialized_start=1213
-  _globals['_ASRSTATS']._serialized_end=1359
-  _globals['_CREATETRANSCRIPTIONJOBREQUEST']._serialized_start=1362
-  _globals['_CREATETRANSCRIPTIONJOBREQUEST']._serialized_end=1609
-  _globals['_CREATETRANSCRIPTIONJOBREQUEST_TRACECONTEXTENTRY']._serialized_start=1558
-  _globals['_CREATETRANSCRIPTIONJOBREQUEST_TRACECONTEXTENTRY']._serialized_end=1609
-  _globals['_GETTRANSCRIPTIONJOBREQUEST']._serialized_start=1611
-  _globals['_GETTRANSCRIPTIONJOBREQUEST']._serialized_end=1655
-  _globals['_TRANSCRIPTIONJOBERROR']._serialized_start=1657
-  _globals['_TRANSCRIPTIONJOBERROR']._serialized_end=1711
-  _globals['_TRANSCRIPTIONJOB']._serialized_start=1714
-  _globals['_TRANSCRIPTIONJOB']._serialized_end=2017
-  _globals['_DELETETRANSCRIPTIONJOBRESPONSE']._serialized_start=2019
-  _globals['_DELETETRANSCRIPTIONJOBRESPONSE']._serialized_end=2084
-  _globals['_ASR']._serialized_start=2136
-  _globals['_ASR']._serialized_end=2892
+  _globals['_TRANSCRIBEREQUEST']._serialized_end=369
+  _globals['_SEGMENT']._serialized_start=372
+  _globals['_SEGMENT']._serialized_end=641
+  _globals['_TOKENLOGPROB']._serialized_start=643
+  _globals['_TOKENLOGPROB']._serialized_end=704
+  _globals['_WORD']._serialized_start=706
+  _globals['_WORD']._serialized_end=775
+  _globals['_TRANSCRIBERESPONSE']._serialized_start=778
+  _globals['_TRANSCRIBERESPONSE']._serialized_end=931
+  _globals['_TRANSCRIBESTREAMEVENT']._serialized_start=934
+  _globals['_TRANSCRIBESTREAMEVENT']._serialized_end=1088
+  _globals['_SEGMENTBATCH']._serialized_start=1090
+  _globals['_SEGMENTBATCH']._serialized_end=1146
+  _globals['_GETMODELINFOREQUEST']._serialized_start=1148
+  _globals['_GETMODELINFOREQUEST']._serialized_end=1169
+  _globals['_MODELINFO']._serialized_start=1172
+  _globals['_MODELINFO']._serialized_end=1319
+  _globals['_GETSTATSREQUEST']._serialized_start=1321
+  _globals['_GETSTATSREQUEST']._serialized_end=1338
+  _globals['_ASRSTATS']._serialized_start=1341
+  _globals['_ASRSTATS']._serialized_end=1487
+  _globals['_CREATETRANSCRIPTIONJOBREQUEST']._serialized_start=1490
+  _globals['_CREATETRANSCRIPTIONJOBREQUEST']._serialized_end=1737
+  _globals['_CREATETRANSCRIPTIONJOBREQUEST_TRACECONTEXTENTRY']._serialized_start=1686
+  _globals['_CREATETRANSCRIPTIONJOBREQUEST_TRACECONTEXTENTRY']._serialized_end=1737
+  _globals['_GETTRANSCRIPTIONJOBREQUEST']._serialized_start=1739
+  _globals['_GETTRANSCRIPTIONJOBREQUEST']._serialized_end=1783
+  _globals['_TRANSCRIPTIONJOBERROR']._serialized_start=1785
+  _globals['_TRANSCRIPTIONJOBERROR']._serialized_end=1839
+  _globals['_TRANSCRIPTIONJOB']._serialized_start=1842
+  _globals['_TRANSCRIPTIONJOB']._serialized_end=2145
+  _globals['_DELETETRANSCRIPTIONJOBRESPONSE']._serialized_start=2147
+  _globals['_DELETETRANSCRIPTIONJOBRESPONSE']._serialized_end=2212
+  _globals['_ASR']._serialized_start=2264
+  _globals['_ASR']._serialized_end=3020
 # @@protoc_insertion_point(module_scope)

@@ -15,7 +15,7 @@ TASK_TRANSCRIBE: Task
 TASK_TRANSLATE: Task
 
 class TranscribeRequest(_message.Message):
-    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature", "beam_size", "seed", "vad_filter", "word_timestamps")
+    __slots__ = ("request_id", "audio", "filename", "model", "language", "task", "prompt", "temperature", "beam_size", "seed", "vad_filter", "word_timestamps", "logprobs")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     FILENAME_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class TranscribeRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     VAD_FILTER_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     audio: bytes
     filename: str
@@ -40,10 +41,11 @@ class TranscribeRequest(_message.Message):
     seed: int
     vad_filter: bool
     word_timestamps: bool
-    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., seed: _Optional[int] = ..., vad_filter: _Optional[bool] = ..., word_timestamps: _Optional[bool] = ...) -> None: ...
+    logprobs: bool
+    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[bytes] = ..., filename: _Optional[str] = ..., model: _Optional[str] = ..., language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., seed: _Optional[int] = ..., vad_filter: _Optional[bool] = ..., word_timestamps: _Optional[bool] = ..., logprobs: _Optional[bool] = ...) -> None: ...
 
 class Segment(_message.Message):
-    __slots__ = ("id", "seek", "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob", "temperature", "words")
+    __slots__ = ("id", "seek", "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob", "temperature", "words", "logprobs")
     ID_FIELD_NUMBER: _ClassVar[int]
     SEEK_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +57,7 @@ class Segment(_message.Message):
     NO_SPEECH_PROB_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     WORDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     id: int
     seek: int
     start: float
@@ -66,7 +69,18 @@ class Segment(_message.Message):
     no_speech_prob: float
     temperature: float
     words: _containers.RepeatedCompositeFieldContainer[Word]
-    def __init__(self, id: _Optional[int] = ..., seek: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., temperature: _Optional[float] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, id: _Optional[int] = ..., seek: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., temperature: _Optional[float] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+
+class TokenLogprob(_message.Message):
+    __slots__ = ("token", "bytes", "logprob")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    bytes: bytes
+    logprob: float
+    def __init__(self, token: _Optional[str] = ..., bytes: _Optional[bytes] = ..., logprob: _Optional[float] = ...) -> None: ...
 
 class Word(_message.Message):
     __slots__ = ("word", "start", "end", "probability")
