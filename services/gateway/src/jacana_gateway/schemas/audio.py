@@ -7,8 +7,9 @@ naming the field: a missing ``file`` or ``model`` (``missing_required_parameter`
 out of range (``invalid_value``), a field OpenAI has that Jacana does not serve
 (``unsupported_parameter``), a field neither has (``unknown_parameter``). List fields are
 accepted as the SDK sends them (``timestamp_granularities[]``, repeated) and without the
-brackets. An empty text field counts as not sent. Whether the language is one the model
-knows, and whether the file holds decodable audio, is the service's to say.
+brackets. An empty text field counts as not sent. ``stream=true`` (transcriptions) and
+``include[]=logprobs`` need response_format json, as OpenAI's do. Whether the language is
+one the model knows, and whether the file holds decodable audio, is the service's to say.
 """
 
 from __future__ import annotations
