@@ -11,26 +11,17 @@ started again on the same ports and data, which is what the durability tests do.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 
-from redis_server import RedisServer
+from job_stack import JobStack
 from stack import (
     Service,
-    Worker,
-    free_port,
-    grpc_ready,
-    http_ready,
     start_grpc_service,
-    start_service,
     start_service_gateway,
-    start_worker,
 )
 
 ASR_MODEL_ID = "whisper-tiny.en"
@@ -84,18 +75,14 @@ def start_asr_gateway(asr: dict[str, list[str]], **env: str) -> Service:
     return start_service_gateway("ASR", asr, **env)
 
 
-@dataclass
-class AsrJobStack:
+class AsrJobStack(JobStack):
     """Redis, the ASR service with jobs on, transcription workers and a gateway."""
 
-    root: Path
-    redis: RedisServer
-    extra_env: dict[str, str] = field(default_factory=dict)
-    asr: Service | None = None
-    gateway: Service | None = None
-    workers: list[Worker] = field(default_factory=list)
-    asr_port: int = field(default_factory=free_port)
-    gateway_port: int = field(default_factory=free_port)
+    module = "jacana_asr"
+    prefix = "JACANA_ASR_"
+    worker_app = "jacana_asr.worker"
+    queue = JOB_QUEUE
+    gateway_map = "ASR"
 
     @property
     def env(self) -> dict[str, str]:
@@ -118,64 +105,10 @@ class AsrJobStack:
         return self.root / "transcriptions"
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.gateway_port}/v1"
-
-    def start_asr(self) -> Service:
-        self.asr = start_service(
-            "jacana_asr",
-            {
-                **self.env,
-                "JACANA_ASR_HOST": "127.0.0.1",
-                "JACANA_ASR_PORT": str(self.asr_port),
-            },
-            f"127.0.0.1:{self.asr_port}",
-            grpc_ready,
-        )
-        return self.asr
-
-    def start_gateway(self) -> Service:
-        self.gateway = start_service(
-            "jacana_gateway",
-            {
-                "JACANA_GATEWAY_HOST": "127.0.0.1",
-                "JACANA_GATEWAY_PORT": str(self.gateway_port),
-                "JACANA_GATEWAY_ASR": json.dumps({ASR_MODEL_ID: [f"127.0.0.1:{self.asr_port}"]}),
-            },
-            f"127.0.0.1:{self.gateway_port}",
-            http_ready,
-        )
-        return self.gateway
-
-    def start_worker(self, name: str | None = None) -> Worker:
-        name = name or f"w{len(self.workers) + 1}"
-        worker = start_worker("jacana_asr.worker", JOB_QUEUE, name, self.env)
-        self.workers.append(worker)
-        return worker
-
-    def http(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=120)
-
-    def stop(self) -> None:
-        for worker in self.workers:
-            worker.stop()
-        for service in (self.gateway, self.asr):
-            if service is not None:
-                service.stop()
-        self.redis.stop()
+    def models(self) -> list[str]:
+        return [ASR_MODEL_ID]
 
 
 def start_asr_job_stack(root: Path, workers: int = 1, **extra_env: str) -> AsrJobStack:
     """Redis, the ASR service with jobs on, ``workers`` transcription workers, a gateway."""
-    redis = RedisServer(root / "redis")
-    redis.start()
-    stack = AsrJobStack(root, redis, extra_env)
-    try:
-        stack.start_asr()
-        for _ in range(workers):
-            stack.start_worker()
-        stack.start_gateway()
-    except BaseException:
-        stack.stop()
-        raise
-    return stack
+    return AsrJobStack.start(root, workers, **extra_env)

@@ -95,8 +95,8 @@ def test_every_job_survives_a_gateway_and_service_restart(stack, short_wav):
         worker.stop()
         queued = create_job(http, short_wav)
     stack.gateway.stop()
-    stack.asr.stop()
-    stack.start_asr()
+    stack.service.stop()
+    stack.start_service()
     stack.start_gateway()
     with stack.http() as http:
         assert http.get(f"{JOBS}/{done}").json()["status"] == "completed"

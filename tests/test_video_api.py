@@ -209,14 +209,14 @@ def error_of(response: httpx.Response) -> dict:
 )
 def test_bad_fields_are_400_naming_the_field(stack: VideoStack, fields, param) -> None:
     form = {"prompt": "a cat", "model": VIDEO_MODEL, **fields}
-    with stack.gateway_http() as http:
+    with stack.http(30) as http:
         response = http.post("/videos", data=form, files={"unused": ("", b"")})
     assert response.status_code == 400, response.text
     assert error_of(response)["param"] == param
 
 
 def test_a_non_image_reference_is_400_naming_input_reference(stack: VideoStack) -> None:
-    with stack.gateway_http() as http:
+    with stack.http(30) as http:
         response = http.post(
             "/videos",
             data={"prompt": "a cat", "model": VIDEO_MODEL},
@@ -245,7 +245,7 @@ def test_content_of_an_unfinished_video_says_it_is_not_ready(client: openai.Open
 
 
 def test_models_label_the_tiny_default_as_random(stack: VideoStack) -> None:
-    with stack.gateway_http() as http:
+    with stack.http(30) as http:
         models = http.get("/models").json()["data"]
     card = next(m for m in models if m["id"] == VIDEO_MODEL)
     assert card["random_weights"] is True

@@ -81,8 +81,8 @@ def test_every_video_survives_a_gateway_and_service_restart(stack: VideoStack) -
     )
     before = client.videos.download_content(done.id).read()
     stack.gateway.stop()
-    stack.multimodal.stop()
-    stack.start_multimodal()
+    stack.service.stop()
+    stack.start_service()
     stack.start_gateway()
     client = client_for(stack)
     assert client.videos.retrieve(done.id).status == "completed"
