@@ -24,6 +24,9 @@ import pytest
 
 REQUIRE_ORACLES_ENV = "JACANA_REQUIRE_ORACLES"
 
+# Shared fixtures: ``redis_server`` (tests/redis_server.py).
+pytest_plugins = ("redis_server",)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))

@@ -1,5 +1,8 @@
 """A real ``redis-server`` for tests: loopback, a free port, append-only persistence.
 
+Also a pytest plugin (the root conftest loads it): the ``redis_server`` fixture gives each
+test its own server, data under its ``tmp_path``.
+
 Stopped with SIGTERM, so Redis flushes its append-only file and a restart on the same
 ``data_dir`` finds every acknowledged write.
 """
@@ -10,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,3 +75,14 @@ class RedisServer:
                 self.proc.kill()
                 self.proc.wait(5)
         self.proc = None
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A started ``RedisServer`` for one test; stopped after it."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

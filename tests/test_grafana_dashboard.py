@@ -17,7 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pytest
 from prometheus_client import CollectorRegistry
 
 from jacana_asr import metrics as asr_metrics
@@ -41,16 +40,6 @@ DASHBOARD = Path(__file__).resolve().parents[1] / "infra" / "grafana" / "jacana.
 # A metric name in PromQL: an identifier not followed by "(" (a function) nor inside
 # braces/by-lists (labels); ours all start with "jacana_".
 METRIC = re.compile(r"\bjacana_[a-zA-Z0-9_]+\b")
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _expressions() -> list[str]:

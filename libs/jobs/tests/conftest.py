@@ -4,8 +4,7 @@ a polling helper. Every process started here is stopped in a finalizer."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -22,16 +21,6 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, what: s
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s}s waiting for {what or predicate}")
         time.sleep(0.02)
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis")
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ tests/test_e2e_asr_jobs.py and tests/test_asr_job_durability.py.)"""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,16 +30,6 @@ from redis_server import RedisServer
 
 MODEL = "whisper-test"
 QUEUE = "jacana.transcription.test"
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def make_jobs(redis_server: RedisServer, root: Path, **limits) -> TranscriptionJobs:

@@ -3,12 +3,10 @@ service runs: queue length, jobs by status and the durations of completed render
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
-import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,16 +15,6 @@ from jacana_jobs import LocalStorage, make_celery
 from jacana_multimodal.pipelines.cards import WAN21_T2V_TINY
 from jacana_multimodal.service import CreateRequest, VideoJobs
 from redis_server import RedisServer
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _scrape(url: str) -> dict[tuple[str, frozenset], float]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,16 +19,6 @@ from jacana_multimodal.service import RENDER_QUEUE, CreateRequest, VideoJobs
 from redis_server import RedisServer
 
 T2V, I2V = "wan-tiny-random", "wan-tiny-i2v-random"
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def make_jobs(redis_server: RedisServer, root: Path, **limits) -> VideoJobs:
