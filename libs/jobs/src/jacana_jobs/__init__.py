@@ -13,6 +13,7 @@ from jacana_jobs.celery_app import (
     enqueue_job,
     job_task,
     job_worker_app,
+    lazy_app,
     make_celery,
     run_job,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "enqueue_job",
     "job_task",
     "job_worker_app",
+    "lazy_app",
     "make_celery",
     "make_storage",
     "register_storage",

@@ -15,6 +15,7 @@ The task body owns nothing in Redis; it reports through its ``JobContext``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -255,3 +256,17 @@ def job_worker_app(
     app.conf.task_default_queue = queue
     job_task(app, task_name, store=store, storage=storage, max_attempts=settings.max_attempts)(body)
     return app
+
+
+def lazy_app(factory: Callable[[], Celery]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that builds the worker's Celery app on the first access of
+    ``app`` (what ``celery -A <module>`` looks up) and returns the same app after, so that
+    importing a worker module reads no settings and connects nowhere."""
+    build = functools.cache(factory)
+
+    def module_getattr(name: str) -> Any:
+        if name == "app":
+            return build()
+        raise AttributeError(f"module has no attribute {name!r}")
+
+    return module_getattr

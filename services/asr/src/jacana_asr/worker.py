@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from functools import cache
-from typing import Any
 
 import redis
 from celery import Celery
@@ -34,6 +33,7 @@ from jacana_jobs import (
     JobStore,
     LocalStorage,
     job_worker_app,
+    lazy_app,
 )
 
 log = logging.getLogger(__name__)
@@ -143,12 +143,5 @@ def create_app(settings: AsrSettings | None = None) -> Celery:
     )
 
 
-@cache
-def _app() -> Celery:
-    return create_app()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "app":  # what ``celery -A jacana_asr.worker`` looks up
-        return _app()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``celery -A jacana_asr.worker`` finds ``app`` here, built on first use.
+__getattr__ = lazy_app(create_app)

@@ -30,6 +30,7 @@ from jacana_jobs import (
     JobStore,
     LocalStorage,
     job_worker_app,
+    lazy_app,
 )
 from jacana_multimodal.artifacts import artifact_key, input_key
 from jacana_multimodal.requests import VideoParams
@@ -132,12 +133,5 @@ def create_app(settings: MultimodalSettings | None = None) -> Celery:
     )
 
 
-@cache
-def _app() -> Celery:
-    return create_app()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "app":  # what ``celery -A jacana_multimodal.worker`` looks up
-        return _app()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``celery -A jacana_multimodal.worker`` finds ``app`` here, built on first use.
+__getattr__ = lazy_app(create_app)
