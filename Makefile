@@ -5,7 +5,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help bootstrap models-large up test test-gpu test-slow proto docs lint fmt bench bench-spec bench-video clean distclean
+.PHONY: help bootstrap models-large up test test-gpu test-slow proto docs lint fmt bench bench-spec bench-video bench-asr clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ bench-spec: models-large ## speculative decoding off vs on, CPU grid (about 20 m
 
 bench-video: bootstrap ## video service overhead: the API vs the bare pipeline on CPU (~2 min; bench/results/video_cpu/)
 	$(PY) bench/video_cpu.py
+
+bench-asr: bootstrap ## speech to text: WER and real-time factor vs faster-whisper on CPU (7–10 min; bench/results/asr_cpu/)
+	$(PY) bench/asr_cpu.py
 
 clean: ## remove caches, logs and build output (keeps .venv)
 	rm -rf .run .pytest_cache .ruff_cache build dist bench/results/*/*.tmp
