@@ -60,7 +60,9 @@ def speech_wav(
         parts.append(str(raw))
     out = directory / f"{name}.wav"
     subprocess.run(
-        ["sox", *parts, "-r", "16000", "-c", "1", "-b", "16", str(out)], check=True, timeout=60
+        ["sox", "-R", *parts, "-r", "16000", "-c", "1", "-b", "16", str(out)],
+        check=True,
+        timeout=60,
     )
     return out
 

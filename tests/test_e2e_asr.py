@@ -45,7 +45,7 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("speech")
     raw, wav, mp3 = directory / "raw.wav", directory / "fox.wav", directory / "fox.mp3"
     _run("espeak-ng", "-w", raw, SENTENCE)
-    _run("sox", raw, "-r", "16000", "-c", "1", "-b", "16", wav)
+    _run("sox", "-R", raw, "-r", "16000", "-c", "1", "-b", "16", wav)
     _run("ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", wav, "-b:a", "64k", mp3)
     return {"wav": wav, "mp3": mp3}
 
@@ -214,7 +214,7 @@ def test_word_timestamps_without_verbose_json_are_a_400(sdk, clips):
 
 def test_audio_over_the_length_limit_points_to_the_jobs_route(sdk, clips, tmp_path):
     padded = tmp_path / "padded.wav"
-    _run("sox", clips["wav"], padded, "pad", "0", str(MAX_AUDIO_SECONDS))
+    _run("sox", "-R", clips["wav"], padded, "pad", "0", str(MAX_AUDIO_SECONDS))
     with padded.open("rb") as audio:
         body = _refused(sdk, 400, audio)
     assert (body["param"], body["code"]) == ("file", "audio_too_long")
@@ -240,8 +240,8 @@ def test_the_vad_filter_drops_silence_and_keeps_the_clock(sdk, clips, tmp_path):
     silence is empty text where Whisper alone writes words, and speech after a silent
     lead-in keeps its place on the recording's clock."""
     silence, late = tmp_path / "silence.wav", tmp_path / "late.wav"
-    _run("sox", "-n", "-r", "16000", "-c", "1", "-b", "16", silence, "trim", "0", "15")
-    _run("sox", clips["wav"], late, "pad", "12", "0")
+    _run("sox", "-R", "-n", "-r", "16000", "-c", "1", "-b", "16", silence, "trim", "0", "15")
+    _run("sox", "-R", clips["wav"], late, "pad", "12", "0")
     for vad_filter, heard in ((False, True), (True, False)):
         with silence.open("rb") as audio:
             reply = sdk.audio.transcriptions.create(

@@ -36,7 +36,9 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def long_recording(recording: Path) -> Path:
     out = recording.with_name("long.wav")
-    subprocess.run(["sox", *[str(recording)] * LONG_REPEATS, str(out)], check=True, timeout=60)
+    subprocess.run(
+        ["sox", "-R", *[str(recording)] * LONG_REPEATS, str(out)], check=True, timeout=60
+    )
     return out
 
 

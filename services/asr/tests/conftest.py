@@ -35,7 +35,7 @@ def synthesize(directory: Path, name: str, sentence: str, voice: str = "en") -> 
     raw = directory / f"{name}.raw.wav"
     clip = directory / f"{name}.wav"
     _run("espeak-ng", "-v", voice, "-w", raw, sentence)
-    _run("sox", raw, "-r", "16000", "-c", "1", "-b", "16", clip)
+    _run("sox", "-R", raw, "-r", "16000", "-c", "1", "-b", "16", clip)
     return clip
 
 
@@ -91,5 +91,5 @@ def long_speech_wav(speech_dir: Path) -> Path:
     """Over 30 s (two encoder windows): distinct sentences joined with sox."""
     clips = [synthesize(speech_dir, f"part{i}", text) for i, text in enumerate(LONG_SENTENCES)]
     joined = speech_dir / "long.wav"
-    _run("sox", *clips, joined)
+    _run("sox", "-R", *clips, joined)
     return joined

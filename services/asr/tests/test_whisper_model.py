@@ -42,7 +42,7 @@ def _synthesize(text: str, directory) -> np.ndarray:
     raw, clip = directory / "raw.wav", directory / "clip.wav"
     subprocess.run(["espeak-ng", "-w", str(raw), text], check=True, capture_output=True)
     subprocess.run(
-        ["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)],
+        ["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)],
         check=True,
         capture_output=True,
     )
