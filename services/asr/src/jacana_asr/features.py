@@ -85,6 +85,7 @@ def log_mel(
     n_mels: int = 80,
     *,
     device: torch.device | str | None = None,
+    padding_frame: bool = False,
 ) -> torch.Tensor:
     """Whisper's normalized log-mel spectrogram of a whole recording.
 
@@ -93,6 +94,8 @@ def log_mel(
     float32 on ``device`` (default: the audio's device); no frames under one hop of audio.
     Frame t covers the samples centred on t * HOP_LENGTH. The dynamic-range floor is taken
     over the whole recording, so windows cut from it share one scale, as in Whisper.
+    ``padding_frame`` keeps the one extra frame computed over the trailing silence
+    ([n_mels, frames + 1]): faster-whisper detects the language on features that hold it.
     """
     samples = torch.as_tensor(audio, dtype=torch.float32, device=device)
     if samples.dim() != 1:
@@ -119,7 +122,7 @@ def log_mel(
     # the floor is set over every computed frame (the silent extra one included), as in
     # faster-whisper; only then is that extra frame dropped
     log_spec = torch.maximum(log_spec, log_spec.max() - DYNAMIC_RANGE)
-    return ((log_spec + 4.0) / 4.0)[:, :n_frames]
+    return ((log_spec + 4.0) / 4.0)[:, : n_frames + int(padding_frame)]
 
 
 @dataclass(frozen=True)

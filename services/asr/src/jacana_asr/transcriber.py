@@ -39,7 +39,7 @@ from tokenizers import Tokenizer
 from jacana_asr import word_timestamps
 from jacana_asr.batching import WindowBatcher
 from jacana_asr.ct2_checkpoint import load_checkpoint
-from jacana_asr.features import MelWindow, log_mel, mel_window
+from jacana_asr.features import N_FRAMES, MelWindow, log_mel, mel_window
 from jacana_asr.sampling import Draws
 from jacana_asr.segments import FRAMES_PER_SECOND, WindowSplit, compression_ratio, split_window
 from jacana_asr.transcription import (
@@ -156,7 +156,11 @@ class WhisperTranscriber:
         either raises (a cancelled job, a client gone) stops the transcription and
         propagates."""
         tokens = self.tokens
-        mel = log_mel(audio, self.model.config.n_mels, device=self.model.device)
+        # [n_mels, frames + 1]: the last frame only ever serves language detection
+        padded_mel = log_mel(
+            audio, self.model.config.n_mels, device=self.model.device, padding_frame=True
+        )
+        mel = padded_mel[:, :-1]
         total_frames = mel.shape[1]
         history: list[int] = []  # every kept segment's tokens: later windows' prompts
         if options.prompt:
@@ -171,7 +175,7 @@ class WhisperTranscriber:
             window = mel_window(mel, seek)
             encoded = self.runner.encode(window.features)  # [1, n_audio_ctx, d_model]
             if language is None:
-                language = self._detect_language(encoded)
+                language = self._detect_language(self._detection_input(padded_mel, encoded))
             previous = history[prompt_reset_since:][-(MAX_LENGTH // 2 - 1) :]
             prompt = ([tokens.sot_prev, *previous] if previous else []) + tokens.sot_sequence(
                 language, options.task, timestamps=True
@@ -313,15 +317,40 @@ class WhisperTranscriber:
             last_speech=last_speech,
         )
 
+    def _detection_input(self, padded_mel: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:
+        """The encoder output language detection reads, as faster-whisper's transcribe
+        computes it: the first 30 s of the features with their padding frame. For a
+        recording under 30 s that frame falls inside the window, so it is encoded apart;
+        otherwise the first decode window's ``encoded`` is the same thing."""
+        if padded_mel.shape[1] > N_FRAMES:
+            return encoded
+        return self.runner.encode(mel_window(padded_mel, 0).features)  # [1, ctx, d_model]
+
+    def language_probabilities(self, audio: np.ndarray) -> dict[str, float]:
+        """P(language) of ``audio`` ([samples] float32 at 16 kHz) as ``transcribe`` detects
+        it when ``language`` is unset: on the first 30 s with the padding frame."""
+        padded_mel = log_mel(
+            audio, self.model.config.n_mels, device=self.model.device, padding_frame=True
+        )
+        encoded = self.runner.encode(mel_window(padded_mel, 0).features)
+        logits = self._language_logits(encoded)
+        probs = torch.softmax(logits.float(), dim=-1).tolist()
+        return dict(zip(self.tokens.languages, probs, strict=True))
+
     @torch.inference_mode()
-    def _detect_language(self, encoded: torch.Tensor) -> str:
-        """The most likely language token after <|sot|> on this window."""
+    def _language_logits(self, encoded: torch.Tensor) -> torch.Tensor:
+        """[languages] logits of each language token after <|sot|>, in the order of
+        ``tokens.languages``."""
         cache = self.model.new_cache(encoded)
         sot = torch.tensor([[self.tokens.sot]], device=self.model.device)
         logits = self.model.decode(sot, cache)[0, -1]  # [vocab]
+        ids = torch.tensor(list(self.tokens.languages.values()), device=logits.device)
+        return logits[ids]
+
+    def _detect_language(self, encoded: torch.Tensor) -> str:
+        """The most likely language on this encoder output."""
         codes = list(self.tokens.languages)
-        ids = torch.tensor([self.tokens.languages[c] for c in codes], device=logits.device)
-        return codes[int(logits[ids].argmax())]
+        return codes[int(self._language_logits(encoded).argmax())]
 
     def _encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
