@@ -57,6 +57,8 @@ def run_pytest(tmp_path: Path, require: str | None, *files: str) -> subprocess.C
     (the mechanism under test) and an ini file that declares the gpu marker."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.pop("JACANA_REQUIRE_ORACLES", None)
+    # the plugins the root conftest loads (its shared fixtures) live in tests/
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), env.get("PYTHONPATH")]))
     if require is not None:
         env["JACANA_REQUIRE_ORACLES"] = require
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs"]
