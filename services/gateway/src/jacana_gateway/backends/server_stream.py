@@ -38,6 +38,7 @@ class ServerStream:
         to_error: ToError,
     ) -> None:
         self.replica = replica
+        self.first = first  # the first message, kept for callers that read its header
         self._pool = pool
         self._call = call
         self._first = first
@@ -78,11 +79,12 @@ async def open_server_stream(
     timeout_s: float,
     *,
     to_error: ToError,
-    ended_early: Callable[[], ApiError],
+    ended_early: Callable[[], Any],
 ) -> ServerStream:
     """Start ``replica.stub.<method>(request)`` on the best replica of ``model`` and wait
-    for its first message; raise ApiError (``to_error``'s, or ``ended_early()`` for a
-    stream without messages) if no replica gives one."""
+    for its first message; raise ``to_error``'s ApiError if no replica gives one.
+    ``ended_early()`` says what a stream that ends without any message means: an ApiError
+    (raised), or a message that stands for the first (an empty artifact)."""
     candidates = pool.candidates(model)
     for attempt, replica in enumerate(candidates):
         pool.acquire(replica)
@@ -103,7 +105,9 @@ async def open_server_stream(
             pool.release(replica)
             raise
         if first is grpc.aio.EOF:
-            pool.release(replica)
-            raise ended_early()
+            first = ended_early()
+            if isinstance(first, ApiError):
+                pool.release(replica)
+                raise first
         return ServerStream(pool, replica, call, first, to_error)
     raise AssertionError("a model always has at least one replica")

@@ -39,8 +39,8 @@ import grpc
 from jacana_common.errors import ApiError, api_error_from_grpc
 from jacana_common.pb.jacana.multimodal.v1 import multimodal_pb2 as pb
 from jacana_common.pb.jacana.multimodal.v1 import multimodal_pb2_grpc
-from jacana_common.telemetry import outgoing_metadata
-from jacana_gateway.backends.replica_pool import Replica, ReplicaPool, call_with_failover
+from jacana_gateway.backends.replica_pool import call_with_failover
+from jacana_gateway.backends.server_stream import ServerStream, open_server_stream
 from jacana_gateway.backends.shared_store import ANY_REPLICA, SharedStoreBackends
 from jacana_gateway.errors import ApiErrorWithHeaders
 
@@ -83,48 +83,28 @@ def video_error(exc: grpc.aio.AioRpcError) -> ApiError:
 
 
 class ContentStream:
-    """An open ``GetVideoContent`` call whose first chunk has arrived."""
+    """An open ``GetVideoContent`` call whose first chunk has arrived (its header: the
+    content type and the total size)."""
 
-    def __init__(
-        self, pool: ReplicaPool, replica: Replica, call: grpc.aio.UnaryStreamCall, first
-    ) -> None:
-        self.content_type: str = first.content_type or "application/octet-stream"
-        self.total_bytes: int = first.total_bytes
-        self._pool = pool
-        self._replica = replica
-        self._call = call
-        self._first: pb.ContentChunk | None = first
-        self._closed = False
+    def __init__(self, stream: ServerStream) -> None:
+        self.content_type: str = stream.first.content_type or "application/octet-stream"
+        self.total_bytes: int = stream.first.total_bytes
+        self._stream = stream
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The artifact's bytes, chunk by chunk. A failure past the first chunk can no
         longer change the response's status: it is logged and the body ends short of its
         Content-Length, which clients report as an incomplete download."""
         try:
-            if self._first is not None:
-                first, self._first = self._first, None
-                if first.data:
-                    yield first.data
-            while True:
-                try:
-                    chunk = await self._call.read()
-                except grpc.aio.AioRpcError as exc:
-                    log.warning("video content cut off: %s %s", exc.code().name, exc.details())
-                    return
-                if chunk is grpc.aio.EOF:
-                    return
+            async for chunk in self._stream.messages():
                 if chunk.data:
                     yield chunk.data
-        finally:
-            self.close()
+        except ApiError as exc:
+            log.warning("video content cut off: %s", exc.message)
 
     def close(self) -> None:
         """Cancel the call if it still runs and stop counting it as in flight."""
-        if self._closed:
-            return
-        self._closed = True
-        self._call.cancel()
-        self._pool.release(self._replica)
+        self._stream.close()
 
 
 class VideoBackends(SharedStoreBackends):
@@ -177,30 +157,16 @@ class VideoBackends(SharedStoreBackends):
     ) -> ContentStream:
         """Start ``GetVideoContent`` and wait for its first chunk; only while none has
         arrived, an UNAVAILABLE replica is skipped for the next. Raises :class:`ApiError`."""
-        candidates = self.pool.candidates(ANY_REPLICA)
-        for n, replica in enumerate(candidates, start=1):
-            self.pool.acquire(replica)
-            call = replica.stub.GetVideoContent(
-                request, timeout=timeout, metadata=outgoing_metadata()
-            )
-            try:
-                first = await call.read()
-            except grpc.aio.AioRpcError as exc:
-                call.cancel()
-                self.pool.release(replica)
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    self.pool.mark_failed(replica)
-                    if n < len(candidates):
-                        continue
-                raise video_error(exc) from None
-            except BaseException:
-                call.cancel()
-                self.pool.release(replica)
-                raise
-            if first is grpc.aio.EOF:  # an empty artifact
-                first = pb.ContentChunk()
-            return ContentStream(self.pool, replica, call, first)
-        raise RuntimeError("no multimodal replica is configured")
+        stream = await open_server_stream(
+            self.pool,
+            ANY_REPLICA,
+            "GetVideoContent",
+            request,
+            timeout,
+            to_error=lambda exc, _replica: video_error(exc),
+            ended_early=pb.ContentChunk,  # an empty artifact
+        )
+        return ContentStream(stream)
 
     async def model_cards(self, timeout: float) -> dict[str, pb.ModelCard | None]:
         """Each video model's card from its service (None while it cannot be had)."""
